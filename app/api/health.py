@@ -1,0 +1,41 @@
+"""Liveness and readiness probes."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Response
+from pydantic import BaseModel
+
+from app.deps import ServicesDep
+
+router = APIRouter(tags=["health"])
+READY_TIMEOUT_S = 2.0
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unavailable"]
+    store: Literal["memory", "mongodb"]
+    warning: str | None = None
+
+
+@router.get("/healthz", response_model=Health)
+async def healthz(services: ServicesDep) -> Health:
+    """The process is up; says which store it uses (the in-memory one loses data on restart)."""
+    if services.database.in_memory:
+        return Health(
+            status="ok",
+            store="memory",
+            warning="in-memory store: data is lost when the process stops",
+        )
+    return Health(status="ok", store="mongodb")
+
+
+@router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
+async def readyz(services: ServicesDep, response: Response) -> Health:
+    """Ready to serve: the database answers within 2 seconds (503 otherwise)."""
+    store: Literal["memory", "mongodb"] = "memory" if services.database.in_memory else "mongodb"
+    if await services.database.ping(timeout_s=READY_TIMEOUT_S):
+        return Health(status="ok", store=store)
+    response.status_code = 503
+    return Health(status="unavailable", store=store)

@@ -1,0 +1,116 @@
+"""One handler per error family, one body shape (RFC 9457 problem details) everywhere."""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pymongo.errors import ConnectionFailure, ExecutionTimeout, PyMongoError, WaitQueueTimeoutError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.errors import AppError, field_error
+
+logger = logging.getLogger(__name__)
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+
+def problem_response(
+    status: int,
+    detail: str,
+    *,
+    title: str | None = None,
+    errors: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    body: dict[str, Any] = {
+        "type": "about:blank",
+        "title": title or HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+    }
+    if errors:
+        body["errors"] = errors
+    return Response(
+        orjson.dumps(body), status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE
+    )
+
+
+def json_path(parts: tuple[int | str, ...] | list[int | str]) -> str:
+    """`("function", "parameters", "required", 1)` -> `$.function.parameters.required[1]`."""
+    path = "$"
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    # Body problems are JSON paths into the body; query, path and header problems name their source.
+    if loc and loc[0] == "body":
+        return json_path(loc[1:])
+    return ".".join(str(part) for part in loc)
+
+
+def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    return [
+        field_error(_location(tuple(error.get("loc", ()))), str(error.get("msg", "invalid value")))
+        for error in exc.errors()
+    ]
+
+
+async def _handle_app_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, AppError)
+    return problem_response(
+        exc.status_code, exc.message, title=exc.title, errors=exc.errors, headers=exc.headers
+    )
+
+
+async def _handle_validation_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    if any(error.get("type") == "json_invalid" for error in exc.errors()):
+        first = exc.errors()[0]
+        reason = (first.get("ctx") or {}).get("error", "invalid JSON")
+        return problem_response(400, f"The request body is not valid JSON: {reason}.")
+    return problem_response(
+        422, "The request does not match the expected schema.", errors=_validation_errors(exc)
+    )
+
+
+async def _handle_http_exception(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    return problem_response(exc.status_code, detail, headers=exc.headers)
+
+
+async def _handle_database_error(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, ConnectionFailure | ExecutionTimeout | WaitQueueTimeoutError) or (
+        isinstance(exc, PyMongoError) and exc.timeout
+    ):
+        logger.warning(
+            "database unavailable on %s %s: %s",
+            request.method,
+            request.url.path,
+            type(exc).__name__,
+        )
+        return problem_response(
+            503, "The database is not answering; try again shortly.", headers={"Retry-After": "2"}
+        )
+    logger.error("database error on %s %s", request.method, request.url.path, exc_info=exc)
+    return problem_response(500, "An unexpected error occurred.")
+
+
+async def _handle_unexpected(request: Request, exc: Exception) -> Response:
+    logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return problem_response(500, "An unexpected error occurred.")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(AppError, _handle_app_error)
+    app.add_exception_handler(RequestValidationError, _handle_validation_error)
+    app.add_exception_handler(StarletteHTTPException, _handle_http_exception)
+    app.add_exception_handler(PyMongoError, _handle_database_error)
+    app.add_exception_handler(Exception, _handle_unexpected)

@@ -1,0 +1,62 @@
+"""Admin routes: tenants and their keys."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Response, status
+
+from app.api.routing import StrictJSONRoute
+from app.deps import AdminDep, ServicesDep
+from app.schemas.problems import problem_responses
+from app.schemas.tenants import TENANT_ID_PATTERN, Tenant, TenantCreate, TenantKey, TenantPage
+
+router = APIRouter(
+    prefix="/tenants",
+    tags=["tenants (admin)"],
+    route_class=StrictJSONRoute,
+    dependencies=[AdminDep],
+    responses=problem_responses(401, 403, 503),
+)
+TenantPath = Annotated[str, Path(pattern=TENANT_ID_PATTERN, description="The tenant's id")]
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TenantKey,
+    responses=problem_responses(409, 413, 422),
+)
+async def create_tenant(body: TenantCreate, services: ServicesDep) -> TenantKey:
+    """Create a tenant with its seeded tools; the response holds its API key, shown only once."""
+    tenant, api_key = await services.tenants.create(tenant_id=body.tenant_id)
+    return TenantKey(tenant_id=tenant["tenant_id"], api_key=api_key)
+
+
+@router.get("", response_model=TenantPage, responses=problem_responses(422))
+async def list_tenants(
+    services: ServicesDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+) -> TenantPage:
+    """List tenants, ordered by id (keys are never shown)."""
+    items, total = await services.tenants.list(limit=limit, offset=offset)
+    return TenantPage(
+        items=[Tenant.model_validate(t) for t in items], total=total, limit=limit, offset=offset
+    )
+
+
+@router.delete(
+    "/{tenant_id}", status_code=status.HTTP_204_NO_CONTENT, responses=problem_responses(404, 422)
+)
+async def delete_tenant(tenant_id: TenantPath, services: ServicesDep) -> Response:
+    """Delete a tenant and all its tools; its key stops working at once."""
+    await services.tenants.delete(tenant_id=tenant_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/{tenant_id}/keys", response_model=TenantKey, responses=problem_responses(404, 422))
+async def rotate_tenant_key(tenant_id: TenantPath, services: ServicesDep) -> TenantKey:
+    """Issue a new API key for a tenant; the previous key stops working at once."""
+    api_key = await services.tenants.rotate_key(tenant_id=tenant_id)
+    return TenantKey(tenant_id=tenant_id, api_key=api_key)

@@ -1,0 +1,102 @@
+"""Tenant routes: the tenant's tool definitions."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Response, status
+
+from app.api.routing import StrictJSONRoute
+from app.deps import ServicesDep, TenantDep
+from app.schemas.problems import problem_responses
+from app.schemas.tools import (
+    NAME_PATTERN,
+    TAG_PATTERN,
+    Tool,
+    ToolCreate,
+    ToolId,
+    ToolPage,
+    ToolType,
+    ToolUpdate,
+)
+
+router = APIRouter(
+    prefix="/tools",
+    tags=["tools"],
+    route_class=StrictJSONRoute,
+    responses=problem_responses(401, 403, 503),
+)
+ToolIdPath = Annotated[str, Path(pattern=NAME_PATTERN, description="The tool's id")]
+
+
+@router.post(
+    "/create",
+    status_code=status.HTTP_201_CREATED,
+    response_model=Tool,
+    response_model_exclude_none=True,
+    responses=problem_responses(400, 409, 413, 422),
+)
+async def create_tool(body: ToolCreate, tenant_id: TenantDep, services: ServicesDep) -> Tool:
+    """Create a tool for the calling tenant."""
+    return Tool.model_validate(await services.tools.create(body, tenant_id=tenant_id))
+
+
+@router.get(
+    "/", response_model=ToolPage, response_model_exclude_none=True, responses=problem_responses(422)
+)
+async def list_tools(
+    tenant_id: TenantDep,
+    services: ServicesDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    type: Annotated[ToolType | None, Query(description="Only tools of this type")] = None,
+    tag: Annotated[
+        str | None, Query(pattern=TAG_PATTERN, description="Only tools with this tag")
+    ] = None,
+) -> ToolPage:
+    """List the calling tenant's tools, ordered by tool_id."""
+    items, total = await services.tools.list(
+        tenant_id=tenant_id, limit=limit, offset=offset, tool_type=type, tag=tag
+    )
+    return ToolPage(
+        items=[Tool.model_validate(t) for t in items], total=total, limit=limit, offset=offset
+    )
+
+
+@router.get("/ids", response_model=list[ToolId])
+async def list_tool_ids(tenant_id: TenantDep, services: ServicesDep) -> list[ToolId]:
+    """List the calling tenant's tool ids with their function names."""
+    return [ToolId.model_validate(t) for t in await services.tools.list_ids(tenant_id=tenant_id)]
+
+
+@router.get(
+    "/{tool_id}",
+    response_model=Tool,
+    response_model_exclude_none=True,
+    responses=problem_responses(404, 422),
+)
+async def get_tool(tool_id: ToolIdPath, tenant_id: TenantDep, services: ServicesDep) -> Tool:
+    """Get one of the calling tenant's tools."""
+    return Tool.model_validate(await services.tools.get(tool_id, tenant_id=tenant_id))
+
+
+@router.put(
+    "/{tool_id}",
+    response_model=Tool,
+    response_model_exclude_none=True,
+    responses=problem_responses(400, 404, 409, 413, 422),
+)
+async def replace_tool(
+    tool_id: ToolIdPath, body: ToolUpdate, tenant_id: TenantDep, services: ServicesDep
+) -> Tool:
+    """Replace a tool's whole definition; its tool_id cannot change."""
+    return Tool.model_validate(await services.tools.replace(tool_id, body, tenant_id=tenant_id))
+
+
+@router.delete(
+    "/{tool_id}", status_code=status.HTTP_204_NO_CONTENT, responses=problem_responses(404, 422)
+)
+async def delete_tool(tool_id: ToolIdPath, tenant_id: TenantDep, services: ServicesDep) -> Response:
+    """Delete one of the calling tenant's tools."""
+    await services.tools.delete(tool_id, tenant_id=tenant_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,101 @@
+"""Settings: the one place the environment is read."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Documented development fall-backs (README, .env.example). Never accepted in production.
+DEV_ADMIN_API_KEY = "dev-admin-key"
+DEV_API_KEY_SECRET = "dev-api-key-secret-not-for-production"
+
+_PLACEHOLDERS = frozenset(
+    {
+        "",
+        "changeme",
+        "change-me",
+        "change_me",
+        "secret",
+        "password",
+        "admin",
+        "replace-me",
+        "xxx",
+        DEV_ADMIN_API_KEY,
+        DEV_API_KEY_SECRET,
+    }
+)
+MIN_SECRET_LENGTH = 32
+MEMORY_URL = "memory://"
+
+
+def _is_placeholder(value: SecretStr | None) -> bool:
+    if value is None:
+        return True
+    raw = value.get_secret_value()
+    return raw.strip().lower() in _PLACEHOLDERS or raw.lower().startswith("change")
+
+
+class Settings(BaseSettings):
+    """Every setting of the service; see .env.example for the documented list."""
+
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", frozen=True)
+
+    app_env: Literal["development", "production"] = "development"
+    log_level: str = "INFO"
+
+    mongodb_url: str | None = None
+    mongodb_database: str = Field(default="toolgate", pattern=r"^[A-Za-z0-9_-]{1,63}$")
+    mongodb_timeout_ms: int = Field(default=2000, ge=100, le=60_000)
+
+    admin_api_key: SecretStr | None = None
+    api_key_secret: SecretStr | None = None
+
+    functions_module: str = "app.tools.builtin:registry"
+    max_body_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
+
+    @model_validator(mode="after")
+    def _reject_placeholder_secrets(self) -> Settings:
+        if self.app_env != "production":
+            return self
+        problems = []
+        for name in ("admin_api_key", "api_key_secret"):
+            value: SecretStr | None = getattr(self, name)
+            if _is_placeholder(value):
+                problems.append(f"{name.upper()} is missing or a placeholder")
+            elif value is not None and len(value.get_secret_value()) < MIN_SECRET_LENGTH:
+                problems.append(f"{name.upper()} must be at least {MIN_SECRET_LENGTH} characters")
+        if problems:
+            raise ValueError("refusing to start in production: " + "; ".join(problems))
+        return self
+
+    @property
+    def uses_memory_store(self) -> bool:
+        return not self.mongodb_url or self.mongodb_url == MEMORY_URL
+
+    @property
+    def effective_admin_api_key(self) -> str:
+        if self.admin_api_key is None or not self.admin_api_key.get_secret_value():
+            return DEV_ADMIN_API_KEY
+        return self.admin_api_key.get_secret_value()
+
+    @property
+    def effective_api_key_secret(self) -> bytes:
+        if self.api_key_secret is None or not self.api_key_secret.get_secret_value():
+            return DEV_API_KEY_SECRET.encode()
+        return self.api_key_secret.get_secret_value().encode()
+
+    def development_fallbacks(self) -> list[str]:
+        """Names of the secrets that fall back to their documented development values."""
+        return [
+            name.upper()
+            for name in ("admin_api_key", "api_key_secret")
+            if getattr(self, name) is None or not getattr(self, name).get_secret_value()
+        ]
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

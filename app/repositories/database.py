@@ -1,0 +1,68 @@
+"""The MongoDB client: real (`AsyncMongoClient`) or the embedded in-memory store."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from pymongo import AsyncMongoClient
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.asynchronous.database import AsyncDatabase
+
+from app.config import Settings
+
+logger = logging.getLogger(__name__)
+
+Document = dict[str, Any]
+
+
+class Database:
+    """Owns the client; hands out the shared and per-tenant collections."""
+
+    def __init__(self, client: Any, name: str, *, in_memory: bool) -> None:
+        self._client = client
+        self._db: AsyncDatabase[Document] = client[name]
+        self.in_memory = in_memory
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Database:
+        if settings.uses_memory_store:
+            from mongomock_motor import AsyncMongoMockClient
+
+            return cls(
+                AsyncMongoMockClient(tz_aware=True), settings.mongodb_database, in_memory=True
+            )
+        timeout = settings.mongodb_timeout_ms
+        client: AsyncMongoClient[Document] = AsyncMongoClient(
+            settings.mongodb_url,
+            tz_aware=True,
+            serverSelectionTimeoutMS=timeout,
+            connectTimeoutMS=timeout,
+            # A client-side operation timeout: a server that stops answering fails a request in
+            # about `timeout`, never the driver's 30 s default.
+            timeoutMS=timeout,
+            appname="toolgate",
+        )
+        return cls(client, settings.mongodb_database, in_memory=False)
+
+    @property
+    def tenants(self) -> AsyncCollection[Document]:
+        return self._db["tenants"]
+
+    def tenant_collection(self, tenant_id: str, resource: str) -> AsyncCollection[Document]:
+        # A dot cannot occur in a tenant id, so `tenant.<id>.<resource>` never collides.
+        return self._db[f"tenant.{tenant_id}.{resource}"]
+
+    async def ping(self, *, timeout_s: float) -> bool:
+        try:
+            await asyncio.wait_for(self._db.command("ping"), timeout_s)
+        except Exception as exc:  # any failure means "not ready"; the reason is logged
+            logger.warning("database ping failed: %s", type(exc).__name__)
+            return False
+        return True
+
+    async def close(self) -> None:
+        result = self._client.close()
+        if asyncio.iscoroutine(result):
+            await result

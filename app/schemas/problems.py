@@ -1,0 +1,44 @@
+"""The error body every route returns (RFC 9457 problem details)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class FieldProblem(BaseModel):
+    path: str
+    message: str
+
+
+class Problem(BaseModel):
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    errors: list[FieldProblem] | None = None
+
+
+_DESCRIPTIONS = {
+    400: "Malformed request (for example invalid JSON)",
+    401: "Missing, malformed, unknown or rotated API key",
+    403: "A valid key of the wrong kind (admin key on a tenant route, or the reverse)",
+    404: "No such object for this tenant",
+    409: "Conflicts with an existing object",
+    413: "Request body larger than the configured limit",
+    422: "Well-formed but invalid; `errors` lists each problem with its JSON path",
+    503: "The database is not answering; retry later",
+}
+
+
+def problem_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries for the given error statuses."""
+    return {
+        code: {
+            "model": Problem,
+            "description": _DESCRIPTIONS[code],
+            "content": {"application/problem+json": {}},
+        }
+        for code in codes
+    }

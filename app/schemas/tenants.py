@@ -1,0 +1,39 @@
+"""Tenants as the admin API shows them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, StringConstraints
+
+from app.schemas.tools import ClientModel
+
+TENANT_ID_PATTERN = r"^[a-z0-9_-]{2,63}$"
+TenantId = Annotated[str, StringConstraints(pattern=TENANT_ID_PATTERN)]
+
+
+class TenantCreate(ClientModel):
+    """A new tenant: lowercase letters, digits, '-' and '_', 2 to 63 characters."""
+
+    tenant_id: TenantId
+
+
+class Tenant(BaseModel):
+    tenant_id: str
+    created_at: datetime
+    key_rotated_at: datetime
+
+
+class TenantPage(BaseModel):
+    items: list[Tenant]
+    total: int
+    limit: int
+    offset: int
+
+
+class TenantKey(BaseModel):
+    """A tenant's API key. It is shown only in this response: store it now."""
+
+    tenant_id: str
+    api_key: str

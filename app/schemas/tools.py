@@ -1,0 +1,124 @@
+"""Tool documents: what admins send (`ToolCreate`, `ToolUpdate`) and what they get (`Tool`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+TAG_PATTERN = r"^[a-zA-Z0-9_.:-]{1,64}$"
+
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+Tag = Annotated[str, StringConstraints(pattern=TAG_PATTERN)]
+Description = Annotated[str, StringConstraints(max_length=4096)]
+EnumValue = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+ParameterType = Literal["string", "integer", "number", "boolean", "array"]
+ItemType = Literal["string", "integer", "number", "boolean"]
+ToolType = Literal["function", "external"]
+HttpMethod = Literal["GET", "POST", "PUT", "DELETE"]
+
+# Arrays may be long, but a bound keeps every integer inside BSON's 64 bits and schemas sane.
+MAX_ARRAY_BOUND = 100_000
+
+
+class ClientModel(BaseModel):
+    """What clients send: unknown fields are rejected, types are not coerced."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ItemsSchema(ClientModel):
+    type: ItemType = "string"
+    enum: list[EnumValue] | None = Field(default=None, min_length=1, max_length=256)
+
+
+class ParameterSchema(ClientModel):
+    """One LLM-visible parameter, in the seed's vocabulary (`min_items`, not `minItems`)."""
+
+    type: ParameterType
+    description: Description | None = None
+    enum: list[EnumValue] | None = Field(default=None, min_length=1, max_length=256)
+    items: ItemsSchema | None = None
+    min_items: int | None = Field(default=None, ge=0, le=MAX_ARRAY_BOUND)
+    max_items: int | None = Field(default=None, ge=0, le=MAX_ARRAY_BOUND)
+
+
+class ParametersSchema(ClientModel):
+    type: Literal["object"] = "object"
+    properties: dict[Name, ParameterSchema] = Field(default_factory=dict, max_length=64)
+    required: list[Name] = Field(default_factory=list, max_length=64)
+
+
+class FunctionSpec(ClientModel):
+    """What the model sees of a tool, plus where an external tool lives."""
+
+    name: Name
+    description: Description = ""
+    parameters: ParametersSchema = Field(default_factory=ParametersSchema)
+    url: Annotated[str, StringConstraints(max_length=2048)] | None = None
+    method: HttpMethod | None = None
+
+    @field_validator("method", mode="before")
+    @classmethod
+    def _upper_method(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+
+class ContextParameter(ClientModel):
+    """A value the server supplies at run time; the model never sees it."""
+
+    name: Name
+    type: ParameterType = "string"
+    description: Description | None = None
+
+
+class ToolFields(ClientModel):
+    type: ToolType
+    function: FunctionSpec
+    context_parameters: list[ContextParameter] = Field(default_factory=list, max_length=32)
+    tags: list[Tag] = Field(default_factory=list, max_length=32)
+    enabled: bool = True
+
+
+class ToolCreate(ToolFields):
+    """A new tool."""
+
+    tool_id: Name
+
+
+class ToolUpdate(ToolFields):
+    """A full replacement of a tool; `tool_id`, if given, must equal the one in the path."""
+
+    tool_id: Name | None = None
+
+
+class Tool(BaseModel):
+    """A stored tool, as returned to admins."""
+
+    tool_id: str
+    type: ToolType
+    function: FunctionSpec
+    context_parameters: list[ContextParameter]
+    tags: list[str]
+    enabled: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class ToolPage(BaseModel):
+    """One page of a tenant's tools."""
+
+    items: list[Tool]
+    total: int
+    limit: int
+    offset: int
+
+
+class ToolId(BaseModel):
+    tool_id: str
+    name: str
+    type: ToolType
+    enabled: bool

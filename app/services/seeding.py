@@ -1,0 +1,58 @@
+"""Idempotent seeding of the function dictionary's tools into every tenant."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from app.repositories.tenants import TenantRepository
+from app.repositories.tools import ToolRepository
+from app.tools.registry import FunctionRegistry
+
+logger = logging.getLogger(__name__)
+
+_CONCURRENT_TENANTS = 8
+
+
+class Seeder:
+    """Creates each tenant's indexes and inserts the registry's tools it does not have yet.
+
+    Existing tools are never overwritten, so a tenant's edits (say, `enabled: false`) survive
+    restarts. Every step is an idempotent upsert or index creation: replicas may run it at once.
+    """
+
+    def __init__(
+        self, *, registry: FunctionRegistry, tenants: TenantRepository, tools: ToolRepository
+    ) -> None:
+        self._registry = registry
+        self._tenants = tenants
+        self._tools = tools
+
+    async def prepare_tenant(self, tenant_id: str) -> dict[str, int]:
+        await self._tools.ensure_indexes(tenant_id=tenant_id)
+        counts = {"inserted": 0, "present": 0, "conflict": 0}
+        for entry in self._registry:
+            outcome = await self._tools.insert_if_absent(entry.seed_document(), tenant_id=tenant_id)
+            counts[outcome] += 1
+            if outcome == "conflict":
+                logger.warning(
+                    "tenant %s already has another tool with function name %s; not seeded",
+                    tenant_id,
+                    entry.name,
+                )
+        return counts
+
+    async def prepare_all(self) -> int:
+        """Check indexes and seed every tenant; return how many tenants were prepared."""
+        await self._tenants.ensure_indexes()
+        tenant_ids = await self._tenants.all_ids()
+        limit = asyncio.Semaphore(_CONCURRENT_TENANTS)
+
+        async def prepare(tenant_id: str) -> None:
+            async with limit:
+                await self.prepare_tenant(tenant_id)
+
+        async with asyncio.TaskGroup() as group:
+            for tenant_id in tenant_ids:
+                group.create_task(prepare(tenant_id))
+        return len(tenant_ids)

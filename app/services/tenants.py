@@ -1,0 +1,78 @@
+"""Tenants and their API keys: random keys shown once, stored only as HMAC-SHA256."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from typing import Any
+
+from app.errors import NotFoundError
+from app.repositories.tenants import TenantRepository
+from app.repositories.tools import ToolRepository
+from app.services.seeding import Seeder
+
+KEY_PREFIX = "tg_"
+_KEY_SHAPE = re.compile(r"^tg_[A-Za-z0-9_-]{43}$")
+
+
+def new_api_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+class TenantService:
+    def __init__(
+        self,
+        *,
+        tenants: TenantRepository,
+        tools: ToolRepository,
+        seeder: Seeder,
+        key_secret: bytes,
+        admin_key: str,
+    ) -> None:
+        self._tenants = tenants
+        self._tools = tools
+        self._seeder = seeder
+        self._key_secret = key_secret
+        self._admin_key = admin_key.encode()
+
+    def _hash(self, api_key: str) -> str:
+        return hmac.new(self._key_secret, api_key.encode(), hashlib.sha256).hexdigest()
+
+    def is_admin_key(self, presented: str) -> bool:
+        """Constant-time comparison with the admin key."""
+        return hmac.compare_digest(presented.encode(), self._admin_key)
+
+    async def tenant_for_key(self, presented: str) -> str | None:
+        """The tenant a key belongs to, or None for a malformed, unknown or rotated key."""
+        if not _KEY_SHAPE.match(presented):
+            return None
+        return await self._tenants.find_id_by_key_hash(self._hash(presented))
+
+    async def create(self, *, tenant_id: str) -> tuple[dict[str, Any], str]:
+        """Create a tenant with its tool collection and seeded tools; return it and its key."""
+        api_key = new_api_key()
+        tenant = await self._tenants.insert(tenant_id=tenant_id, key_hash=self._hash(api_key))
+        # A crash during an earlier delete may have left this id's tools behind: never inherit them.
+        await self._tools.drop_all(tenant_id=tenant_id)
+        await self._seeder.prepare_tenant(tenant_id)
+        return tenant, api_key
+
+    async def list(self, *, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+        return await self._tenants.list(limit=limit, offset=offset)
+
+    async def rotate_key(self, *, tenant_id: str) -> str:
+        """Issue a new key; the old one stops working at once."""
+        api_key = new_api_key()
+        if not await self._tenants.replace_key_hash(
+            tenant_id=tenant_id, key_hash=self._hash(api_key)
+        ):
+            raise NotFoundError(f"tenant '{tenant_id}' does not exist")
+        return api_key
+
+    async def delete(self, *, tenant_id: str) -> None:
+        """Delete a tenant: its keys stop working first, then its tools are removed."""
+        if not await self._tenants.delete(tenant_id=tenant_id):
+            raise NotFoundError(f"tenant '{tenant_id}' does not exist")
+        await self._tools.drop_all(tenant_id=tenant_id)

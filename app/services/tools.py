@@ -1,0 +1,97 @@
+"""Tool CRUD for one tenant, with every rule a definition must follow."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.errors import NotFoundError, UnprocessableError, field_error
+from app.repositories.tools import ToolRepository
+from app.schemas.tools import ToolCreate, ToolFields, ToolUpdate
+from app.tools.definitions import (
+    Problem,
+    endpoint_problems,
+    parameter_problems,
+    signature_problems,
+)
+from app.tools.registry import FunctionRegistry
+
+
+class ToolService:
+    def __init__(self, *, tools: ToolRepository, registry: FunctionRegistry) -> None:
+        self._tools = tools
+        self._registry = registry
+
+    def check(self, tool: ToolFields) -> None:
+        """Raise a 422 listing every rule `tool` breaks, each with its JSON path."""
+        problems = self.problems(tool)
+        if problems:
+            raise UnprocessableError(
+                "The tool definition is invalid.",
+                errors=[field_error(path, message) for path, message in problems],
+            )
+
+    def problems(self, tool: ToolFields) -> list[Problem]:
+        problems = parameter_problems(tool.function, tool.context_parameters)
+        problems += endpoint_problems(tool.type, tool.function)
+        if tool.type == "function":
+            entry = self._registry.get(tool.function.name)
+            if entry is None:
+                available = ", ".join(sorted(e.name for e in self._registry)) or "none"
+                problems.append(
+                    (
+                        "$.function.name",
+                        f"no server function is called "
+                        f"'{tool.function.name}' (available: {available})",
+                    )
+                )
+            else:
+                problems += signature_problems(entry.func, tool.function, tool.context_parameters)
+        return problems
+
+    async def create(self, tool: ToolCreate, *, tenant_id: str) -> dict[str, Any]:
+        """Store a new tool; 422 on a broken definition, 409 on a taken id or function name."""
+        self.check(tool)
+        return await self._tools.insert(_document(tool), tenant_id=tenant_id)
+
+    async def get(self, tool_id: str, *, tenant_id: str) -> dict[str, Any]:
+        doc = await self._tools.get(tool_id, tenant_id=tenant_id)
+        if doc is None:
+            raise NotFoundError(f"tool '{tool_id}' does not exist")
+        return doc
+
+    async def list(
+        self, *, tenant_id: str, limit: int, offset: int, tool_type: str | None, tag: str | None
+    ) -> tuple[list[dict[str, Any]], int]:
+        return await self._tools.list(
+            tenant_id=tenant_id, limit=limit, offset=offset, tool_type=tool_type, tag=tag
+        )
+
+    async def list_ids(self, *, tenant_id: str) -> list[dict[str, Any]]:
+        return await self._tools.list_ids(tenant_id=tenant_id)
+
+    async def replace(self, tool_id: str, tool: ToolUpdate, *, tenant_id: str) -> dict[str, Any]:
+        """Replace a tool whole; its tool_id cannot change."""
+        if tool.tool_id is not None and tool.tool_id != tool_id:
+            raise UnprocessableError(
+                "The tool_id of a tool cannot change.",
+                errors=[
+                    field_error(
+                        "$.tool_id", f"must be '{tool_id}' (the id in the path) or left out"
+                    )
+                ],
+            )
+        self.check(tool)
+        doc = await self._tools.replace(tool_id, _document(tool), tenant_id=tenant_id)
+        if doc is None:
+            raise NotFoundError(f"tool '{tool_id}' does not exist")
+        return doc
+
+    async def delete(self, tool_id: str, *, tenant_id: str) -> None:
+        if not await self._tools.delete(tool_id, tenant_id=tenant_id):
+            raise NotFoundError(f"tool '{tool_id}' does not exist")
+
+
+def _document(tool: ToolFields) -> dict[str, Any]:
+    return tool.model_dump(
+        exclude_none=True, exclude={"tool_id"} if tool.__class__ is ToolUpdate else None
+    )

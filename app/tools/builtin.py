@@ -1,0 +1,99 @@
+"""The built-in function dictionary: small, real, side-effect-free functions."""
+
+from __future__ import annotations
+
+import ast
+import operator
+import secrets
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from app.tools.registry import FunctionRegistry
+
+registry = FunctionRegistry()
+
+MAX_DICE_SIDES = 1_000_000
+MAX_EXPRESSION_LENGTH = 500
+MAX_EXPONENT = 1_000
+MAX_MAGNITUDE = 1e100
+
+
+@registry.register(tool_id="rolldice", tags=["games"])
+def roll_dice(d: int) -> int:
+    """Roll a fair die and return the number it shows.
+
+    Args:
+        d: Number of sides of the die (2 or more).
+    """
+    if not 2 <= d <= MAX_DICE_SIDES:
+        raise ValueError(f"d must be between 2 and {MAX_DICE_SIDES}")
+    return secrets.randbelow(d) + 1
+
+
+@registry.register(tool_id="current-time", tags=["time"])
+def current_time(timezone: str = "UTC") -> str:
+    """Return the current date and time in a time zone, in ISO 8601 format.
+
+    Args:
+        timezone: An IANA time zone name such as "Europe/Paris" or "UTC".
+    """
+    try:
+        zone = ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown time zone {timezone!r}") from exc
+    return datetime.now(zone).isoformat(timespec="seconds")
+
+
+@registry.register(tool_id="calculator", tags=["math"])
+def calculate(expression: str) -> float | int:
+    """Evaluate an arithmetic expression exactly as written, e.g. "(2 + 3) * 4 / 7".
+
+    Args:
+        expression: Numbers with + - * / // % ** and parentheses.
+    """
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        raise ValueError(f"expression longer than {MAX_EXPRESSION_LENGTH} characters")
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"not an arithmetic expression: {exc.msg}") from None
+    return _evaluate(tree.body)
+
+
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+    ast.UAdd: operator.pos,
+    ast.USub: operator.neg,
+}
+
+
+def _evaluate(node: ast.expr) -> float | int:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return _bounded(node.value)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _bounded(_UNARY[type(node.op)](_evaluate(node.operand)))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
+            raise ValueError(f"exponent larger than {MAX_EXPONENT}")
+        try:
+            return _bounded(_BINARY[type(node.op)](left, right))
+        except ZeroDivisionError:
+            raise ValueError("division by zero") from None
+    raise ValueError(f"unsupported element {type(node).__name__}: only numbers and + - * / // % **")
+
+
+def _bounded(value: Any) -> float | int:
+    if isinstance(value, complex) or abs(value) > MAX_MAGNITUDE:
+        raise ValueError("result out of range")
+    return value  # type: ignore[no-any-return]

@@ -1,0 +1,206 @@
+"""Checks on tool definitions, shared by the API (422s) and start-up validation (exit with a list).
+
+Each check returns problems as `(json_path, message)` pairs, so an API error can point at the
+field and the start-up report can name the function.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from app.schemas.tools import ContextParameter, FunctionSpec, ParameterSchema
+
+Problem = tuple[str, str]
+
+_SCALAR_TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool}
+
+
+def parameter_problems(
+    function: FunctionSpec, context_parameters: Sequence[ContextParameter]
+) -> list[Problem]:
+    """Rules a definition must follow whatever kind of tool it is."""
+    problems: list[Problem] = []
+    params = function.parameters
+    seen: set[str] = set()
+    for index, name in enumerate(params.required):
+        path = f"$.function.parameters.required[{index}]"
+        if name not in params.properties:
+            problems.append((path, f"'{name}' is required but not defined in properties"))
+        elif name in seen:
+            problems.append((path, f"'{name}' is listed twice"))
+        seen.add(name)
+    for name, schema in params.properties.items():
+        problems += _schema_problems(f"$.function.parameters.properties.{name}", schema)
+    context_names: set[str] = set()
+    for index, context in enumerate(context_parameters):
+        path = f"$.context_parameters[{index}].name"
+        if context.name in params.properties:
+            problems.append(
+                (path, f"'{context.name}' is also an LLM-visible parameter; use one or the other")
+            )
+        if context.name in context_names:
+            problems.append((path, f"context parameter '{context.name}' is listed twice"))
+        context_names.add(context.name)
+    return problems
+
+
+def _schema_problems(path: str, schema: ParameterSchema) -> list[Problem]:
+    problems: list[Problem] = []
+    if schema.enum is not None and schema.type != "string":
+        problems.append((f"{path}.enum", "enum is only allowed on string parameters"))
+    if schema.type != "array":
+        for field in ("items", "min_items", "max_items"):
+            if getattr(schema, field) is not None:
+                problems.append((f"{path}.{field}", f"{field} is only allowed on array parameters"))
+    elif schema.min_items is not None and schema.max_items is not None:
+        if schema.min_items > schema.max_items:
+            problems.append((f"{path}.min_items", "min_items is greater than max_items"))
+    if schema.items is not None and schema.items.enum is not None and schema.items.type != "string":
+        problems.append((f"{path}.items.enum", "enum is only allowed on string items"))
+    return problems
+
+
+def endpoint_problems(tool_type: str, function: FunctionSpec) -> list[Problem]:
+    """External tools need an absolute http(s) URL and a method; function tools have neither."""
+    if tool_type == "function":
+        return [
+            (f"$.function.{field}", f"{field} is only allowed on external tools")
+            for field in ("url", "method")
+            if getattr(function, field) is not None
+        ]
+    problems: list[Problem] = []
+    if function.method is None:
+        problems.append(("$.function.method", "external tools need a method"))
+    if function.url is None:
+        problems.append(("$.function.url", "external tools need a url"))
+    else:
+        reason = url_problem(function.url)
+        if reason:
+            problems.append(("$.function.url", reason))
+    return problems
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot be an external tool's endpoint, or None."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as exc:
+        return f"not a valid URL: {exc}"
+    if parts.scheme not in ("http", "https"):
+        return "must be an absolute http or https URL"
+    if not parts.hostname:
+        return "must name a host"
+    if parts.username is not None or parts.password is not None:
+        return "must not contain credentials (user:password@); use a context parameter or secret"
+    if any(ch.isspace() or ord(ch) < 0x20 for ch in url):
+        return "must not contain whitespace or control characters"
+    return None
+
+
+def signature_problems(
+    func: Callable[..., Any],
+    function: FunctionSpec,
+    context_parameters: Sequence[ContextParameter],
+) -> list[Problem]:
+    """Does `func`'s signature match the definition: names, types, required-vs-default?"""
+    try:
+        signature = inspect.signature(func)
+        hints = typing.get_type_hints(func)
+    except (TypeError, ValueError, NameError) as exc:
+        return [("$.function", f"cannot read the signature of {function.name}(): {exc}")]
+    declared: dict[str, tuple[str, str, bool]] = {}  # name -> (path, type, required)
+    properties = function.parameters.properties
+    for name, schema in properties.items():
+        path = f"$.function.parameters.properties.{name}"
+        declared[name] = (path, _describe(schema), name in function.parameters.required)
+    for index, context in enumerate(context_parameters):
+        declared[context.name] = (f"$.context_parameters[{index}]", context.type, False)
+
+    problems: list[Problem] = []
+    fname = f"{function.name}()"
+    for name, param in signature.parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            problems.append(("$.function", f"{fname} takes *{name}; only named parameters work"))
+            continue
+        if name not in declared:
+            problems.append(
+                (
+                    "$.function.parameters.properties",
+                    f"{fname} takes '{name}' but the definition does not declare it",
+                )
+            )
+            continue
+        path, declared_type, required = declared[name]
+        problems += _type_problems(path, fname, name, declared_type, hints.get(name))
+        has_default = param.default is not inspect.Parameter.empty
+        if name in properties and required and has_default:
+            problems.append((path, f"'{name}' is required but {fname} gives it a default"))
+        if name in properties and not required and not has_default:
+            problems.append(
+                (path, f"'{name}' is optional but {fname} has no default for it; mark it required")
+            )
+    for name, (path, _, _) in declared.items():
+        if name not in signature.parameters:
+            problems.append((path, f"'{name}' is not a parameter of {fname}"))
+    return problems
+
+
+def _describe(schema: ParameterSchema) -> str:
+    if schema.type == "array":
+        return f"array:{schema.items.type if schema.items else 'string'}"
+    return schema.type
+
+
+def _type_problems(
+    path: str, fname: str, name: str, declared: str, annotation: Any
+) -> list[Problem]:
+    if annotation is None:
+        return [(path, f"'{name}' of {fname} has no type annotation")]
+    expected = python_type_name(declared)
+    if not _annotation_matches(declared, annotation):
+        shown = getattr(annotation, "__name__", None) or str(annotation)
+        return [
+            (
+                path,
+                f"'{name}' is declared {declared} (expects {expected}) but {fname} "
+                f"annotates it {shown}",
+            )
+        ]
+    return []
+
+
+def python_type_name(declared: str) -> str:
+    if declared.startswith("array:"):
+        return f"list[{_SCALAR_TYPES[declared.split(':', 1)[1]].__name__}]"
+    return _SCALAR_TYPES[declared].__name__
+
+
+def _annotation_matches(declared: str, annotation: Any) -> bool:
+    annotation = _strip_optional(annotation)
+    if declared.startswith("array:"):
+        item = _SCALAR_TYPES[declared.split(":", 1)[1]]
+        origin = typing.get_origin(annotation)
+        args = typing.get_args(annotation)
+        return origin is list and len(args) == 1 and _scalar_matches(item, args[0])
+    return _scalar_matches(_SCALAR_TYPES[declared], annotation)
+
+
+def _scalar_matches(expected: type, annotation: Any) -> bool:
+    if typing.get_origin(annotation) is typing.Literal:
+        return all(type(value) is expected for value in typing.get_args(annotation))
+    return annotation is expected
+
+
+def _strip_optional(annotation: Any) -> Any:
+    """`X | None` matches X: an optional parameter may be annotated as nullable."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
