@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from pymongo import AsyncMongoClient
@@ -15,6 +16,12 @@ from app.config import Settings
 logger = logging.getLogger(__name__)
 
 Document = dict[str, Any]
+
+
+def utc_now() -> datetime:
+    """Now, at the millisecond precision BSON stores, so what we return is what we stored."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
 class Database:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from pymongo import ASCENDING
 from pymongo.errors import DuplicateKeyError
 
 from app.errors import ConflictError
-from app.repositories.database import Database, Document
+from app.repositories.database import Database, Document, utc_now
 
 _PROJECTION = {"_id": 0, "tenant_id": 1, "created_at": 1, "key_rotated_at": 1}
 
@@ -22,7 +20,7 @@ class TenantRepository:
         await self._collection.create_index([("key_hash", ASCENDING)], unique=True)
 
     async def insert(self, *, tenant_id: str, key_hash: str) -> Document:
-        now = datetime.now(UTC)
+        now = utc_now()
         doc = {
             "tenant_id": tenant_id,
             "key_hash": key_hash,
@@ -51,7 +49,7 @@ class TenantRepository:
     async def replace_key_hash(self, *, tenant_id: str, key_hash: str) -> bool:
         result = await self._collection.update_one(
             {"tenant_id": tenant_id},
-            {"$set": {"key_hash": key_hash, "key_rotated_at": datetime.now(UTC)}},
+            {"$set": {"key_hash": key_hash, "key_rotated_at": utc_now()}},
         )
         return result.matched_count == 1
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from pymongo import ASCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from app.errors import ConflictError
-from app.repositories.database import Database, Document
+from app.repositories.database import Database, Document, utc_now
 
 _NO_ID = {"_id": 0}
 _UNIQUE_FIELDS = {"tool_id": "tool_id", "function.name": "function name"}
@@ -29,12 +28,15 @@ class ToolRepository:
         await tools.create_index([("tags", ASCENDING)])
 
     async def insert(self, document: Document, *, tenant_id: str) -> Document:
-        now = datetime.now(UTC)
+        now = utc_now()
         stored = {**document, "created_at": now, "updated_at": now}
         try:
             await self._tools(tenant_id).insert_one(stored)
         except DuplicateKeyError as exc:
-            raise _conflict(exc, document) from exc
+            # With both keys taken the server names whichever index it checked first: say the
+            # tool_id is taken when it is, since that is the conflict a client fixes first.
+            taken = await self._tools(tenant_id).find_one({"tool_id": document["tool_id"]}, _NO_ID)
+            raise _conflict(exc if taken is None else None, document) from exc
         stored.pop("_id", None)
         return stored
 
@@ -43,7 +45,7 @@ class ToolRepository:
 
         Safe to run from many processes at once: the unique index decides, never a read first.
         """
-        now = datetime.now(UTC)
+        now = utc_now()
         for _ in range(2):
             try:
                 result = await self._tools(tenant_id).update_one(
@@ -96,7 +98,7 @@ class ToolRepository:
     async def replace(self, tool_id: str, document: Document, *, tenant_id: str) -> Document | None:
         # Every top-level field of a validated tool is always present, so $set of all of them is a
         # full replacement that keeps created_at.
-        update = {**document, "tool_id": tool_id, "updated_at": datetime.now(UTC)}
+        update = {**document, "tool_id": tool_id, "updated_at": utc_now()}
         try:
             doc: Document | None = await self._tools(tenant_id).find_one_and_update(
                 {"tool_id": tool_id},
@@ -124,8 +126,8 @@ def _key_field(exc: DuplicateKeyError) -> str | None:
     return next((field for field in _UNIQUE_FIELDS if field.replace(".", "_") in message), None)
 
 
-def _conflict(exc: DuplicateKeyError, document: Document) -> ConflictError:
-    field = _key_field(exc)
+def _conflict(exc: DuplicateKeyError | None, document: Document) -> ConflictError:
+    field = "tool_id" if exc is None else _key_field(exc)
     if field == "function.name":
         name = document.get("function", {}).get("name")
         return ConflictError(f"another tool of this tenant already has the function name '{name}'")

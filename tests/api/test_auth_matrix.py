@@ -1,0 +1,78 @@
+"""Every route x {no key, bad key, rotated key, admin key, tenant key}."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ADMIN, create_tenant, external_tool
+
+TENANT_ROUTES: list[tuple[str, str, Any, int]] = [
+    ("POST", "/tools/create", external_tool("fresh"), 201),
+    ("GET", "/tools/", None, 200),
+    ("GET", "/tools/ids", None, 200),
+    ("GET", "/tools/weather-api", None, 200),
+    ("PUT", "/tools/weather-api", external_tool(), 200),
+    ("DELETE", "/tools/weather-api", None, 204),
+]
+ADMIN_ROUTES: list[tuple[str, str, Any, int]] = [
+    ("POST", "/tenants", {"tenant_id": "newco"}, 201),
+    ("GET", "/tenants", None, 200),
+    ("POST", "/tenants/victim/keys", None, 200),
+    ("DELETE", "/tenants/victim", None, 204),
+]
+CREDENTIALS = ["none", "malformed", "unknown", "rotated", "admin", "tenant", "basic"]
+
+
+async def _headers(client: httpx.AsyncClient, kind: str) -> dict[str, str]:
+    acme = await create_tenant(client, "acme")
+    await client.post("/tools/create", json=external_tool(), headers=acme.headers)
+    await create_tenant(client, "victim")
+    if kind == "rotated":
+        old = await create_tenant(client, "rotor")
+        await client.post("/tenants/rotor/keys", headers=ADMIN)
+        return old.headers
+    return {
+        "none": {},
+        "malformed": {"Authorization": "Bearer not a key"},
+        "unknown": {"Authorization": "Bearer tg_" + "A" * 43},
+        "admin": ADMIN,
+        "tenant": acme.headers,
+        "basic": {"Authorization": "Basic YWRtaW46YWRtaW4="},
+    }[kind]
+
+
+def _expected(kind: str, own: str, success: int) -> int:
+    if kind == own:
+        return success
+    if kind in ("admin", "tenant"):
+        return 403
+    return 401
+
+
+@pytest.mark.parametrize("kind", CREDENTIALS)
+@pytest.mark.parametrize(("method", "path", "body", "success"), TENANT_ROUTES)
+async def test_tenant_routes(
+    client: httpx.AsyncClient, kind: str, method: str, path: str, body: Any, success: int
+) -> None:
+    headers = await _headers(client, kind)
+    response = await client.request(method, path, json=body, headers=headers)
+    assert response.status_code == _expected(kind, "tenant", success), response.text
+    if response.status_code == 401:
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert response.headers["content-type"] == "application/problem+json"
+
+
+@pytest.mark.parametrize("kind", CREDENTIALS)
+@pytest.mark.parametrize(("method", "path", "body", "success"), ADMIN_ROUTES)
+async def test_admin_routes(
+    client: httpx.AsyncClient, kind: str, method: str, path: str, body: Any, success: int
+) -> None:
+    headers = await _headers(client, kind)
+    response = await client.request(method, path, json=body, headers=headers)
+    assert response.status_code == _expected(kind, "admin", success), response.text
+    if response.status_code in (401, 403):
+        listing = (await client.get("/tenants", headers=ADMIN)).json()
+        assert {t["tenant_id"] for t in listing["items"]} >= {"acme", "victim"}

@@ -1,0 +1,74 @@
+"""Tenant administration: creation, keys (HMAC only, rotation), deletion."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from tests.conftest import ADMIN, KEY_SECRET, TenantCredentials, create_tenant, external_tool
+
+
+async def test_create_tenant_returns_a_strong_key_stored_only_as_hmac(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    tenant = await create_tenant(client, "acme")
+    assert tenant.api_key.startswith("tg_") and len(tenant.api_key) >= 3 + 43  # 32 random bytes
+    stored = await app.state.services.database.tenants.find_one({"tenant_id": "acme"})
+    expected = hmac.new(KEY_SECRET.encode(), tenant.api_key.encode(), hashlib.sha256).hexdigest()
+    assert stored["key_hash"] == expected
+    assert tenant.api_key not in str(stored)
+    other = await create_tenant(client, "globex")
+    assert other.api_key != tenant.api_key
+
+
+async def test_duplicate_tenant_is_409(client: httpx.AsyncClient, acme: TenantCredentials) -> None:
+    response = await client.post("/tenants", json={"tenant_id": "acme"}, headers=ADMIN)
+    assert response.status_code == 409
+    assert response.json()["detail"] == "tenant 'acme' already exists"
+
+
+@pytest.mark.parametrize(
+    "tenant_id", ["A", "Acme", "a", "x" * 64, "a.b", "a b", "ünï", "", 7, None, "a\u0000b"]
+)
+async def test_invalid_tenant_ids_are_422(client: httpx.AsyncClient, tenant_id: object) -> None:
+    response = await client.post("/tenants", json={"tenant_id": tenant_id}, headers=ADMIN)
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["path"] == "$.tenant_id"
+
+
+async def test_valid_tenant_id_edges(client: httpx.AsyncClient) -> None:
+    for tenant_id in ["ab", "x" * 63, "a-b_c9"]:
+        await create_tenant(client, tenant_id)
+    listing = (await client.get("/tenants?limit=2", headers=ADMIN)).json()
+    assert listing["total"] == 3 and [t["tenant_id"] for t in listing["items"]] == ["a-b_c9", "ab"]
+    assert "api_key" not in str(listing) and "key_hash" not in str(listing)
+
+
+async def test_rotation_replaces_the_key_at_once(
+    client: httpx.AsyncClient, acme: TenantCredentials
+) -> None:
+    rotated = await client.post("/tenants/acme/keys", headers=ADMIN)
+    assert rotated.status_code == 200
+    new_key = rotated.json()["api_key"]
+    assert new_key != acme.api_key
+    assert (await client.get("/tools/ids", headers=acme.headers)).status_code == 401
+    fresh = {"Authorization": f"Bearer {new_key}"}
+    assert (await client.get("/tools/ids", headers=fresh)).status_code == 200
+    assert (await client.post("/tenants/nobody/keys", headers=ADMIN)).status_code == 404
+
+
+async def test_delete_tenant_removes_its_tools_and_key(
+    client: httpx.AsyncClient, acme: TenantCredentials
+) -> None:
+    await client.post("/tools/create", json=external_tool(), headers=acme.headers)
+    assert (await client.delete("/tenants/acme", headers=ADMIN)).status_code == 204
+    assert (await client.get("/tools/ids", headers=acme.headers)).status_code == 401
+    assert (await client.delete("/tenants/acme", headers=ADMIN)).status_code == 404
+
+    reborn = await create_tenant(client, "acme")
+    ids = {t["tool_id"] for t in (await client.get("/tools/ids", headers=reborn.headers)).json()}
+    assert "weather-api" not in ids and "rolldice" in ids
