@@ -55,9 +55,15 @@ def mongod_url() -> Iterator[str]:
         yield container.get_connection_url()
 
 
-@pytest.fixture(params=STORES)
-def store(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Suites marked all_stores run once per backend; everything else uses the in-memory store.
+    if "store" in metafunc.fixturenames and metafunc.definition.get_closest_marker("all_stores"):
+        metafunc.parametrize("store", STORES)
+
+
+@pytest.fixture
+def store() -> str:
+    return "memory"
 
 
 @pytest.fixture
@@ -165,8 +171,12 @@ def external_tool(tool_id: str = "weather-api", **overrides: Any) -> dict[str, A
                 "properties": {
                     "city": {"type": "string", "description": "City name"},
                     "units": {"type": "string", "enum": ["metric", "imperial"]},
-                    "days": {"type": "array", "items": {"type": "string"}, "min_items": 1,
-                             "max_items": 7},
+                    "days": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "min_items": 1,
+                        "max_items": 7,
+                    },
                 },
                 "required": ["city"],
             },

@@ -19,7 +19,7 @@ class Health(BaseModel):
     warning: str | None = None
 
 
-@router.get("/healthz", response_model=Health)
+@router.get("/healthz", response_model=Health, response_model_exclude_none=True)
 async def healthz(services: ServicesDep) -> Health:
     """The process is up; says which store it uses (the in-memory one loses data on restart)."""
     if services.database.in_memory:
@@ -31,7 +31,12 @@ async def healthz(services: ServicesDep) -> Health:
     return Health(status="ok", store="mongodb")
 
 
-@router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
+@router.get(
+    "/readyz",
+    response_model=Health,
+    response_model_exclude_none=True,
+    responses={503: {"model": Health}},
+)
 async def readyz(services: ServicesDep, response: Response) -> Health:
     """Ready to serve: the database answers within 2 seconds (503 otherwise)."""
     store: Literal["memory", "mongodb"] = "memory" if services.database.in_memory else "mongodb"

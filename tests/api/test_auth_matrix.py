@@ -9,6 +9,8 @@ import pytest
 
 from tests.conftest import ADMIN, create_tenant, external_tool
 
+pytestmark = pytest.mark.all_stores
+
 TENANT_ROUTES: list[tuple[str, str, Any, int]] = [
     ("POST", "/tools/create", external_tool("fresh"), 201),
     ("GET", "/tools/", None, 200),

@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from tests.conftest import TenantCredentials, external_tool
+
+pytestmark = pytest.mark.all_stores
 
 
 async def test_tenant_b_gets_404_and_changes_nothing(
     client: httpx.AsyncClient, acme: TenantCredentials, globex: TenantCredentials
 ) -> None:
-    created = await client.post("/tools/create", json=external_tool("acme-only"),
-                                headers=acme.headers)
+    created = await client.post(
+        "/tools/create", json=external_tool("acme-only"), headers=acme.headers
+    )
     assert created.status_code == 201
     before = created.json()
 
     b = globex.headers
     assert (await client.get("/tools/acme-only", headers=b)).status_code == 404
-    assert (await client.put("/tools/acme-only", json=external_tool("acme-only"), headers=b)) \
-        .status_code == 404
+    assert (
+        await client.put("/tools/acme-only", json=external_tool("acme-only"), headers=b)
+    ).status_code == 404
     assert (await client.delete("/tools/acme-only", headers=b)).status_code == 404
     listing = (await client.get("/tools/?limit=500", headers=b)).json()
     assert "acme-only" not in {t["tool_id"] for t in listing["items"]}
@@ -26,8 +31,9 @@ async def test_tenant_b_gets_404_and_changes_nothing(
     assert "acme-only" not in {t["tool_id"] for t in ids}
 
     # Same id and function name in B is B's own, independent tool.
-    assert (await client.post("/tools/create", json=external_tool("acme-only"), headers=b)) \
-        .status_code == 201
+    assert (
+        await client.post("/tools/create", json=external_tool("acme-only"), headers=b)
+    ).status_code == 201
     assert (await client.delete("/tools/acme-only", headers=b)).status_code == 204
 
     after = await client.get("/tools/acme-only", headers=acme.headers)

@@ -11,6 +11,8 @@ from fastapi import FastAPI
 
 from tests.conftest import ADMIN, KEY_SECRET, TenantCredentials, create_tenant, external_tool
 
+pytestmark = pytest.mark.all_stores
+
 
 async def test_create_tenant_returns_a_strong_key_stored_only_as_hmac(
     app: FastAPI, client: httpx.AsyncClient

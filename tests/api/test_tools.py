@@ -10,6 +10,8 @@ import pytest
 
 from tests.conftest import TenantCredentials, external_tool
 
+pytestmark = pytest.mark.all_stores
+
 SEEDED = {"calculator", "current-time", "rolldice"}
 
 
@@ -60,8 +62,9 @@ async def test_list_paginates_and_filters(
 ) -> None:
     for index in range(5):
         tool = external_tool(f"ext-{index}", tags=["even"] if index % 2 == 0 else ["odd"])
-        assert (await client.post("/tools/create", json=tool, headers=acme.headers)).status_code \
-            == 201
+        assert (
+            await client.post("/tools/create", json=tool, headers=acme.headers)
+        ).status_code == 201
     page = (await client.get("/tools/?limit=3&offset=2", headers=acme.headers)).json()
     assert page["total"] == 8 and page["limit"] == 3 and page["offset"] == 2
     all_ids = sorted(SEEDED | {f"ext-{i}" for i in range(5)})
@@ -77,9 +80,14 @@ async def test_list_paginates_and_filters(
 
 @pytest.mark.parametrize(
     ("query", "where"),
-    [("limit=0", "query.limit"), ("limit=501", "query.limit"), ("offset=-1", "query.offset"),
-     ("type=lambda", "query.type"), ("limit=99999999999999999999999", "query.limit"),
-     ("tag=%00", "query.tag")],
+    [
+        ("limit=0", "query.limit"),
+        ("limit=501", "query.limit"),
+        ("offset=-1", "query.offset"),
+        ("type=lambda", "query.type"),
+        ("limit=99999999999999999999999", "query.limit"),
+        ("tag=%00", "query.tag"),
+    ],
 )
 async def test_list_rejects_bad_query(
     client: httpx.AsyncClient, acme: TenantCredentials, query: str, where: str
@@ -93,8 +101,9 @@ async def test_list_rejects_bad_query(
 async def test_duplicate_tool_id_and_function_name_conflict(
     client: httpx.AsyncClient, acme: TenantCredentials
 ) -> None:
-    assert (await client.post("/tools/create", json=external_tool(), headers=acme.headers)) \
-        .status_code == 201
+    assert (
+        await client.post("/tools/create", json=external_tool(), headers=acme.headers)
+    ).status_code == 201
     again = await client.post("/tools/create", json=external_tool(), headers=acme.headers)
     assert again.status_code == 409
     assert "tool_id 'weather-api'" in again.json()["detail"]
@@ -107,8 +116,7 @@ async def test_duplicate_tool_id_and_function_name_conflict(
 
     # A replace that would take another tool's function name conflicts as well.
     other = external_tool("second")
-    assert (await client.post("/tools/create", json=other, headers=acme.headers)).status_code \
-        == 201
+    assert (await client.post("/tools/create", json=other, headers=acme.headers)).status_code == 201
     other["function"]["name"] = "weather_api"
     del other["tool_id"]
     clash = await client.put("/tools/second", json=other, headers=acme.headers)
@@ -119,8 +127,10 @@ async def test_concurrent_creates_of_one_id_yield_one_tool(
     client: httpx.AsyncClient, acme: TenantCredentials
 ) -> None:
     responses = await asyncio.gather(
-        *(client.post("/tools/create", json=external_tool(), headers=acme.headers)
-          for _ in range(10))
+        *(
+            client.post("/tools/create", json=external_tool(), headers=acme.headers)
+            for _ in range(10)
+        )
     )
     assert sorted(r.status_code for r in responses) == [201] + [409] * 9
     page = (await client.get("/tools/?type=external", headers=acme.headers)).json()
@@ -139,28 +149,50 @@ def _with(path: list[str | int], value: Any, base: dict[str, Any] | None = None)
 INVALID_TOOLS = [
     pytest.param(_with(["function", "name"], "has space"), "$.function.name", id="bad-name"),
     pytest.param(_with(["function", "name"], "x" * 65), "$.function.name", id="long-name"),
-    pytest.param(_with(["function", "parameters", "required"], ["city", "ghost"]),
-                 "$.function.parameters.required[1]", id="required-not-defined"),
-    pytest.param(_with(["context_parameters"], [{"name": "city"}]),
-                 "$.context_parameters[0].name", id="context-shadows-property"),
-    pytest.param(_with(["function", "url"], "ftp://example.com/x"), "$.function.url",
-                 id="ftp-url"),
+    pytest.param(
+        _with(["function", "parameters", "required"], ["city", "ghost"]),
+        "$.function.parameters.required[1]",
+        id="required-not-defined",
+    ),
+    pytest.param(
+        _with(["context_parameters"], [{"name": "city"}]),
+        "$.context_parameters[0].name",
+        id="context-shadows-property",
+    ),
+    pytest.param(_with(["function", "url"], "ftp://example.com/x"), "$.function.url", id="ftp-url"),
     pytest.param(_with(["function", "url"], "/relative"), "$.function.url", id="relative-url"),
-    pytest.param(_with(["function", "url"], "https://user:pw@example.com/"), "$.function.url",
-                 id="userinfo-url"),
+    pytest.param(
+        _with(["function", "url"], "https://user:pw@example.com/"),
+        "$.function.url",
+        id="userinfo-url",
+    ),
     pytest.param(_with(["function", "method"], None), "$.function.method", id="no-method"),
     pytest.param(_with(["function", "method"], "PATCH"), "$.function.method", id="bad-method"),
-    pytest.param(_with(["function", "parameters", "properties", "city", "type"], "object"),
-                 "$.function.parameters.properties.city.type", id="unknown-type"),
-    pytest.param(_with(["function", "parameters", "properties", "n"],
-                       {"type": "integer", "enum": ["a"]}),
-                 "$.function.parameters.properties.n.enum", id="enum-on-integer"),
-    pytest.param(_with(["function", "parameters", "properties", "days", "min_items"], 9),
-                 "$.function.parameters.properties.days.min_items", id="min-above-max"),
-    pytest.param(_with(["function", "parameters", "properties", "days", "max_items"], 2**70),
-                 "$.function.parameters.properties.days.max_items", id="int-beyond-64-bits"),
-    pytest.param(_with(["function", "parameters", "properties", "a\u0000b"], {"type": "string"}),
-                 "$.function.parameters.properties.a\u0000b.[key]", id="nul-in-key"),
+    pytest.param(
+        _with(["function", "parameters", "properties", "city", "type"], "object"),
+        "$.function.parameters.properties.city.type",
+        id="unknown-type",
+    ),
+    pytest.param(
+        _with(["function", "parameters", "properties", "n"], {"type": "integer", "enum": ["a"]}),
+        "$.function.parameters.properties.n.enum",
+        id="enum-on-integer",
+    ),
+    pytest.param(
+        _with(["function", "parameters", "properties", "days", "min_items"], 9),
+        "$.function.parameters.properties.days.min_items",
+        id="min-above-max",
+    ),
+    pytest.param(
+        _with(["function", "parameters", "properties", "days", "max_items"], 2**70),
+        "$.function.parameters.properties.days.max_items",
+        id="int-beyond-64-bits",
+    ),
+    pytest.param(
+        _with(["function", "parameters", "properties", "a\u0000b"], {"type": "string"}),
+        "$.function.parameters.properties.a\u0000b.[key]",
+        id="nul-in-key",
+    ),
     pytest.param(_with(["function", "surprise"], 1), "$.function.surprise", id="unknown-field"),
     pytest.param(_with(["enabled"], "yes"), "$.enabled", id="wrong-type"),
     pytest.param(_with(["tool_id"], "a/b"), "$.tool_id", id="bad-tool-id"),
@@ -182,8 +214,11 @@ async def test_invalid_tools_are_422_with_the_json_path(
 async def test_function_tool_must_name_a_server_function(
     client: httpx.AsyncClient, acme: TenantCredentials
 ) -> None:
-    tool = {"tool_id": "shell", "type": "function",
-            "function": {"name": "os_system", "parameters": {"properties": {}}}}
+    tool = {
+        "tool_id": "shell",
+        "type": "function",
+        "function": {"name": "os_system", "parameters": {"properties": {}}},
+    }
     response = await client.post("/tools/create", json=tool, headers=acme.headers)
     assert response.status_code == 422
     assert response.json()["errors"][0]["path"] == "$.function.name"
@@ -193,10 +228,14 @@ async def test_function_tool_must_name_a_server_function(
 async def test_function_tool_must_match_the_signature(
     client: httpx.AsyncClient, acme: TenantCredentials
 ) -> None:
-    tool = {"tool_id": "dice2", "type": "function",
-            "function": {"name": "roll_dice",
-                         "parameters": {"properties": {"d": {"type": "string"}},
-                                        "required": ["d"]}}}
+    tool = {
+        "tool_id": "dice2",
+        "type": "function",
+        "function": {
+            "name": "roll_dice",
+            "parameters": {"properties": {"d": {"type": "string"}}, "required": ["d"]},
+        },
+    }
     # roll_dice is already seeded under its name: free the name first.
     assert (await client.delete("/tools/rolldice", headers=acme.headers)).status_code == 204
     response = await client.post("/tools/create", json=tool, headers=acme.headers)
@@ -219,8 +258,9 @@ async def test_update_cannot_change_tool_id_or_reach_missing_tools(
     client: httpx.AsyncClient, acme: TenantCredentials
 ) -> None:
     await client.post("/tools/create", json=external_tool(), headers=acme.headers)
-    renamed = await client.put("/tools/weather-api", json=external_tool("renamed"),
-                               headers=acme.headers)
+    renamed = await client.put(
+        "/tools/weather-api", json=external_tool("renamed"), headers=acme.headers
+    )
     assert renamed.status_code == 422
     assert renamed.json()["errors"][0]["path"] == "$.tool_id"
     same = await client.put("/tools/weather-api", json=external_tool(), headers=acme.headers)

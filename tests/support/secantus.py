@@ -43,9 +43,19 @@ class SecantusServer:
         self.storage.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [command, "--host", "127.0.0.1", "--port", str(self.port),
-             "--storage-path", str(self.storage), "--standalone"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                command,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--storage-path",
+                str(self.storage),
+                "--standalone",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:

@@ -1,0 +1,106 @@
+"""Malformed input gets a clear 4xx problem response, never a 500."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.conftest import ADMIN, TenantCredentials, external_tool
+
+PROBLEM = "application/problem+json"
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"{not json", 400),
+        (b'{"tool_id": NaN}', 400),
+        (b'{"tool_id": Infinity}', 400),
+        (b'{"tool_id": -Infinity}', 400),
+        (b"", 422),
+        (b"[]", 422),
+        (b'"a string"', 422),
+        (
+            b'{"tool_id": "x", "type": "function", "function": {"name": "roll_dice", '
+            b'"parameters": {"properties": {"d": {"type": "integer"}}, "required": ["d"]}}, '
+            b'"tags": [1e400]}',
+            400,
+        ),
+        (b"\xff\xfe\x00garbage", 400),
+    ],
+)
+async def test_malformed_bodies(
+    client: httpx.AsyncClient, acme: TenantCredentials, raw: bytes, status: int
+) -> None:
+    response = await client.post(
+        "/tools/create",
+        content=raw,
+        headers={**acme.headers, "content-type": "application/json"},
+    )
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM
+    body = response.json()
+    assert set(body) >= {"type", "title", "status", "detail"} and body["status"] == status
+
+
+async def test_big_integers_in_the_body_are_422(
+    client: httpx.AsyncClient, acme: TenantCredentials
+) -> None:
+    raw = external_tool()
+    raw["function"]["parameters"]["properties"]["days"]["min_items"] = 10**30
+    response = await client.post("/tools/create", json=raw, headers=acme.headers)
+    assert response.status_code == 422
+
+
+async def test_oversized_bodies_are_413(client: httpx.AsyncClient, acme: TenantCredentials) -> None:
+    tool = external_tool()
+    tool["function"]["description"] = "x" * 2_000_000
+    response = await client.post("/tools/create", json=tool, headers=acme.headers)
+    assert response.status_code == 413
+    assert response.headers["content-type"] == PROBLEM
+    assert "1048576 bytes" in response.json()["detail"]
+
+
+async def test_oversized_streamed_body_without_length_is_413(
+    client: httpx.AsyncClient, acme: TenantCredentials
+) -> None:
+    async def chunks():  # type: ignore[no-untyped-def]
+        for _ in range(40):
+            yield b" " * 65536
+
+    response = await client.post(
+        "/tools/create",
+        content=chunks(),
+        headers={**acme.headers, "content-type": "application/json"},
+    )
+    assert response.status_code == 413
+
+
+async def test_unknown_route_and_method(client: httpx.AsyncClient, acme: TenantCredentials) -> None:
+    missing = await client.get("/nowhere")
+    assert missing.status_code == 404 and missing.headers["content-type"] == PROBLEM
+    wrong = await client.patch("/tools/rolldice", headers=acme.headers)
+    assert wrong.status_code == 405
+    assert "GET" in wrong.headers["allow"]
+
+
+async def test_wrong_content_type_is_a_4xx(
+    client: httpx.AsyncClient, acme: TenantCredentials
+) -> None:
+    response = await client.post(
+        "/tools/create",
+        content=b"tool_id=x",
+        headers={**acme.headers, "content-type": "application/x-www-form-urlencoded"},
+    )
+    assert 400 <= response.status_code < 500
+
+
+async def test_admin_bad_input(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        "/tenants",
+        content=b'{"tenant_id": NaN}',
+        headers={**ADMIN, "content-type": "application/json"},
+    )
+    assert response.status_code == 400
+    response = await client.delete("/tenants/" + "A" * 70, headers=ADMIN)
+    assert response.status_code == 422
