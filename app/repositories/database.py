@@ -49,6 +49,9 @@ class Database:
             # A client-side operation timeout: a server that stops answering fails a request in
             # about `timeout`, never the driver's 30 s default.
             timeoutMS=timeout,
+            # Acknowledge a write only once it is in the journal: a 201 must survive a crash
+            # (without it, kill -9 right after a write lost the write in our fault test).
+            journal=True,
             appname="toolgate",
         )
         return cls(client, settings.mongodb_database, in_memory=False)

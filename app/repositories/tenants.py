@@ -53,6 +53,15 @@ class TenantRepository:
         )
         return result.matched_count == 1
 
+    async def seeded_tool_ids(self, *, tenant_id: str) -> set[str]:
+        doc = await self._collection.find_one({"tenant_id": tenant_id}, {"seeded_tools": 1})
+        return set(doc.get("seeded_tools", [])) if doc else set()
+
+    async def mark_seeded(self, tool_ids: list[str], *, tenant_id: str) -> None:
+        await self._collection.update_one(
+            {"tenant_id": tenant_id}, {"$addToSet": {"seeded_tools": {"$each": tool_ids}}}
+        )
+
     async def delete(self, *, tenant_id: str) -> bool:
         result = await self._collection.delete_one({"tenant_id": tenant_id})
         return result.deleted_count == 1

@@ -15,10 +15,13 @@ _CONCURRENT_TENANTS = 8
 
 
 class Seeder:
-    """Creates each tenant's indexes and inserts the registry's tools it does not have yet.
+    """Creates each tenant's indexes and gives it each registry tool once.
 
     Existing tools are never overwritten, so a tenant's edits (say, `enabled: false`) survive
-    restarts. Every step is an idempotent upsert or index creation: replicas may run it at once.
+    restarts, and a tool the tenant deleted is not brought back: the tenant document remembers
+    what was seeded. A function added to the registry later reaches every tenant at the next
+    start. Every step is an idempotent upsert, `$addToSet` or index creation, so replicas may
+    run it at once.
     """
 
     def __init__(
@@ -30,16 +33,25 @@ class Seeder:
 
     async def prepare_tenant(self, tenant_id: str) -> dict[str, int]:
         await self._tools.ensure_indexes(tenant_id=tenant_id)
-        counts = {"inserted": 0, "present": 0, "conflict": 0}
+        counts = {"inserted": 0, "present": 0, "conflict": 0, "skipped": 0}
+        already = await self._tenants.seeded_tool_ids(tenant_id=tenant_id)
+        seeded: list[str] = []
         for entry in self._registry:
+            if entry.tool_id in already:
+                counts["skipped"] += 1
+                continue
             outcome = await self._tools.insert_if_absent(entry.seed_document(), tenant_id=tenant_id)
             counts[outcome] += 1
-            if outcome == "conflict":
+            if outcome != "conflict":
+                seeded.append(entry.tool_id)
+            else:
                 logger.warning(
                     "tenant %s already has another tool with function name %s; not seeded",
                     tenant_id,
                     entry.name,
                 )
+        if seeded:
+            await self._tenants.mark_seeded(seeded, tenant_id=tenant_id)
         return counts
 
     async def prepare_all(self) -> int:
