@@ -83,7 +83,9 @@ async def _handle_validation_error(_: Request, exc: Exception) -> Response:
 async def _handle_http_exception(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
-    return problem_response(exc.status_code, detail, headers=exc.headers)
+    return problem_response(
+        exc.status_code, detail, headers=dict(exc.headers) if exc.headers else None
+    )
 
 
 async def _handle_database_error(request: Request, exc: Exception) -> Response:

@@ -40,7 +40,7 @@ async def list_tenants(
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
 ) -> TenantPage:
     """List tenants, ordered by id (keys are never shown)."""
-    items, total = await services.tenants.list(limit=limit, offset=offset)
+    items, total = await services.tenants.page(limit=limit, offset=offset)
     return TenantPage(
         items=[Tenant.model_validate(t) for t in items], total=total, limit=limit, offset=offset
     )

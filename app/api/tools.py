@@ -55,7 +55,7 @@ async def list_tools(
     ] = None,
 ) -> ToolPage:
     """List the calling tenant's tools, ordered by tool_id."""
-    items, total = await services.tools.list(
+    items, total = await services.tools.page(
         tenant_id=tenant_id, limit=limit, offset=offset, tool_type=type, tag=tag
     )
     return ToolPage(

@@ -37,7 +37,7 @@ class TenantRepository:
         doc = await self._collection.find_one({"key_hash": key_hash}, {"_id": 0, "tenant_id": 1})
         return None if doc is None else str(doc["tenant_id"])
 
-    async def list(self, *, limit: int, offset: int) -> tuple[list[Document], int]:
+    async def page(self, *, limit: int, offset: int) -> tuple[list[Document], int]:
         cursor = self._collection.find({}, _PROJECTION).sort("tenant_id", ASCENDING)
         items = await cursor.skip(offset).limit(limit).to_list(None)
         return items, await self._collection.count_documents({})

@@ -64,7 +64,7 @@ class ToolRepository:
         doc: Document | None = await self._tools(tenant_id).find_one({"tool_id": tool_id}, _NO_ID)
         return doc
 
-    async def list(
+    async def page(
         self,
         *,
         tenant_id: str,

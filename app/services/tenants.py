@@ -59,8 +59,8 @@ class TenantService:
         await self._seeder.prepare_tenant(tenant_id)
         return tenant, api_key
 
-    async def list(self, *, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
-        return await self._tenants.list(limit=limit, offset=offset)
+    async def page(self, *, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+        return await self._tenants.page(limit=limit, offset=offset)
 
     async def rotate_key(self, *, tenant_id: str) -> str:
         """Issue a new key; the old one stops working at once."""

@@ -59,10 +59,10 @@ class ToolService:
             raise NotFoundError(f"tool '{tool_id}' does not exist")
         return doc
 
-    async def list(
+    async def page(
         self, *, tenant_id: str, limit: int, offset: int, tool_type: str | None, tag: str | None
     ) -> tuple[list[dict[str, Any]], int]:
-        return await self._tools.list(
+        return await self._tools.page(
             tenant_id=tenant_id, limit=limit, offset=offset, tool_type=tool_type, tag=tag
         )
 

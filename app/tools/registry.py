@@ -14,7 +14,7 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack, overload
 
 from pydantic import ValidationError
 
@@ -60,6 +60,15 @@ class RegisteredFunction:
         }
 
 
+class RegisterOptions(TypedDict, total=False):
+    name: str
+    tool_id: str
+    description: str
+    parameters: dict[str, Any]
+    context_parameters: Sequence[str | dict[str, Any]]
+    tags: Sequence[str]
+
+
 class FunctionRegistry:
     """Name -> callable, with the definition each callable is offered to models under."""
 
@@ -67,17 +76,17 @@ class FunctionRegistry:
         self._functions: dict[str, RegisteredFunction] = {}
         self._problems: list[str] = []
 
+    @overload
+    def register(self, func: F, **options: Unpack[RegisterOptions]) -> F: ...
+
+    @overload
     def register(
-        self,
-        func: F | None = None,
-        *,
-        name: str | None = None,
-        tool_id: str | None = None,
-        description: str | None = None,
-        parameters: dict[str, Any] | None = None,
-        context_parameters: Sequence[str | dict[str, Any]] = (),
-        tags: Sequence[str] = (),
-    ) -> Any:
+        self, func: None = None, **options: Unpack[RegisterOptions]
+    ) -> Callable[[F], F]: ...
+
+    def register(
+        self, func: F | None = None, **options: Unpack[RegisterOptions]
+    ) -> F | Callable[[F], F]:
         """Register `func` (also usable as `@registry.register(...)`).
 
         `parameters` is a hand-written JSON-schema-like definition; without it one is built from
@@ -85,7 +94,15 @@ class FunctionRegistry:
         """
 
         def decorator(target: F) -> F:
-            self._add(target, name, tool_id, description, parameters, context_parameters, tags)
+            self._add(
+                target,
+                options.get("name"),
+                options.get("tool_id"),
+                options.get("description"),
+                options.get("parameters"),
+                options.get("context_parameters", ()),
+                options.get("tags", ()),
+            )
             return target
 
         return decorator(func) if func is not None else decorator

@@ -1,0 +1,120 @@
+"""Start-up as an operator sees it: real processes, their exit codes and what they print."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import ValidationError
+
+from app.config import Settings
+from tests.support.secantus import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+STRONG = "s" * 40
+
+
+def _env(**overrides: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MONGODB_", "ADMIN_", "API_KEY_", "APP_ENV", "FUNCTIONS_"))}
+    return {**env, **overrides}
+
+
+def _run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=_env(**env),
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_check_refuses_a_broken_dictionary_with_one_list() -> None:
+    result = _run("check", FUNCTIONS_MODULE="tests.fixtures.broken_functions:registry")
+    assert result.returncode == 1
+    assert result.stderr.startswith("the function dictionary has 9 problem(s):")
+    assert "Traceback" not in result.stderr
+    assert "wrong_type: 'count' is declared integer" in result.stderr
+
+
+def test_uvicorn_refuses_to_start_with_a_broken_dictionary() -> None:
+    process = subprocess.run(
+        [sys.executable, "-m", "uvicorn", "app.asgi:app", "--port", str(free_port())],
+        cwd=ROOT, env=_env(FUNCTIONS_MODULE="tests.fixtures.broken_functions:registry"),
+        capture_output=True, text=True, timeout=60,
+    )
+    assert process.returncode != 0
+    assert "the function dictionary has 9 problem(s)" in process.stderr
+
+
+@pytest.mark.parametrize(
+    ("admin", "secret", "message"),
+    [
+        (None, None, "ADMIN_API_KEY is missing or a placeholder"),
+        ("changeme", STRONG, "ADMIN_API_KEY is missing or a placeholder"),
+        ("dev-admin-key", STRONG, "ADMIN_API_KEY is missing or a placeholder"),
+        (STRONG, "short", "API_KEY_SECRET must be at least 32 characters"),
+        (STRONG, "change-me-please-0123456789abcdefgh", "API_KEY_SECRET is missing or a placeholder"),
+    ],
+)
+def test_production_refuses_placeholder_secrets(
+    admin: str | None, secret: str | None, message: str
+) -> None:
+    env = {"APP_ENV": "production"}
+    if admin is not None:
+        env["ADMIN_API_KEY"] = admin
+    if secret is not None:
+        env["API_KEY_SECRET"] = secret
+    result = _run("check", **env)
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert STRONG not in result.stderr  # secrets are never echoed back
+
+
+def test_production_accepts_real_secrets_and_development_falls_back() -> None:
+    settings = Settings(_env_file=None, app_env="production", admin_api_key="a" * 40,  # type: ignore[call-arg]
+                        api_key_secret="b" * 40)
+    assert settings.development_fallbacks() == []
+    dev = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert dev.development_fallbacks() == ["ADMIN_API_KEY", "API_KEY_SECRET"]
+    assert dev.effective_admin_api_key == "dev-admin-key"
+    with pytest.raises(ValidationError):
+        Settings(_env_file=None, app_env="staging")  # type: ignore[call-arg]
+    assert "a" * 40 not in repr(settings)
+
+
+@pytest.fixture
+def served() -> Iterator[str]:
+    """The README's run command, on a free port, with no settings at all."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "--port", str(port)], cwd=ROOT, env=_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            httpx.get(f"{base}/healthz", timeout=1)
+            break
+        except httpx.TransportError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"the service did not start:\n{process.communicate()[0]}")
+            time.sleep(0.1)
+    yield base
+    process.terminate()
+    output, _ = process.communicate(timeout=15)
+    assert "in-memory store" in output  # the zero-setup mode says so in the log
+
+
+def test_zero_setup_run_serves_the_api(served: str) -> None:
+    health = httpx.get(f"{served}/healthz").json()
+    assert health["store"] == "memory" and "warning" in health
+    admin = {"Authorization": "Bearer dev-admin-key"}
+    created = httpx.post(f"{served}/tenants", json={"tenant_id": "demo"}, headers=admin)
+    assert created.status_code == 201
+    key = {"Authorization": f"Bearer {created.json()['api_key']}"}
+    assert httpx.get(f"{served}/tools/rolldice", headers=key).status_code == 200
