@@ -187,3 +187,13 @@ def external_tool(tool_id: str = "weather-api", **overrides: Any) -> dict[str, A
         "tags": ["weather"],
         **overrides,
     }
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line per distinct skip reason, with how many tests it covers."""
+    reasons: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else "skipped"
+        reasons[reason.removeprefix("Skipped: ")] = reasons.get(reason, 0) + 1
+    for reason, count in sorted(reasons.items()):
+        terminalreporter.write_line(f"SKIPPED {count} test(s): {reason}")

@@ -21,14 +21,23 @@ STRONG = "s" * 40
 
 
 def _env(**overrides: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("MONGODB_", "ADMIN_", "API_KEY_", "APP_ENV", "FUNCTIONS_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MONGODB_", "ADMIN_", "API_KEY_", "APP_ENV", "FUNCTIONS_"))
+    }
     return {**env, **overrides}
 
 
 def _run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=_env(**env),
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args],
+        cwd=ROOT,
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_check_refuses_a_broken_dictionary_with_one_list() -> None:
@@ -42,8 +51,11 @@ def test_check_refuses_a_broken_dictionary_with_one_list() -> None:
 def test_uvicorn_refuses_to_start_with_a_broken_dictionary() -> None:
     process = subprocess.run(
         [sys.executable, "-m", "uvicorn", "app.asgi:app", "--port", str(free_port())],
-        cwd=ROOT, env=_env(FUNCTIONS_MODULE="tests.fixtures.broken_functions:registry"),
-        capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env=_env(FUNCTIONS_MODULE="tests.fixtures.broken_functions:registry"),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert process.returncode != 0
     assert "the function dictionary has 9 problem(s)" in process.stderr
@@ -56,7 +68,11 @@ def test_uvicorn_refuses_to_start_with_a_broken_dictionary() -> None:
         ("changeme", STRONG, "ADMIN_API_KEY is missing or a placeholder"),
         ("dev-admin-key", STRONG, "ADMIN_API_KEY is missing or a placeholder"),
         (STRONG, "short", "API_KEY_SECRET must be at least 32 characters"),
-        (STRONG, "change-me-please-0123456789abcdefgh", "API_KEY_SECRET is missing or a placeholder"),
+        (
+            STRONG,
+            "change-me-please-0123456789abcdefgh",
+            "API_KEY_SECRET is missing or a placeholder",
+        ),
     ],
 )
 def test_production_refuses_placeholder_secrets(
@@ -74,8 +90,12 @@ def test_production_refuses_placeholder_secrets(
 
 
 def test_production_accepts_real_secrets_and_development_falls_back() -> None:
-    settings = Settings(_env_file=None, app_env="production", admin_api_key="a" * 40,  # type: ignore[call-arg]
-                        api_key_secret="b" * 40)
+    settings = Settings(
+        _env_file=None,
+        app_env="production",
+        admin_api_key="a" * 40,  # type: ignore[call-arg]
+        api_key_secret="b" * 40,
+    )
     assert settings.development_fallbacks() == []
     dev = Settings(_env_file=None)  # type: ignore[call-arg]
     assert dev.development_fallbacks() == ["ADMIN_API_KEY", "API_KEY_SECRET"]
@@ -90,8 +110,12 @@ def served() -> Iterator[str]:
     """The README's run command, on a free port, with no settings at all."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "app", "--port", str(port)], cwd=ROOT, env=_env(),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [sys.executable, "-m", "app", "--port", str(port)],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30

@@ -18,8 +18,12 @@ def test_definition_from_signature_and_google_docstring() -> None:
 
     @registry.register(tool_id="weather", tags=["weather"], context_parameters=["user_id"])
     def get_weather(
-        city: str, user_id: str, days: list[int] | None = None, units: str = "metric",
-        precise: bool = False, lat: float = 0.0,
+        city: str,
+        user_id: str,
+        days: list[int] | None = None,
+        units: str = "metric",
+        precise: bool = False,
+        lat: float = 0.0,
     ) -> str:
         """Get the weather forecast.
 
@@ -43,10 +47,15 @@ def test_definition_from_signature_and_google_docstring() -> None:
     doc = entry.seed_document()
     assert doc["function"]["description"] == "Get the weather forecast."
     props = doc["function"]["parameters"]["properties"]
-    assert props["city"] == {"type": "string",
-                             "description": "The city to look up, spelled in English."}
-    assert props["days"] == {"type": "array", "items": {"type": "integer"},
-                             "description": "Day offsets."}
+    assert props["city"] == {
+        "type": "string",
+        "description": "The city to look up, spelled in English.",
+    }
+    assert props["days"] == {
+        "type": "array",
+        "items": {"type": "integer"},
+        "description": "Day offsets.",
+    }
     assert props["precise"]["type"] == "boolean" and props["lat"]["type"] == "number"
     assert "user_id" not in props
     assert doc["function"]["parameters"]["required"] == ["city"]
@@ -69,10 +78,14 @@ def test_hand_written_definition_is_checked_against_the_signature() -> None:
     def lookup(query: str, limit: int = 10) -> list[str]:
         return [query] * limit
 
-    registry.register(lookup, description="Search.", parameters={
-        "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
-        "required": ["query"],
-    })
+    registry.register(
+        lookup,
+        description="Search.",
+        parameters={
+            "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+            "required": ["query"],
+        },
+    )
     assert registry.problems() == []
 
 

@@ -1,0 +1,10 @@
+.PHONY: install run test
+
+install:
+	python3 -m venv .venv && .venv/bin/pip install -e '.[dev]'
+
+run:
+	scripts/run
+
+test:
+	scripts/test
