@@ -194,6 +194,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     reasons: dict[str, int] = {}
     for report in terminalreporter.stats.get("skipped", []):
         reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else "skipped"
-        reasons[reason.removeprefix("Skipped: ")] = reasons.get(reason, 0) + 1
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
     for reason, count in sorted(reasons.items()):
         terminalreporter.write_line(f"SKIPPED {count} test(s): {reason}")
