@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # Documented development fall-backs (README, .env.example). Never accepted in production.
 DEV_ADMIN_API_KEY = "dev-admin-key"
@@ -56,6 +56,27 @@ class Settings(BaseSettings):
     functions_module: str = "app.tools.builtin:registry"
     max_body_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
 
+    openai_base_url: str | None = None
+    openai_api_key: SecretStr | None = None
+    openai_model: str = "gpt-4o-mini"
+    model_timeout_s: float = Field(default=60.0, gt=0, le=600)
+    model_max_retries: int = Field(default=2, ge=0, le=2)
+    chat_deadline_s: float = Field(default=120.0, gt=0, le=3600)
+    chat_max_iterations: int = Field(default=10, ge=1, le=100)
+
+    tool_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    tool_output_max_chars: int = Field(default=16_000, ge=100, le=1_000_000)
+    tool_response_max_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
+    tool_threads: int = Field(default=32, ge=1, le=512)
+    outbound_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
+    @field_validator("outbound_allow", mode="before")
+    @classmethod
+    def _split_allow_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
     @model_validator(mode="after")
     def _reject_placeholder_secrets(self) -> Settings:
         if self.app_env != "production":
@@ -86,6 +107,10 @@ class Settings(BaseSettings):
         if self.api_key_secret is None or not self.api_key_secret.get_secret_value():
             return DEV_API_KEY_SECRET.encode()
         return self.api_key_secret.get_secret_value().encode()
+
+    @property
+    def model_configured(self) -> bool:
+        return bool(self.openai_base_url or self.openai_api_key)
 
     def development_fallbacks(self) -> list[str]:
         """Names of the secrets that fall back to their documented development values."""

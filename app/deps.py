@@ -11,6 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from app.config import Settings
 from app.errors import ForbiddenError, UnauthorizedError
 from app.repositories.database import Database
+from app.services.chat import ChatService
 from app.services.tenants import TenantService
 from app.services.tools import ToolService
 from app.tools.registry import FunctionRegistry
@@ -25,6 +26,7 @@ class Services:
     registry: FunctionRegistry
     tenants: TenantService
     tools: ToolService
+    chat: ChatService
 
 
 def get_services(request: Request) -> Services:

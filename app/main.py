@@ -4,21 +4,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack, asynccontextmanager
 
+import httpx
 from fastapi import FastAPI
 
-from app.api import health, tenants, tools
+from app.api import chat, health, tenants, tools
 from app.api.middleware import BodySizeLimitMiddleware
 from app.api.problems import install_error_handlers
+from app.chat.loop import ChatLoop, LoopLimits
+from app.chat.model import ModelClient
+from app.chat.openai_sdk import OpenAISDKClient
 from app.config import Settings, get_settings
 from app.deps import Services
 from app.repositories.database import Database
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
+from app.services.chat import ChatService
 from app.services.seeding import Seeder
 from app.services.tenants import TenantService
 from app.services.tools import ToolService
+from app.tools.executors import ToolRunner
+from app.tools.netguard import OutboundPolicy, guarded_transport
 from app.tools.registry import FunctionDictionaryError, FunctionRegistry, load_registry
 
 logger = logging.getLogger("app")
@@ -53,17 +61,69 @@ def _warn_about_development_setup(settings: Settings) -> None:
         logger.warning("MONGODB_URL is not set: using the in-memory store; data is lost on exit")
 
 
-async def build_services(settings: Settings, registry: FunctionRegistry) -> Services:
-    """Connect, check indexes and seed every tenant; the result is what routes share."""
+def build_model_client(settings: Settings) -> ModelClient | None:
+    """The model client, or None when no model endpoint is configured (chats then get 503)."""
+    if not settings.model_configured:
+        return None
+    api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "unused"
+    return OpenAISDKClient(
+        base_url=settings.openai_base_url,
+        api_key=api_key,
+        timeout_s=settings.model_timeout_s,
+        max_retries=settings.model_max_retries,
+    )
+
+
+def build_tool_http_client(settings: Settings, policy: OutboundPolicy) -> httpx.AsyncClient:
+    """The one HTTP client of external tools: guarded connections, no redirects, no env proxies."""
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
+    return httpx.AsyncClient(
+        transport=guarded_transport(policy, limits=limits),
+        timeout=httpx.Timeout(settings.tool_timeout_s, connect=min(5.0, settings.tool_timeout_s)),
+        follow_redirects=False,
+        trust_env=False,
+        headers={"User-Agent": "toolgate/0.1"},
+    )
+
+
+async def build_services(
+    settings: Settings, registry: FunctionRegistry, stack: AsyncExitStack
+) -> Services:
+    """Connect, check indexes and seed every tenant; build the clients the routes share.
+
+    Everything built is registered on `stack`, which closes it when the app stops.
+    """
     database = Database.from_settings(settings)
-    try:
-        tenant_repo, tool_repo = TenantRepository(database), ToolRepository(database)
-        seeder = Seeder(registry=registry, tenants=tenant_repo, tools=tool_repo)
-        prepared = await seeder.prepare_all()
-        logger.info("seeded %d function tool(s) into %d tenant(s)", len(registry), prepared)
-    except BaseException:
-        await database.close()
-        raise
+    stack.push_async_callback(database.close)
+    tenant_repo, tool_repo = TenantRepository(database), ToolRepository(database)
+    seeder = Seeder(registry=registry, tenants=tenant_repo, tools=tool_repo)
+    prepared = await seeder.prepare_all()
+    logger.info("seeded %d function tool(s) into %d tenant(s)", len(registry), prepared)
+
+    policy = OutboundPolicy(settings.outbound_allow)
+    http = build_tool_http_client(settings, policy)
+    stack.push_async_callback(http.aclose)
+    threads = ThreadPoolExecutor(max_workers=settings.tool_threads, thread_name_prefix="tool")
+    stack.callback(threads.shutdown, wait=False, cancel_futures=True)
+    model = build_model_client(settings)
+    if model is None:
+        logger.warning(
+            "no model endpoint configured (OPENAI_BASE_URL/OPENAI_API_KEY): POST /chat answers 503"
+        )
+    else:
+        stack.push_async_callback(model.close)
+    runner = ToolRunner(
+        registry=registry,
+        http=http,
+        threads=threads,
+        response_max_bytes=settings.tool_response_max_bytes,
+    )
+    limits = LoopLimits(
+        tool_timeout_s=settings.tool_timeout_s,
+        tool_output_max_chars=settings.tool_output_max_chars,
+        deadline_s=settings.chat_deadline_s,
+    )
+    loop = ChatLoop(model=model, runner=runner, limits=limits) if model else None
     return Services(
         settings=settings,
         database=database,
@@ -75,7 +135,13 @@ async def build_services(settings: Settings, registry: FunctionRegistry) -> Serv
             key_secret=settings.effective_api_key_secret,
             admin_key=settings.effective_admin_api_key,
         ),
-        tools=ToolService(tools=tool_repo, registry=registry),
+        tools=ToolService(tools=tool_repo, registry=registry, policy=policy),
+        chat=ChatService(
+            tools=tool_repo,
+            loop=loop,
+            default_model=settings.openai_model,
+            max_iterations_cap=settings.chat_max_iterations,
+        ),
     )
 
 
@@ -90,12 +156,9 @@ def create_app(
         configure_logging(settings.log_level)
         checked = _load_checked_registry(settings, registry)
         _warn_about_development_setup(settings)
-        services = await build_services(settings, checked)
-        app.state.services = services
-        try:
+        async with AsyncExitStack() as stack:
+            app.state.services = await build_services(settings, checked, stack)
             yield
-        finally:
-            await services.database.close()
 
     app = FastAPI(
         title="toolgate",
@@ -105,6 +168,6 @@ def create_app(
     )
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
-    for router in (health.router, tenants.router, tools.router):
+    for router in (health.router, tenants.router, tools.router, chat.router):
         app.include_router(router)
     return app

@@ -82,6 +82,18 @@ class ToolRepository:
         cursor = tools.find(query, _NO_ID).sort("tool_id", ASCENDING).skip(offset).limit(limit)
         return await cursor.to_list(None), await tools.count_documents(query)
 
+    async def enabled(
+        self, *, tenant_id: str, tool_ids: list[str] | None, tags: list[str] | None
+    ) -> list[Document]:
+        """Enabled tools, optionally only those ids and those with one of the tags."""
+        query: Document = {"enabled": True}
+        if tool_ids is not None:
+            query["tool_id"] = {"$in": tool_ids}
+        if tags is not None:
+            query["tags"] = {"$in": tags}
+        cursor = self._tools(tenant_id).find(query, _NO_ID).sort("tool_id", ASCENDING)
+        return list(await cursor.to_list(None))
+
     async def list_ids(self, *, tenant_id: str) -> list[Document]:
         projection = {"_id": 0, "tool_id": 1, "function.name": 1, "type": 1, "enabled": 1}
         cursor = self._tools(tenant_id).find({}, projection).sort("tool_id", ASCENDING)

@@ -28,7 +28,9 @@ _DESCRIPTIONS = {
     409: "Conflicts with an existing object",
     413: "Request body larger than the configured limit",
     422: "Well-formed but invalid; `errors` lists each problem with its JSON path",
-    503: "The database is not answering; retry later",
+    502: "The model endpoint failed (error after retries, bad credentials, malformed answer)",
+    503: "A dependency is unavailable (database, model config, model rate limit); retry later",
+    504: "The model or the chat deadline timed out",
 }
 
 

@@ -13,13 +13,17 @@ from app.tools.definitions import (
     parameter_problems,
     signature_problems,
 )
+from app.tools.netguard import OutboundPolicy
 from app.tools.registry import FunctionRegistry
 
 
 class ToolService:
-    def __init__(self, *, tools: ToolRepository, registry: FunctionRegistry) -> None:
+    def __init__(
+        self, *, tools: ToolRepository, registry: FunctionRegistry, policy: OutboundPolicy
+    ) -> None:
         self._tools = tools
         self._registry = registry
+        self._policy = policy
 
     def check(self, tool: ToolFields) -> None:
         """Raise a 422 listing every rule `tool` breaks, each with its JSON path."""
@@ -33,6 +37,10 @@ class ToolService:
     def problems(self, tool: ToolFields) -> list[Problem]:
         problems = parameter_problems(tool.function, tool.context_parameters)
         problems += endpoint_problems(tool.type, tool.function)
+        if tool.type == "external" and tool.function.url and not problems:
+            unsafe = self._policy.url_safety_problem(tool.function.url)
+            if unsafe:
+                problems.append(("$.function.url", unsafe))
         if tool.type == "function":
             entry = self._registry.get(tool.function.name)
             if entry is None:

@@ -1,0 +1,217 @@
+"""The tool-calling loop: call the model, run the tools it asks for, feed results back, repeat.
+
+A failing tool is a tool result the model can read and correct; only model failures and the
+chat deadline end the loop with an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from app.chat.model import ModelClient, ModelTimeoutError, ModelToolCall, Usage
+from app.tools.arguments import argument_problems, merge_context
+from app.tools.executors import ToolOutcome, ToolRunner
+from app.tools.schema import openai_tool
+
+REDACTED = "[redacted]"
+# Shorter context values are not scrubbed from tool output: they would match ordinary text.
+MIN_REDACTED_LENGTH = 4
+
+StopReason = Literal["completed", "max_iterations"]
+
+
+@dataclass(frozen=True)
+class LoopLimits:
+    tool_timeout_s: float
+    tool_output_max_chars: int
+    deadline_s: float
+
+
+@dataclass
+class ToolCallRecord:
+    id: str
+    name: str
+    arguments: Any
+    status: Literal["ok", "error"]
+    error: str | None
+    duration_ms: float
+
+
+@dataclass
+class ChatResult:
+    message: dict[str, Any]
+    messages: list[dict[str, Any]]
+    stop_reason: StopReason
+    iterations: int
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True)
+class ChatRun:
+    """One chat's inputs, already authorised and resolved to tool documents."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    context: dict[str, Any]
+    model: str
+    max_iterations: int
+    parallel_tool_calls: bool
+
+
+class ChatLoop:
+    def __init__(self, *, model: ModelClient, runner: ToolRunner, limits: LoopLimits) -> None:
+        self._model = model
+        self._runner = runner
+        self._limits = limits
+
+    async def run(self, chat: ChatRun) -> ChatResult:
+        try:
+            async with asyncio.timeout(self._limits.deadline_s):
+                return await self._run(chat)
+        except TimeoutError:
+            raise ModelTimeoutError(
+                f"The chat did not finish within its deadline of {self._limits.deadline_s:g} s."
+            ) from None
+
+    async def _run(self, chat: ChatRun) -> ChatResult:
+        schemas = [openai_tool(tool) for tool in chat.tools] or None
+        by_name = {tool["function"]["name"]: tool for tool in chat.tools}
+        scrub = _Scrubber(chat.context)
+        messages = list(chat.messages)
+        result = ChatResult(message={}, messages=messages, stop_reason="completed", iterations=0)
+        for iteration in range(1, chat.max_iterations + 1):
+            last = iteration == chat.max_iterations
+            turn = await self._model.complete(
+                model=chat.model,
+                messages=messages,
+                tools=None if last else schemas,
+                parallel_tool_calls=chat.parallel_tool_calls,
+            )
+            result.iterations, result.usage = iteration, result.usage + turn.usage
+            # Tool calls are read from the message, not finish_reason: some gateways say "stop".
+            if last or not turn.tool_calls:
+                result.message = {"role": "assistant", "content": turn.content or ""}
+                result.stop_reason = "max_iterations" if last and schemas else "completed"
+                messages.append(result.message)
+                return result
+            messages.append(_assistant_tool_message(turn.content, turn.tool_calls))
+            records = await self._run_calls(turn.tool_calls, by_name, chat, scrub)
+            for call, (record, content) in zip(turn.tool_calls, records, strict=True):
+                result.tool_calls.append(record)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        raise AssertionError("unreachable: the last iteration always returns")
+
+    async def _run_calls(
+        self,
+        calls: list[ModelToolCall],
+        by_name: dict[str, dict[str, Any]],
+        chat: ChatRun,
+        scrub: _Scrubber,
+    ) -> list[tuple[ToolCallRecord, str]]:
+        if chat.parallel_tool_calls and len(calls) > 1:
+            return list(
+                await asyncio.gather(
+                    *(self._run_call(call, by_name, chat.context, scrub) for call in calls)
+                )
+            )
+        return [await self._run_call(call, by_name, chat.context, scrub) for call in calls]
+
+    async def _run_call(
+        self,
+        call: ModelToolCall,
+        by_name: dict[str, dict[str, Any]],
+        context: dict[str, Any],
+        scrub: _Scrubber,
+    ) -> tuple[ToolCallRecord, str]:
+        started = time.perf_counter()
+        shown_arguments: Any = call.arguments
+        tool = by_name.get(call.name)
+        if not call.name:
+            outcome = ToolOutcome.error("the tool call has no function name")
+        elif tool is None:
+            outcome = ToolOutcome.error(
+                f"unknown tool '{call.name}'; available: {', '.join(sorted(by_name)) or 'none'}"
+            )
+        else:
+            shown_arguments, outcome = await self._prepare_and_run(call, tool, context)
+        content = scrub(self._capped(outcome.content))
+        if outcome.status == "error":
+            content = f"Error: {content}"
+        record = ToolCallRecord(
+            id=call.id,
+            name=call.name,
+            arguments=shown_arguments,
+            status=outcome.status,
+            error=content if outcome.status == "error" else None,
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+        return record, content
+
+    async def _prepare_and_run(
+        self, call: ModelToolCall, tool: dict[str, Any], context: dict[str, Any]
+    ) -> tuple[Any, ToolOutcome]:
+        try:
+            arguments = orjson.loads(call.arguments or "{}")
+        except orjson.JSONDecodeError as exc:
+            return call.arguments, ToolOutcome.error(f"the arguments are not valid JSON: {exc}")
+        if not isinstance(arguments, dict):
+            return call.arguments, ToolOutcome.error("the arguments must be a JSON object")
+        context_parameters = tool.get("context_parameters", [])
+        context_names = {c["name"] for c in context_parameters}
+        # A model-supplied value for a context parameter is dropped: the server's value wins.
+        arguments = {k: v for k, v in arguments.items() if k not in context_names}
+        problems = argument_problems(arguments, tool["function"].get("parameters", {}))
+        if problems:
+            return arguments, ToolOutcome.error("invalid arguments: " + "; ".join(problems))
+        merged, missing = merge_context(
+            arguments, context_parameters, context, optional=self._runner.optional_context(tool)
+        )
+        if missing:
+            return arguments, ToolOutcome.error("; ".join(missing))
+        try:
+            async with asyncio.timeout(self._limits.tool_timeout_s):
+                return arguments, await self._runner.run(tool, merged)
+        except TimeoutError:
+            return arguments, ToolOutcome.error(
+                f"the tool did not finish within {self._limits.tool_timeout_s:g} s"
+            )
+
+    def _capped(self, text: str) -> str:
+        limit = self._limits.tool_output_max_chars
+        if len(text) <= limit:
+            return text
+        return f"{text[:limit]}\n[truncated: {len(text) - limit} more characters]"
+
+
+def _assistant_tool_message(content: str | None, calls: list[ModelToolCall]) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in calls
+        ],
+    }
+
+
+class _Scrubber:
+    """Replaces context values in text headed for the model (a tool may echo what it received)."""
+
+    def __init__(self, context: dict[str, Any]) -> None:
+        values = {str(v) for v in context.values() if not isinstance(v, bool | list)}
+        values |= {str(i) for v in context.values() if isinstance(v, list) for i in v}
+        self._values = sorted(
+            (v for v in values if len(v) >= MIN_REDACTED_LENGTH), key=len, reverse=True
+        )
+
+    def __call__(self, text: str) -> str:
+        for value in self._values:
+            if value in text:
+                text = text.replace(value, REDACTED)
+        return text

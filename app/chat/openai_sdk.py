@@ -1,0 +1,107 @@
+"""`ModelClient` over the `openai` SDK: any OpenAI-compatible chat-completions endpoint."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, cast
+
+import openai
+from openai import AsyncOpenAI
+
+from app.chat.model import (
+    ModelError,
+    ModelRateLimitedError,
+    ModelTimeoutError,
+    ModelToolCall,
+    ModelTurn,
+    ModelUpstreamError,
+    Usage,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class OpenAISDKClient:
+    def __init__(
+        self, *, base_url: str | None, api_key: str, timeout_s: float, max_retries: int
+    ) -> None:
+        # The SDK retries 429/5xx/connection errors itself, honouring Retry-After.
+        self._client = AsyncOpenAI(
+            base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries
+        )
+
+    async def complete(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        parallel_tool_calls: bool,
+    ) -> ModelTurn:
+        options: dict[str, Any] = {}
+        if tools:
+            options = {"tools": tools, "tool_choice": "auto"}
+            if not parallel_tool_calls:  # sent only when off: not every server knows it
+                options["parallel_tool_calls"] = False
+        try:
+            completion = await self._client.chat.completions.create(
+                model=model,
+                messages=cast(Any, messages),  # already OpenAI-format dicts
+                **options,
+            )
+        except openai.OpenAIError as exc:
+            raise translate_error(exc) from exc
+        return _turn(completion)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+def translate_error(exc: openai.OpenAIError) -> ModelError:
+    if isinstance(exc, openai.APITimeoutError):
+        return ModelTimeoutError("The model did not answer in time.")
+    if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
+        return ModelUpstreamError(
+            "The model endpoint rejected the service's credentials (check OPENAI_API_KEY)."
+        )
+    if isinstance(exc, openai.RateLimitError):
+        retry_after = exc.response.headers.get("retry-after", "")
+        headers = {"Retry-After": retry_after} if retry_after.isdigit() else None
+        return ModelRateLimitedError(
+            "The model endpoint is rate limiting requests; retry later.", headers=headers
+        )
+    if isinstance(exc, openai.APIStatusError):
+        return ModelUpstreamError(
+            f"The model endpoint answered HTTP {exc.status_code}: {_short(exc.message)}"
+        )
+    if isinstance(exc, openai.APIConnectionError):
+        return ModelUpstreamError("Cannot reach the model endpoint.")
+    logger.warning("malformed model answer: %s", type(exc).__name__)
+    return ModelUpstreamError("The model endpoint sent a malformed answer.")
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _turn(completion: Any) -> ModelTurn:
+    choices = getattr(completion, "choices", None)
+    if not choices or getattr(choices[0], "message", None) is None:
+        raise ModelUpstreamError("The model endpoint sent a malformed answer (no choices).")
+    message = choices[0].message
+    calls = [
+        ModelToolCall(
+            id=call.id or f"call_{index}",
+            name=(call.function.name or "") if call.function else "",
+            arguments=(call.function.arguments or "") if call.function else "",
+        )
+        for index, call in enumerate(message.tool_calls or [])
+    ]
+    usage = completion.usage
+    return ModelTurn(
+        content=message.content,
+        tool_calls=calls,
+        usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0, usage.total_tokens or 0)
+        if usage
+        else Usage(),
+    )

@@ -1,0 +1,74 @@
+"""POST /chat: the conversation a frontend sends and what it gets back."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, StringConstraints
+
+from app.schemas.tools import ClientModel, Name, Tag
+
+ContextValue = str | int | float | bool | list[str]
+
+
+class FunctionCall(ClientModel):
+    name: str
+    arguments: str
+
+
+class MessageToolCall(ClientModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(ClientModel):
+    """A message in OpenAI chat format."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: Annotated[str, StringConstraints(max_length=64)] | None = None
+    tool_calls: list[MessageToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+class ChatRequest(ClientModel):
+    messages: list[ChatMessage] = Field(min_length=1, max_length=1000)
+    context_arguments: dict[Name, ContextValue] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="Values for the tools' context parameters; never shown to the model.",
+    )
+    tool_ids: list[Name] | None = Field(
+        default=None, max_length=128, description="Default: all enabled tools of the tenant."
+    )
+    tags: list[Tag] | None = Field(
+        default=None, max_length=32, description="Only tools with at least one of these tags."
+    )
+    model: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    max_iterations: int | None = Field(default=None, ge=1, le=1000)
+    parallel_tool_calls: bool = True
+
+
+class ToolCallResult(BaseModel):
+    id: str
+    name: str
+    arguments: Any
+    status: Literal["ok", "error"]
+    error: str | None = None
+    duration_ms: float
+
+
+class TokenUsage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatResponse(BaseModel):
+    message: dict[str, Any]
+    messages: list[dict[str, Any]]
+    stop_reason: Literal["completed", "max_iterations"]
+    iterations: int
+    tool_calls: list[ToolCallResult]
+    usage: TokenUsage

@@ -1,0 +1,197 @@
+"""Outbound safety for external tools: only public addresses, checked where the connection is made.
+
+External tool URLs come from tenants and their arguments from a model, so the service must not
+become a way into the network it runs in. Two layers:
+
+- `url_safety_problem` rejects URLs that are unsafe as written (create time: a 422).
+- `GuardedNetworkBackend` resolves the host once per connection, refuses unless every address
+  is allowed, and connects to the checked address itself, so a DNS answer that changes between
+  check and connect (rebinding) cannot slip through. Redirects are never followed.
+
+The rules are our own rather than `ipaddress.is_global`, which calls 192.0.0.192, 6to4, NAT64
+and IPv4-compatible IPv6 addresses global.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import httpcore
+import httpx
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+_BLOCKED: tuple[Network, ...] = tuple(
+    ipaddress.ip_network(cidr)
+    for cidr in (
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.0.0.0/24",
+        "192.0.2.0/24",
+        "192.88.99.0/24",
+        "192.168.0.0/16",
+        "198.18.0.0/15",
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+        "::/96",  # unspecified, loopback and IPv4-compatible
+        "::ffff:0:0/96",  # IPv4-mapped
+        "64:ff9b::/96",
+        "64:ff9b:1::/48",  # NAT64
+        "100::/64",
+        "2001::/23",
+        "2001:db8::/32",
+        "2002::/16",  # discard, IETF/Teredo, docs, 6to4
+        "fc00::/7",
+        "fe80::/10",
+        "fec0::/10",
+        "ff00::/8",
+    )
+)
+# Dots that resolvers and IDNA treat as "." (ideographic, full-width, half-width).
+_DOT_LOOKALIKES = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
+
+
+class OutboundBlockedError(httpx.TransportError):
+    """The destination is not a public address (and not allowed by the operator)."""
+
+
+class OutboundPolicy:
+    """Which destinations external tools may reach: public addresses, plus an operator list."""
+
+    def __init__(self, allow: Sequence[str] = ()) -> None:
+        self._hosts: set[str] = set()
+        self._networks: list[Network] = []
+        for entry in allow:
+            try:
+                self._networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+            except ValueError:
+                self._hosts.add(normalize_host(entry))
+
+    def host_allowed(self, host: str) -> bool:
+        return normalize_host(host) in self._hosts
+
+    def address_allowed(self, address: IPAddress) -> bool:
+        if any(address in network for network in self._networks):
+            return True
+        if address.version == 6 and address.ipv4_mapped is not None:
+            return False
+        return not any(address in network for network in _BLOCKED) and address.is_global
+
+    def url_safety_problem(self, url: str) -> str | None:
+        """Why `url` is unsafe as written, or None. No DNS lookup happens here."""
+        host = httpx.URL(url).host if "://" in url else ""
+        if not host:
+            return "must name a host"
+        if self.host_allowed(host):
+            return None
+        name = normalize_host(host)
+        if name == "localhost" or name.endswith((".localhost", ".local", ".internal")):
+            return f"host '{host}' is a local name; external tools may only reach public hosts"
+        address = literal_address(name)
+        if address is not None and not self.address_allowed(address):
+            return (
+                f"host '{host}' is not a public address; external tools may only reach public hosts"
+            )
+        return None
+
+
+def normalize_host(host: str) -> str:
+    return host.translate(_DOT_LOOKALIKES).strip("[]").rstrip(".").lower()
+
+
+def literal_address(host: str) -> IPAddress | None:
+    """The address a host spells, in any form a resolver takes (`127.1`, `0x7f.1`, `2130706433`)."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except (OSError, ValueError, UnicodeError):
+        return None
+
+
+class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
+    """Resolve, check every address, then connect to a checked address (never re-resolve)."""
+
+    def __init__(self, policy: OutboundPolicy) -> None:
+        self._policy = policy
+        self._backend = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        addresses = await self._resolve(host, port, timeout)
+        if not self._policy.host_allowed(host):
+            blocked = [a for a in addresses if not self._policy.address_allowed(a)]
+            if blocked:
+                raise OutboundBlockedError(
+                    f"refusing to connect to '{host}': it resolves to a non-public address"
+                )
+        last_error: Exception | None = None
+        for address in addresses:  # every one was checked: try them in the resolver's order
+            try:
+                return await self._backend.connect_tcp(
+                    str(address),
+                    port,
+                    timeout=timeout,
+                    local_address=local_address,
+                    socket_options=socket_options,
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                last_error = exc
+        assert last_error is not None
+        raise last_error
+
+    async def _resolve(self, host: str, port: int, limit_s: float | None) -> list[IPAddress]:
+        literal = literal_address(normalize_host(host))
+        if literal is not None:
+            return [literal]
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(limit_s):
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, TimeoutError) as exc:
+            raise httpx.ConnectError(f"cannot resolve '{host}': {exc}") from exc
+        addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+        if not addresses:
+            raise httpx.ConnectError(f"'{host}' has no addresses")
+        return addresses
+
+    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+        raise OutboundBlockedError("unix sockets are not reachable from external tools")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
+
+
+def guarded_transport(policy: OutboundPolicy, *, limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
+    """An httpx transport whose every connection goes through `GuardedNetworkBackend`."""
+    transport = httpx.AsyncHTTPTransport(limits=limits, retries=0)
+    # httpx builds its pool without a network-backend option; the pool keeps the same settings.
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=transport._pool._ssl_context,
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+        http1=True,
+        http2=False,
+        network_backend=GuardedNetworkBackend(policy),
+    )
+    return transport
