@@ -51,6 +51,8 @@ class OpenAISDKClient:
             )
         except openai.OpenAIError as exc:
             raise translate_error(exc) from exc
+        except ValueError as exc:  # the SDK lets a non-JSON body's JSONDecodeError through
+            raise ModelUpstreamError("The model endpoint sent a malformed answer.") from exc
         return _turn(completion)
 
     async def close(self) -> None:

@@ -1,0 +1,100 @@
+"""The model endpoint misbehaves: each failure is a clear problem response, never a 500."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.chat.conftest import ChatClient
+from tests.support import fake_model as script
+from tests.support.fake_model import FakeModel
+
+
+async def test_rate_limit_then_success_is_retried(chat: ChatClient, fake: FakeModel) -> None:
+    fake.reset(script.status(429, {"Retry-After": "1"}), script.text("finally"))
+    started = time.monotonic()
+    response = await chat.chat()
+    assert response.status_code == 200 and response.json()["message"]["content"] == "finally"
+    assert len(fake.requests) == 2
+    assert time.monotonic() - started >= 1.0  # Retry-After was honoured
+
+
+async def test_persistent_rate_limit_is_503_with_retry_after(
+    chat: ChatClient, fake: FakeModel
+) -> None:
+    fake.reset(repeat=script.status(429, {"Retry-After": "1"}))
+    response = await chat.chat()
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    assert len(fake.requests) == 3  # one call and two retries
+    assert response.headers["content-type"] == "application/problem+json"
+
+
+async def test_always_500_is_502_after_retries(chat: ChatClient, fake: FakeModel) -> None:
+    fake.reset(repeat=script.status(500))
+    response = await chat.chat()
+    assert response.status_code == 502
+    assert "HTTP 500" in response.json()["detail"]
+    assert len(fake.requests) == 3
+
+
+@pytest.mark.settings(model_timeout_s=0.5, model_max_retries=0)
+async def test_hanging_model_is_504(chat: ChatClient, fake: FakeModel) -> None:
+    fake.reset(script.hang(3))
+    started = time.monotonic()
+    response = await chat.chat()
+    assert response.status_code == 504
+    assert time.monotonic() - started < 2.5
+
+
+@pytest.mark.settings(chat_deadline_s=0.5, tool_timeout_s=5)
+async def test_chat_deadline_is_504(chat: ChatClient, fake: FakeModel) -> None:
+    fake.reset(script.tool_calls(("sleep_async", {"seconds": 2})), script.text("late"))
+    response = await chat.chat()
+    assert response.status_code == 504
+    assert "deadline of 0.5 s" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("code", [401, 403])
+async def test_upstream_auth_failure_is_502_saying_so(
+    chat: ChatClient, fake: FakeModel, code: int
+) -> None:
+    fake.reset(script.status(code))
+    response = await chat.chat()
+    assert response.status_code == 502
+    assert "credentials" in response.json()["detail"]
+    assert "sk-test-key" not in response.text
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        script.raw(b"this is not json"),
+        script.raw(b'{"id": "x", "choices": []}'),
+        script.raw(b'{"unexpected": true}'),
+        script.raw(b"<html>gateway error</html>", "text/html"),
+    ],
+    ids=["not-json", "no-choices", "wrong-shape", "html"],
+)
+async def test_malformed_model_answers_are_502(
+    chat: ChatClient, fake: FakeModel, step: script.Step
+) -> None:
+    fake.reset(step)
+    response = await chat.chat()
+    assert response.status_code == 502, response.text
+    assert response.json()["title"] == "Bad Gateway"
+
+
+@pytest.mark.settings(model_max_retries=0)
+async def test_unreachable_model_is_502(chat: ChatClient, fake: FakeModel) -> None:
+    fake.reset(script.status(404))
+    response = await chat.chat(model="no-such-model")
+    assert response.status_code == 502 and "HTTP 404" in response.json()["detail"]
+
+
+@pytest.mark.settings(openai_base_url=None, openai_api_key=None)
+async def test_model_not_configured_is_503(chat: ChatClient) -> None:
+    response = await chat.chat()
+    assert response.status_code == 503
+    assert "OPENAI_BASE_URL" in response.json()["detail"]

@@ -1,0 +1,43 @@
+"""Run an ASGI app with uvicorn on 127.0.0.1 in a background thread (real sockets, real HTTP)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import uvicorn
+from starlette.types import ASGIApp
+
+from tests.support.secantus import free_port
+
+
+class ThreadedServer:
+    def __init__(self, app: ASGIApp) -> None:
+        self.port = free_port()
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ThreadedServer:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("test server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
