@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import httpcore
@@ -90,7 +90,10 @@ class OutboundPolicy:
 
     def url_safety_problem(self, url: str) -> str | None:
         """Why `url` is unsafe as written, or None. No DNS lookup happens here."""
-        host = httpx.URL(url).host if "://" in url else ""
+        try:
+            host = httpx.URL(url).host
+        except httpx.InvalidURL as exc:
+            return f"not a valid URL: {exc}"
         if not host:
             return "must name a host"
         if self.host_allowed(host):
@@ -122,11 +125,21 @@ def literal_address(host: str) -> IPAddress | None:
         return None
 
 
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+async def system_resolver(host: str, port: int) -> list[str]:
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [str(info[4][0]).split("%")[0] for info in infos]
+
+
 class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
     """Resolve, check every address, then connect to a checked address (never re-resolve)."""
 
-    def __init__(self, policy: OutboundPolicy) -> None:
+    def __init__(self, policy: OutboundPolicy, resolver: Resolver = system_resolver) -> None:
         self._policy = policy
+        self._resolver = resolver
         self._backend = httpcore.AnyIOBackend()
 
     async def connect_tcp(
@@ -163,13 +176,12 @@ class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
         literal = literal_address(normalize_host(host))
         if literal is not None:
             return [literal]
-        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(limit_s):
-                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except (OSError, TimeoutError) as exc:
+                answers = await self._resolver(host, port)
+            addresses = [ipaddress.ip_address(answer) for answer in answers]
+        except (OSError, TimeoutError, ValueError) as exc:
             raise httpx.ConnectError(f"cannot resolve '{host}': {exc}") from exc
-        addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
         if not addresses:
             raise httpx.ConnectError(f"'{host}' has no addresses")
         return addresses
@@ -181,7 +193,9 @@ class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
         await self._backend.sleep(seconds)
 
 
-def guarded_transport(policy: OutboundPolicy, *, limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
+def guarded_transport(
+    policy: OutboundPolicy, *, limits: httpx.Limits, resolver: Resolver = system_resolver
+) -> httpx.AsyncHTTPTransport:
     """An httpx transport whose every connection goes through `GuardedNetworkBackend`."""
     transport = httpx.AsyncHTTPTransport(limits=limits, retries=0)
     # httpx builds its pool without a network-backend option; the pool keeps the same settings.
@@ -192,6 +206,6 @@ def guarded_transport(policy: OutboundPolicy, *, limits: httpx.Limits) -> httpx.
         keepalive_expiry=limits.keepalive_expiry,
         http1=True,
         http2=False,
-        network_backend=GuardedNetworkBackend(policy),
+        network_backend=GuardedNetworkBackend(policy, resolver),
     )
     return transport

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from tests.conftest import TenantCredentials, create_tenant, http_client, make_settings, running_app
 from tests.support import functions
@@ -41,6 +42,7 @@ def fake(fake_model_server: tuple[FakeModel, ThreadedServer]) -> FakeModel:
 
 @dataclass
 class ChatClient:
+    app: FastAPI
     http: httpx.AsyncClient
     tenant: TenantCredentials
 
@@ -72,7 +74,7 @@ async def chat(
         running_app(make_settings(None, **overrides), functions.registry) as app,
         http_client(app) as http,
     ):
-        yield ChatClient(http, await create_tenant(http, "acme"))
+        yield ChatClient(app, http, await create_tenant(http, "acme"))
 
 
 def external(tool_id: str, url: str, method: str = "GET", **extra: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
+from app.repositories.tools import ToolRepository
 from tests.chat.conftest import ChatClient, external
 from tests.support import fake_model as script
 from tests.support.fake_model import FakeModel
@@ -109,3 +110,39 @@ async def test_unreachable_endpoint(chat: ChatClient, fake: FakeModel) -> None:
     await chat.add_tool(external("gone", f"http://127.0.0.1:{free_port()}/", properties={}))
     record, _ = await _call(chat, fake, "gone", {})
     assert record["status"] == "error" and "cannot reach" in record["error"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/x",
+        "http://0x7f.1/",
+        "http://[::1]/",
+        "http://169.254.169.254/",
+        "http://0177.0.0.1/",
+        "http://localhost/",
+        "file:///etc/passwd",
+    ],
+)
+@pytest.mark.settings(outbound_allow=[])
+async def test_unsafe_urls_are_422_at_create(chat: ChatClient, url: str) -> None:
+    response = await chat.http.post(
+        "/tools/create", headers=chat.tenant.headers, json=external("ssrf", url)
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["path"] == "$.function.url"
+
+
+@pytest.mark.settings(outbound_allow=[])
+async def test_connect_time_guard_blocks_a_stored_tool(
+    chat: ChatClient, fake: FakeModel, upstream: ThreadedServer
+) -> None:
+    # As if the tool was created while the operator allowed 127.0.0.1, and the allowance is gone.
+    tools = ToolRepository(chat.app.state.services.database)
+    doc = external("internal", f"{upstream.url}/echo")
+    doc.update(context_parameters=[], tags=[], enabled=True)
+    await tools.insert(doc, tenant_id=chat.tenant.tenant_id)
+    before = len(RECEIVED)
+    record, content = await _call(chat, fake, "internal", {"city": "x"})
+    assert record["status"] == "error" and content.startswith("Error: blocked:")
+    assert len(RECEIVED) == before  # nothing reached the internal server

@@ -1,0 +1,148 @@
+"""Outbound safety: our own payload list against the create-time and connect-time checks."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from app.tools.netguard import OutboundBlockedError, OutboundPolicy, guarded_transport
+from tests.support.servers import ThreadedServer
+from tests.support.upstream import upstream_app
+
+UNSAFE_URLS = [
+    "http://127.0.0.1/",
+    "http://127.0.0.1:8000/admin",
+    "http://localhost/",
+    "http://LOCALHOST./",
+    "http://api.localhost/",
+    "http://printer.local/",
+    "http://metadata.google.internal/",
+    "http://0.0.0.0/",
+    "http://0/",
+    "http://[::]/",
+    "http://[::1]/",
+    "http://127.1/",
+    "http://2130706433/",
+    "http://0x7f.1/",
+    "http://0x7f000001/",
+    "http://0177.0.0.1/",
+    "http://017700000001/",
+    "http://127\u30020\u30020\u30021/",
+    "http://127\uff0e0\uff0e0\uff0e1/",
+    "http://127\uff610\uff610\uff611/",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://169.254.43518/",
+    "http://2852039166/",
+    "http://10.0.0.1/",
+    "http://10.255.255.255/",
+    "http://172.16.0.1/",
+    "http://172.31.255.255/",
+    "http://192.168.1.1/",
+    "http://100.64.0.1/",
+    "http://100.127.255.254/",
+    "http://192.0.0.192/",
+    "http://192.0.0.1/",
+    "http://192.0.2.1/",
+    "http://198.18.0.1/",
+    "http://198.51.100.7/",
+    "http://203.0.113.9/",
+    "http://224.0.0.1/",
+    "http://239.255.255.250/",
+    "http://240.0.0.1/",
+    "http://255.255.255.255/",
+    "http://[::ffff:127.0.0.1]/",
+    "http://[::ffff:7f00:1]/",
+    "http://[0:0:0:0:0:ffff:169.254.169.254]/",
+    "http://[::127.0.0.1]/",
+    "http://[::7f00:1]/",
+    "http://[64:ff9b::7f00:1]/",
+    "http://[64:ff9b:1::a00:1]/",
+    "http://[2002:7f00:1::]/",
+    "http://[2002:a9fe:a9fe::1]/",
+    "http://[2001::1]/",
+    "http://[2001:db8::1]/",
+    "http://[fe80::1]/",
+    "http://[fc00::1]/",
+    "http://[fd12:3456:789a::1]/",
+    "http://[ff02::1]/",
+    "http://[fec0::1]/",
+    "http://[100::1]/",
+]
+SAFE_URLS = [
+    "https://api.example.com/weather",
+    "http://8.8.8.8/",
+    "https://1.1.1.1:8443/x",
+    "http://[2606:4700:4700::1111]/",
+    "https://example.com./",
+    "http://93.184.215.14/",
+    "http://172.32.0.1/",
+    "http://100.128.0.1/",
+    "http://192.169.0.1/",
+]
+
+
+@pytest.mark.parametrize("url", UNSAFE_URLS)
+def test_unsafe_as_written(url: str) -> None:
+    assert OutboundPolicy().url_safety_problem(url) is not None
+
+
+@pytest.mark.parametrize("url", SAFE_URLS)
+def test_public_urls_pass(url: str) -> None:
+    assert OutboundPolicy().url_safety_problem(url) is None
+
+
+def test_operator_allow_list() -> None:
+    policy = OutboundPolicy(["127.0.0.1", "10.0.0.0/8", "internal.example"])
+    assert policy.url_safety_problem("http://127.0.0.1:9000/") is None
+    assert policy.url_safety_problem("http://10.20.30.40/") is None
+    assert policy.url_safety_problem("http://internal.example/") is None
+    assert policy.url_safety_problem("http://192.168.0.1/") is not None
+    assert policy.url_safety_problem("http://127.0.0.2/") is not None
+
+
+def _client(policy: OutboundPolicy, resolver=None) -> httpx.AsyncClient:  # type: ignore[no-untyped-def]
+    options = {"resolver": resolver} if resolver else {}
+    transport = guarded_transport(policy, limits=httpx.Limits(), **options)
+    return httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False)
+
+
+@pytest.fixture(scope="module")
+def local_api() -> ThreadedServer:
+    server = ThreadedServer(upstream_app).start()
+    yield server  # type: ignore[misc]
+    server.stop()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "2130706433", "0x7f.1", "127.1", "localhost"])
+async def test_connect_time_blocks_loopback_spellings(local_api: ThreadedServer, host: str) -> None:
+    async with _client(OutboundPolicy()) as client:
+        with pytest.raises(OutboundBlockedError):
+            await client.get(f"http://{host}:{local_api.port}/echo")
+
+
+async def test_allowed_destination_connects(local_api: ThreadedServer) -> None:
+    async with _client(OutboundPolicy(["127.0.0.1"])) as client:
+        response = await client.get(f"{local_api.url}/echo?a=1")
+    assert response.status_code == 200
+
+
+async def test_a_name_resolving_to_any_private_address_is_blocked(
+    local_api: ThreadedServer,
+) -> None:
+    async def rebinding(host: str, port: int) -> list[str]:
+        return ["93.184.215.14", "127.0.0.1"]  # one public, one loopback answer
+
+    async with _client(OutboundPolicy(), rebinding) as client:
+        with pytest.raises(OutboundBlockedError, match="non-public"):
+            await client.get(f"http://innocent.example:{local_api.port}/echo")
+
+
+async def test_connection_goes_to_the_checked_address(local_api: ThreadedServer) -> None:
+    answers = iter([["127.0.0.1"], ["10.9.9.9"]])  # a second lookup would rebind elsewhere
+
+    async def once(host: str, port: int) -> list[str]:
+        return next(answers)
+
+    async with _client(OutboundPolicy(["127.0.0.1"]), once) as client:
+        response = await client.get(f"http://api.example:{local_api.port}/echo")
+    assert response.status_code == 200  # connected to 127.0.0.1, the address that was checked
