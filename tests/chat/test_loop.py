@@ -133,6 +133,25 @@ async def test_several_calls_keep_order_and_run_in_parallel_unless_told(
         assert fake.requests[0]["parallel_tool_calls"] is False
 
 
+async def test_blocking_functions_run_off_the_event_loop(chat: ChatClient, fake: FakeModel) -> None:
+    fake.reset(
+        script.tool_calls(
+            ("sleep_blocking", {"seconds": 0.4}),
+            ("sleep_blocking", {"seconds": 0.4}),
+            ("sleep_async", {"seconds": 0.4}),
+        ),
+        script.text("ok"),
+    )
+    body = (await chat.chat()).json()
+    assert [c["status"] for c in body["tool_calls"]] == ["ok"] * 3
+    from tests.support.functions import TIMELINE
+
+    # All three overlapped: neither blocking sleep held the loop or the other.
+    latest_start = max(start for start, _ in TIMELINE)
+    earliest_end = min(end for _, end in TIMELINE)
+    assert latest_start < earliest_end
+
+
 async def test_model_that_never_stops(chat: ChatClient, fake: FakeModel) -> None:
     fake.reset(repeat=script.tool_calls(("roll_dice", {"d": 6})))
     body = (await chat.chat(max_iterations=3)).json()

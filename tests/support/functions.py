@@ -12,7 +12,7 @@ from app.tools.registry import FunctionRegistry
 registry = FunctionRegistry()
 registry.register(roll_dice, tool_id="rolldice")
 RECEIVED: list[dict[str, Any]] = []
-TIMELINE: list[tuple[float, float]] = []  # (start, end) of each sleep_async call
+TIMELINE: list[tuple[float, float]] = []  # (start, end) of each sleeping call
 
 
 @registry.register(tool_id="profile", context_parameters=["user_id", "api_token"])
@@ -58,7 +58,9 @@ async def sleep_async(seconds: float) -> str:
 @registry.register(tool_id="blocker")
 def sleep_blocking(seconds: float) -> str:
     """Sleep in a worker thread (a blocking call)."""
+    started = time.monotonic()
     time.sleep(seconds)
+    TIMELINE.append((started, time.monotonic()))
     return "blocked and done"
 
 

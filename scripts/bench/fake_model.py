@@ -1,0 +1,99 @@
+"""A minimal OpenAI-compatible model for demos and benchmarks: no LLM needed.
+
+When the last message is a user message and tools were offered, it calls a tool (`--tool`,
+`--calls` times in one answer); once tool results are in, it answers in text. Optional fixed
+latency per call. Run: python scripts/bench/fake_model.py --port 9000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+from typing import Any
+
+import orjson
+import uvicorn
+
+_ids = itertools.count(1)
+
+
+class FakeModelApp:
+    def __init__(self, *, tool: str, arguments: str, calls: int, latency_s: float) -> None:
+        self.tool, self.arguments, self.calls, self.latency_s = tool, arguments, calls, latency_s
+        self.served = 0
+
+    def answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        messages = request.get("messages", [])
+        offered = {t["function"]["name"] for t in request.get("tools") or []}
+        message: dict[str, Any]
+        if messages and messages[-1].get("role") == "user" and self.tool in offered:
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{next(_ids)}",
+                        "type": "function",
+                        "function": {"name": self.tool, "arguments": self.arguments},
+                    }
+                    for _ in range(self.calls)
+                ],
+            }
+            finish = "tool_calls"
+        else:
+            results = [m.get("content") for m in messages if m.get("role") == "tool"]
+            text = f"Tool results: {', '.join(map(str, results))}" if results else "Hello!"
+            message, finish = {"role": "assistant", "content": text}, "stop"
+        return {
+            "id": f"chatcmpl-{next(_ids)}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": request.get("model", "fake"),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30},
+        }
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        self.served += 1
+        payload = orjson.dumps(self.answer(orjson.loads(body) if body else {}))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--tool", default="roll_dice")
+    parser.add_argument("--arguments", default='{"d": 6}')
+    parser.add_argument("--calls", type=int, default=1)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    args = parser.parse_args()
+    app = FakeModelApp(
+        tool=args.tool, arguments=args.arguments, calls=args.calls, latency_s=args.latency_ms / 1000
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()
