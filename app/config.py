@@ -59,6 +59,7 @@ class Settings(BaseSettings):
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
     openai_model: str = "gpt-4o-mini"
+    model_client: Literal["http", "openai-sdk"] = "http"
     model_timeout_s: float = Field(default=60.0, gt=0, le=600)
     model_max_retries: int = Field(default=2, ge=0, le=2)
     chat_deadline_s: float = Field(default=120.0, gt=0, le=3600)

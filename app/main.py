@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from app.api import chat, health, tenants, tools
 from app.api.middleware import BodySizeLimitMiddleware
 from app.api.problems import install_error_handlers
+from app.chat.http_client import HTTPModelClient
 from app.chat.loop import ChatLoop, LoopLimits
 from app.chat.model import ModelClient
 from app.chat.openai_sdk import OpenAISDKClient
@@ -66,7 +67,8 @@ def build_model_client(settings: Settings) -> ModelClient | None:
     if not settings.model_configured:
         return None
     api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "unused"
-    return OpenAISDKClient(
+    client = HTTPModelClient if settings.model_client == "http" else OpenAISDKClient
+    return client(
         base_url=settings.openai_base_url,
         api_key=api_key,
         timeout_s=settings.model_timeout_s,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from fastapi import APIRouter, Response
+from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel
 
 from app.deps import ServicesDep
@@ -17,6 +18,12 @@ class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     store: Literal["memory", "mongodb"]
     warning: str | None = None
+
+
+@router.get("/ping", response_class=PlainTextResponse)
+async def ping() -> str:
+    """A bare route: the benchmark's yardstick for the framework's own cost per request."""
+    return "pong"
 
 
 @router.get("/healthz", response_model=Health, response_model_exclude_none=True)

@@ -18,6 +18,15 @@ import uvicorn
 _ids = itertools.count(1)
 
 
+def _model_option(request: dict[str, Any], name: str, default: float) -> Any:
+    """Options in the model name: "fake-calls-3-ms-200" asks for 3 tool calls after 200 ms."""
+    parts = str(request.get("model", "")).split("-")
+    for key, value in itertools.pairwise(parts):
+        if key == name and value.replace(".", "", 1).isdigit():
+            return type(default)(float(value))
+    return default
+
+
 class FakeModelApp:
     def __init__(self, *, tool: str, arguments: str, calls: int, latency_s: float) -> None:
         self.tool, self.arguments, self.calls, self.latency_s = tool, arguments, calls, latency_s
@@ -63,10 +72,12 @@ class FakeModelApp:
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False)
-        if self.latency_s:
-            await asyncio.sleep(self.latency_s)
+        request = orjson.loads(body) if body else {}
+        latency_s = _model_option(request, "ms", self.latency_s * 1000) / 1000
+        if latency_s:
+            await asyncio.sleep(latency_s)
         self.served += 1
-        payload = orjson.dumps(self.answer(orjson.loads(body) if body else {}))
+        payload = orjson.dumps(self.answer(request))
         await send(
             {
                 "type": "http.response.start",

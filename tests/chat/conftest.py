@@ -55,9 +55,16 @@ class ChatClient:
         assert response.status_code == 201, response.text
 
 
+@pytest.fixture(params=["http", "openai-sdk"])
+def model_client(request: pytest.FixtureRequest) -> str:
+    """Every chat test runs with both model clients: they must behave the same."""
+    return str(request.param)
+
+
 @pytest.fixture
 async def chat(
     request: pytest.FixtureRequest,
+    model_client: str,
     fake_model_server: tuple[FakeModel, ThreadedServer],
     fake: FakeModel,
 ) -> AsyncIterator[ChatClient]:
@@ -66,6 +73,7 @@ async def chat(
     overrides: dict[str, Any] = {
         "openai_base_url": f"{fake_model_server[1].url}/v1",
         "openai_api_key": "sk-test-key",
+        "model_client": model_client,
         "model_timeout_s": 5.0,
         "outbound_allow": ["127.0.0.1"],
         **(marker.kwargs if marker else {}),

@@ -1,0 +1,393 @@
+"""The benchmark: toolgate's /chat against a naive AsyncOpenAI loop, in one run, on 127.0.0.1.
+
+Starts its own fake model and the service (in-memory store, one worker, production settings,
+access log off), interleaves service and baseline runs over several rounds, and prints medians
+with min-max. Writes JSON and Markdown to bench-results/. Ratios are the headline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Process:
+    """A server process on 127.0.0.1 whose CPU time and RSS we read from /proc."""
+
+    def __init__(self, args: list[str], port: int, env: dict[str, str] | None = None) -> None:
+        self.port = port
+        self.popen = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return
+            except OSError:
+                if self.popen.poll() is not None or time.monotonic() > deadline:
+                    error = self.popen.stderr.read() if self.popen.stderr else b""
+                    raise RuntimeError(f"{args} did not start: {error!r}") from None
+                time.sleep(0.05)
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def stop(self) -> None:
+        self.popen.terminate()
+        self.popen.wait(15)
+
+
+async def drive(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    *,
+    count: int,
+    concurrency: int,
+    body: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+    check: Callable[[int, bytes], None] | None = None,
+) -> tuple[list[float], float]:
+    """Send `count` requests with `concurrency` workers; per-request latencies and wall time."""
+    latencies: list[float] = []
+    todo = iter(range(count))
+
+    async def worker() -> None:
+        for _ in todo:
+            started = time.perf_counter()
+            async with session.request(method, url, json=body, headers=headers) as response:
+                payload = await response.read()
+                if check:
+                    check(response.status, payload)
+                elif response.status >= 400:
+                    raise RuntimeError(f"{method} {url}: {response.status} {payload[:200]!r}")
+            latencies.append(time.perf_counter() - started)
+
+    wall = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, time.perf_counter() - wall
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.results: dict[str, list[dict[str, float]]] = {}
+
+    def record(self, name: str, **figures: float) -> None:
+        self.results.setdefault(name, []).append(figures)
+
+    async def setup(self) -> None:
+        self.model_port, self.service_port = free_port(), free_port()
+        self.fake = Process(
+            [sys.executable, str(HERE / "fake_model.py"), "--port", str(self.model_port)],
+            self.model_port,
+        )
+        admin = secrets.token_urlsafe(32)
+        env = {
+            "APP_ENV": "production",
+            "ADMIN_API_KEY": admin,
+            "API_KEY_SECRET": secrets.token_urlsafe(32),
+            "LOG_LEVEL": "WARNING",
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{self.model_port}/v1",
+            "OPENAI_API_KEY": "bench",
+            "MONGODB_URL": "",
+        }
+        self.service = Process(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "app.asgi:app",
+                "--port",
+                str(self.service_port),
+                "--no-access-log",
+                "--loop",
+                "uvloop",
+                "--http",
+                "httptools",
+                "--log-level",
+                "warning",
+            ],
+            self.service_port,
+            env,
+        )
+        self.base = f"http://127.0.0.1:{self.service_port}"
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200))
+        admin_h = {"Authorization": f"Bearer {admin}"}
+        self.key = {"Authorization": f"Bearer {await self._tenant('bench', admin_h)}"}
+        self.list_key = {"Authorization": f"Bearer {await self._tenant('bench-list', admin_h)}"}
+        for index in range(50 - 3):  # 3 seeded function tools + 47 external tools = 50
+            tool = {
+                "tool_id": f"ext-{index:02d}",
+                "type": "external",
+                "tags": ["bench"],
+                "function": {
+                    "name": f"ext_{index:02d}",
+                    "description": "An API.",
+                    "url": "https://api.example.com/x",
+                    "method": "GET",
+                    "parameters": {"properties": {"q": {"type": "string"}}, "required": ["q"]},
+                },
+            }
+            async with self.session.post(
+                f"{self.base}/tools/create", json=tool, headers=self.list_key
+            ) as response:
+                assert response.status == 201, await response.text()
+
+    async def _tenant(self, tenant_id: str, admin: dict[str, str]) -> str:
+        async with self.session.post(
+            f"{self.base}/tenants", json={"tenant_id": tenant_id}, headers=admin
+        ) as response:
+            return str((await response.json())["api_key"])
+
+    def _chat_body(self, model: str) -> dict[str, Any]:
+        return {
+            "messages": [{"role": "user", "content": "Roll a six-sided die."}],
+            "model": model,
+            "context_arguments": {"user_id": "u-1"},
+        }
+
+    async def service_chats(self, model: str, count: int, concurrency: int) -> dict[str, float]:
+        iterations = 0
+
+        def check(status: int, payload: bytes) -> None:
+            nonlocal iterations
+            if status != 200:
+                raise RuntimeError(f"/chat {status}: {payload[:300]!r}")
+            iterations += json.loads(payload)["iterations"]
+
+        cpu = self.service.cpu_s()
+        latencies, wall = await drive(
+            self.session,
+            "POST",
+            f"{self.base}/chat",
+            count=count,
+            concurrency=concurrency,
+            body=self._chat_body(model),
+            headers=self.key,
+            check=check,
+        )
+        cpu = self.service.cpu_s() - cpu
+        return {
+            "cpu_ms_per_iteration": 1000 * cpu / iterations,
+            "chats_per_s": count / wall,
+            "p50_ms": 1000 * percentile(latencies, 0.5),
+            "p99_ms": 1000 * percentile(latencies, 0.99),
+            "iterations": iterations,
+        }
+
+    def naive_chats(self, model: str, count: int, concurrency: int) -> dict[str, float]:
+        out = subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "naive.py"),
+                "--base-url",
+                f"http://127.0.0.1:{self.model_port}/v1",
+                "--model",
+                model,
+                "--chats",
+                str(count),
+                "--concurrency",
+                str(concurrency),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        )
+        data = json.loads(out.stdout)
+        return {
+            "cpu_ms_per_iteration": 1000 * data["cpu_s"] / data["model_calls"],
+            "chats_per_s": count / data["wall_s"],
+            "p50_ms": 1000 * percentile(data["latencies"], 0.5),
+            "p99_ms": 1000 * percentile(data["latencies"], 0.99),
+        }
+
+    async def endpoint(self, path: str, headers: dict[str, str] | None) -> dict[str, float]:
+        count = self.args.requests
+        cpu = self.service.cpu_s()
+        _, wall = await drive(
+            self.session, "GET", f"{self.base}{path}", count=count, concurrency=10, headers=headers
+        )
+        cpu = self.service.cpu_s() - cpu
+        return {"requests_per_s": count / wall, "cpu_ms_per_request": 1000 * cpu / count}
+
+    async def run(self) -> None:
+        args = self.args
+        await self.service_chats("fake-calls-1", 200, 10)  # warm-up
+        self.naive_chats("fake-calls-1", 50, 1)
+        for round_index in range(args.rounds):
+            print(f"round {round_index + 1}/{args.rounds}", file=sys.stderr)
+            for model, label in (("fake-calls-1", "1 call"), ("fake-calls-3", "3 parallel calls")):
+                for concurrency, count in ((1, args.chats_c1), (50, args.chats_c50)):
+                    name = f"{label}, concurrency {concurrency}"
+                    self.record(
+                        f"toolgate: {name}", **await self.service_chats(model, count, concurrency)
+                    )
+                    self.record(f"naive: {name}", **self.naive_chats(model, count, concurrency))
+            self.record("GET /ping", **await self.endpoint("/ping", None))
+            self.record(
+                "GET /tools/{tool_id}", **await self.endpoint("/tools/rolldice", self.list_key)
+            )
+            self.record(
+                "GET /tools/ (50 tools)", **await self.endpoint("/tools/?limit=50", self.list_key)
+            )
+        await self.slow_model()
+        await self.memory()
+
+    async def slow_model(self) -> None:
+        """100 concurrent chats whose model calls take 200 ms each: throughput vs the ideal."""
+        figures = await self.service_chats("fake-calls-1-ms-200", self.args.slow_chats, 100)
+        ideal = 100 / (2 * 0.2)
+        self.record(
+            "200 ms model, 100 concurrent chats",
+            chats_per_s=figures["chats_per_s"],
+            ideal_chats_per_s=ideal,
+            ratio_to_ideal=figures["chats_per_s"] / ideal,
+        )
+
+    async def memory(self) -> None:
+        done = sum(int(r.get("iterations", 0)) for rs in self.results.values() for r in rs) // 2
+        await self.service_chats("fake-calls-1", max(0, 1000 - done), 50)
+        rss_1k = self.service.rss_mb()
+        await self.service_chats("fake-calls-1", self.args.memory_chats - 1000, 50)
+        rss_10k = self.service.rss_mb()
+        self.record(
+            "RSS", rss_mb_after_1k=rss_1k, rss_mb_after_10k=rss_10k, growth_ratio=rss_10k / rss_1k
+        )
+
+    async def close(self) -> None:
+        await self.session.close()
+        self.service.stop()
+        self.fake.stop()
+
+
+def summarize(results: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, list[float]]]:
+    """name -> figure -> [median, min, max]."""
+    return {
+        name: {
+            key: [
+                statistics.median(r[key] for r in runs),
+                min(r[key] for r in runs),
+                max(r[key] for r in runs),
+            ]
+            for key in runs[0]
+        }
+        for name, runs in results.items()
+    }
+
+
+def headline(summary: dict[str, dict[str, list[float]]]) -> list[str]:
+    lines = []
+    for label in ("1 call", "3 parallel calls"):
+        for concurrency in (1, 50):
+            ours = summary[f"toolgate: {label}, concurrency {concurrency}"]
+            naive = summary[f"naive: {label}, concurrency {concurrency}"]
+            ratio = ours["cpu_ms_per_iteration"][0] / naive["cpu_ms_per_iteration"][0]
+            lines.append(
+                f"CPU per model iteration, {label}, c={concurrency}: "
+                f"{ours['cpu_ms_per_iteration'][0]:.3f} ms vs naive "
+                f"{naive['cpu_ms_per_iteration'][0]:.3f} ms = {ratio:.2f}x"
+            )
+    ping = summary["GET /ping"]["requests_per_s"][0]
+    for name in ("GET /tools/{tool_id}", "GET /tools/ (50 tools)"):
+        lines.append(
+            f"{name}: {summary[name]['requests_per_s'][0] / ping:.2f}x of /ping requests/s"
+        )
+    c1 = summary["toolgate: 1 call, concurrency 1"]
+    lines.append(
+        f"Added latency per chat at c=1 (instant model): p50 {c1['p50_ms'][0]:.2f} ms, "
+        f"p99 {c1['p99_ms'][0]:.2f} ms"
+    )
+    slow = summary["200 ms model, 100 concurrent chats"]
+    lines.append(f"200 ms model, 100 concurrent: {slow['ratio_to_ideal'][0]:.3f} of ideal")
+    rss = summary["RSS"]
+    lines.append(
+        f"RSS {rss['rss_mb_after_1k'][0]:.1f} MB after 1k chats, "
+        f"{rss['rss_mb_after_10k'][0]:.1f} MB after 10k ({rss['growth_ratio'][0]:.3f}x)"
+    )
+    return lines
+
+
+def markdown(summary: dict[str, dict[str, list[float]]], lines: list[str]) -> str:
+    rows = ["| scenario | figure | median | min | max |", "| --- | --- | --- | --- | --- |"]
+    for name, figures in summary.items():
+        for key, (median, low, high) in figures.items():
+            rows.append(f"| {name} | {key} | {median:.3f} | {low:.3f} | {high:.3f} |")
+    return "\n".join(["# toolgate benchmark", "", *[f"- {line}" for line in lines], "", *rows, ""])
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--chats-c1", type=int, default=300)
+    parser.add_argument("--chats-c50", type=int, default=1500)
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--slow-chats", type=int, default=1000)
+    parser.add_argument("--memory-chats", type=int, default=10_000)
+    parser.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.chats_c1, args.chats_c50, args.requests = 1, 30, 100, 300
+        args.slow_chats, args.memory_chats = 200, 1500
+    bench = Bench(args)
+    await bench.setup()
+    try:
+        await bench.run()
+    finally:
+        await bench.close()
+    summary = summarize(bench.results)
+    lines = headline(summary)
+    out = ROOT / "bench-results"
+    out.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    (out / f"bench-{stamp}.json").write_text(
+        json.dumps({"summary": summary, "runs": bench.results}, indent=1)
+    )
+    (out / f"bench-{stamp}.md").write_text(markdown(summary, lines))
+    print("\n".join(lines))
+    print(f"written: bench-results/bench-{stamp}.md and .json")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
