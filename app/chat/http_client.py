@@ -117,7 +117,7 @@ def _dumps(value: Any) -> str:
 def _backoff(attempt: int, retry_after_s: float | None) -> float:
     if retry_after_s is not None and 0 < retry_after_s <= MAX_RETRY_AFTER_S:
         return retry_after_s
-    delay = min(INITIAL_BACKOFF_S * 2**attempt, MAX_BACKOFF_S)
+    delay: float = min(INITIAL_BACKOFF_S * 2.0**attempt, MAX_BACKOFF_S)
     return delay * (1 - 0.25 * random.random())
 
 
