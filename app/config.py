@@ -69,6 +69,7 @@ class Settings(BaseSettings):
     tool_output_max_chars: int = Field(default=16_000, ge=100, le=1_000_000)
     tool_response_max_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
     tool_threads: int = Field(default=32, ge=1, le=512)
+    tool_cache_ttl_s: float = Field(default=2.0, ge=0, le=300)
     outbound_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     @field_validator("outbound_allow", mode="before")

@@ -29,7 +29,8 @@ class Services:
     chat: ChatService
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
+    # async on purpose: FastAPI runs a sync dependency in a worker thread, once per request.
     services: Services = request.app.state.services
     return services
 

@@ -22,6 +22,7 @@ from app.deps import Services
 from app.repositories.database import Database
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
+from app.services.catalog import ToolCatalog
 from app.services.chat import ChatService
 from app.services.seeding import Seeder
 from app.services.tenants import TenantService
@@ -99,6 +100,7 @@ async def build_services(
     stack.push_async_callback(database.close)
     tenant_repo, tool_repo = TenantRepository(database), ToolRepository(database)
     seeder = Seeder(registry=registry, tenants=tenant_repo, tools=tool_repo)
+    catalog = ToolCatalog(tools=tool_repo, ttl_s=settings.tool_cache_ttl_s)
     prepared = await seeder.prepare_all()
     logger.info("seeded %d function tool(s) into %d tenant(s)", len(registry), prepared)
 
@@ -134,12 +136,13 @@ async def build_services(
             tenants=tenant_repo,
             tools=tool_repo,
             seeder=seeder,
+            catalog=catalog,
             key_secret=settings.effective_api_key_secret,
             admin_key=settings.effective_admin_api_key,
         ),
-        tools=ToolService(tools=tool_repo, registry=registry, policy=policy),
+        tools=ToolService(tools=tool_repo, registry=registry, policy=policy, catalog=catalog),
         chat=ChatService(
-            tools=tool_repo,
+            catalog=catalog,
             loop=loop,
             default_model=settings.openai_model,
             max_iterations_cap=settings.chat_max_iterations,

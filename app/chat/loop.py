@@ -16,7 +16,7 @@ import orjson
 from app.chat.model import ModelClient, ModelTimeoutError, ModelToolCall, Usage
 from app.tools.arguments import argument_problems, merge_context
 from app.tools.executors import ToolOutcome, ToolRunner
-from app.tools.schema import openai_tool
+from app.tools.schema import PreparedTool
 
 REDACTED = "[redacted]"
 # Shorter context values are not scrubbed from tool output: they would match ordinary text.
@@ -57,7 +57,7 @@ class ChatRun:
     """One chat's inputs, already authorised and resolved to tool documents."""
 
     messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]]
+    tools: list[PreparedTool]
     context: dict[str, Any]
     model: str
     max_iterations: int
@@ -80,8 +80,8 @@ class ChatLoop:
             ) from None
 
     async def _run(self, chat: ChatRun) -> ChatResult:
-        schemas = [openai_tool(tool) for tool in chat.tools] or None
-        by_name = {tool["function"]["name"]: tool for tool in chat.tools}
+        schemas = [tool.schema for tool in chat.tools] or None
+        by_name = {tool.name: tool.doc for tool in chat.tools}
         scrub = _Scrubber(chat.context)
         messages = list(chat.messages)
         result = ChatResult(message={}, messages=messages, stop_reason="completed", iterations=0)

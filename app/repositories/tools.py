@@ -82,16 +82,9 @@ class ToolRepository:
         cursor = tools.find(query, _NO_ID).sort("tool_id", ASCENDING).skip(offset).limit(limit)
         return await cursor.to_list(None), await tools.count_documents(query)
 
-    async def enabled(
-        self, *, tenant_id: str, tool_ids: list[str] | None, tags: list[str] | None
-    ) -> list[Document]:
-        """Enabled tools, optionally only those ids and those with one of the tags."""
-        query: Document = {"enabled": True}
-        if tool_ids is not None:
-            query["tool_id"] = {"$in": tool_ids}
-        if tags is not None:
-            query["tags"] = {"$in": tags}
-        cursor = self._tools(tenant_id).find(query, _NO_ID).sort("tool_id", ASCENDING)
+    async def enabled(self, *, tenant_id: str) -> list[Document]:
+        """The tenant's enabled tools, ordered by tool_id."""
+        cursor = self._tools(tenant_id).find({"enabled": True}, _NO_ID).sort("tool_id", ASCENDING)
         return list(await cursor.to_list(None))
 
     async def list_ids(self, *, tenant_id: str) -> list[Document]:

@@ -2,26 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
-from app.chat.loop import ChatLoop, ChatRun
+from app.chat.loop import ChatLoop, ChatResult, ChatRun
 from app.chat.model import ModelNotConfiguredError
 from app.errors import UnprocessableError, field_error
-from app.repositories.tools import ToolRepository
 from app.schemas.chat import ChatRequest
+from app.services.catalog import ToolCatalog
+from app.tools.schema import PreparedTool
 
 
 class ChatService:
     def __init__(
         self,
         *,
-        tools: ToolRepository,
+        catalog: ToolCatalog,
         loop: ChatLoop | None,
         default_model: str,
         max_iterations_cap: int,
     ) -> None:
-        self._tools = tools
+        self._catalog = catalog
         self._loop = loop
         self._default_model = default_model
         self._cap = max_iterations_cap
@@ -38,16 +38,9 @@ class ChatService:
             raise ModelNotConfiguredError(
                 "No model is configured: set OPENAI_BASE_URL and/or OPENAI_API_KEY."
             )
-        tools = await self._tools.enabled(
-            tenant_id=tenant_id, tool_ids=request.tool_ids, tags=request.tags
+        tools = _selected(
+            await self._catalog.enabled(tenant_id=tenant_id), request.tool_ids, request.tags
         )
-        if request.tool_ids is not None:
-            missing = sorted(set(request.tool_ids) - {t["tool_id"] for t in tools})
-            if missing:
-                raise UnprocessableError(
-                    "Some requested tools do not exist, are disabled, or lack the tags.",
-                    errors=[field_error("$.tool_ids", f"unavailable: {', '.join(missing)}")],
-                )
         result = await self._loop.run(
             ChatRun(
                 messages=[m.model_dump(exclude_none=True) for m in request.messages],
@@ -58,4 +51,39 @@ class ChatService:
                 parallel_tool_calls=request.parallel_tool_calls,
             )
         )
-        return {**asdict(result), "tool_calls": [asdict(r) for r in result.tool_calls]}
+        return _response(result)
+
+
+def _selected(
+    tools: list[PreparedTool], tool_ids: list[str] | None, tags: list[str] | None
+) -> list[PreparedTool]:
+    """The tools a request asks for; 422 naming any requested id that is not available."""
+    if tool_ids is not None:
+        wanted = set(tool_ids)
+        tools = [t for t in tools if t.doc["tool_id"] in wanted]
+        missing = sorted(wanted - {t.doc["tool_id"] for t in tools})
+        if missing:
+            raise UnprocessableError(
+                "Some requested tools do not exist or are disabled.",
+                errors=[field_error("$.tool_ids", f"unavailable: {', '.join(missing)}")],
+            )
+    if tags is not None:
+        wanted_tags = set(tags)
+        tools = [t for t in tools if wanted_tags.intersection(t.doc.get("tags", ()))]
+    return tools
+
+
+def _response(result: ChatResult) -> dict[str, Any]:
+    usage = result.usage
+    return {
+        "message": result.message,
+        "messages": result.messages,
+        "stop_reason": result.stop_reason,
+        "iterations": result.iterations,
+        "tool_calls": [vars(record) for record in result.tool_calls],
+        "usage": {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+        },
+    }

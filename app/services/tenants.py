@@ -11,6 +11,7 @@ from typing import Any
 from app.errors import NotFoundError
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
+from app.services.catalog import ToolCatalog
 from app.services.seeding import Seeder
 
 KEY_PREFIX = "tg_"
@@ -28,12 +29,14 @@ class TenantService:
         tenants: TenantRepository,
         tools: ToolRepository,
         seeder: Seeder,
+        catalog: ToolCatalog,
         key_secret: bytes,
         admin_key: str,
     ) -> None:
         self._tenants = tenants
         self._tools = tools
         self._seeder = seeder
+        self._catalog = catalog
         self._key_secret = key_secret
         self._admin_key = admin_key.encode()
 
@@ -57,6 +60,7 @@ class TenantService:
         # A crash during an earlier delete may have left this id's tools behind: never inherit them.
         await self._tools.drop_all(tenant_id=tenant_id)
         await self._seeder.prepare_tenant(tenant_id)
+        self._catalog.invalidate(tenant_id)
         return tenant, api_key
 
     async def page(self, *, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
@@ -76,3 +80,4 @@ class TenantService:
         if not await self._tenants.delete(tenant_id=tenant_id):
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")
         await self._tools.drop_all(tenant_id=tenant_id)
+        self._catalog.invalidate(tenant_id)

@@ -7,6 +7,7 @@ from typing import Any
 from app.errors import NotFoundError, UnprocessableError, field_error
 from app.repositories.tools import ToolRepository
 from app.schemas.tools import ToolCreate, ToolFields, ToolUpdate
+from app.services.catalog import ToolCatalog
 from app.tools.definitions import (
     Problem,
     endpoint_problems,
@@ -19,11 +20,17 @@ from app.tools.registry import FunctionRegistry
 
 class ToolService:
     def __init__(
-        self, *, tools: ToolRepository, registry: FunctionRegistry, policy: OutboundPolicy
+        self,
+        *,
+        tools: ToolRepository,
+        registry: FunctionRegistry,
+        policy: OutboundPolicy,
+        catalog: ToolCatalog,
     ) -> None:
         self._tools = tools
         self._registry = registry
         self._policy = policy
+        self._catalog = catalog
 
     def check(self, tool: ToolFields) -> None:
         """Raise a 422 listing every rule `tool` breaks, each with its JSON path."""
@@ -59,7 +66,10 @@ class ToolService:
     async def create(self, tool: ToolCreate, *, tenant_id: str) -> dict[str, Any]:
         """Store a new tool; 422 on a broken definition, 409 on a taken id or function name."""
         self.check(tool)
-        return await self._tools.insert(_document(tool), tenant_id=tenant_id)
+        try:
+            return await self._tools.insert(_document(tool), tenant_id=tenant_id)
+        finally:
+            self._catalog.invalidate(tenant_id)
 
     async def get(self, tool_id: str, *, tenant_id: str) -> dict[str, Any]:
         doc = await self._tools.get(tool_id, tenant_id=tenant_id)
@@ -89,13 +99,18 @@ class ToolService:
                 ],
             )
         self.check(tool)
-        doc = await self._tools.replace(tool_id, _document(tool), tenant_id=tenant_id)
+        try:
+            doc = await self._tools.replace(tool_id, _document(tool), tenant_id=tenant_id)
+        finally:
+            self._catalog.invalidate(tenant_id)
         if doc is None:
             raise NotFoundError(f"tool '{tool_id}' does not exist")
         return doc
 
     async def delete(self, tool_id: str, *, tenant_id: str) -> None:
-        if not await self._tools.delete(tool_id, tenant_id=tenant_id):
+        deleted = await self._tools.delete(tool_id, tenant_id=tenant_id)
+        self._catalog.invalidate(tenant_id)
+        if not deleted:
             raise NotFoundError(f"tool '{tool_id}' does not exist")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 _RENAMED = {"min_items": "minItems", "max_items": "maxItems"}
@@ -42,3 +43,19 @@ def openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
             "parameters": parameters_json_schema(function.get("parameters", {})),
         },
     }
+
+
+@dataclass(frozen=True)
+class PreparedTool:
+    """A stored tool with its model schema, built once per catalog load rather than per chat."""
+
+    doc: dict[str, Any]
+    schema: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.doc["function"]["name"])
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> PreparedTool:
+        return cls(doc, openai_tool(doc))
