@@ -35,6 +35,7 @@ OPENAI_BASE_URL = "https://api.openai.com/v1"
 MAX_RETRY_AFTER_S = 60.0
 INITIAL_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
 _RETRY_STATUSES = frozenset({408, 409, 429})
+_DROPPED_CONNECTION = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 
 class _Retryable(Exception):
@@ -98,16 +99,24 @@ class HTTPModelClient:
     async def _attempt(self, body: bytes) -> ModelTurn:
         try:
             async with asyncio.timeout(self._timeout_s):
-                post = self._client().post(self._url, data=body, headers=self._headers)
-                async with post as response:
-                    raw = await response.read()
-                    if response.status >= 400:
-                        raise _status_error(response.status, response.headers, raw)
+                try:
+                    raw = await self._post(body)
+                except _DROPPED_CONNECTION:
+                    # The server closed a pooled keep-alive connection just as we reused it:
+                    # one immediate retry on a fresh connection, not a backoff.
+                    raw = await self._post(body)
         except TimeoutError:
             raise _Retryable(ModelTimeoutError("The model did not answer in time."), None) from None
         except aiohttp.ClientError:
             raise _Retryable(ModelUpstreamError("Cannot reach the model endpoint."), None) from None
         return parse_completion(raw)
+
+    async def _post(self, body: bytes) -> bytes:
+        async with self._client().post(self._url, data=body, headers=self._headers) as response:
+            raw = await response.read()
+            if response.status >= 400:
+                raise _status_error(response.status, response.headers, raw)
+            return raw
 
     async def close(self) -> None:
         if self._session is not None:

@@ -152,7 +152,9 @@ class Bench:
             env,
         )
         self.base = f"http://127.0.0.1:{self.service_port}"
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200))
+        # Idle connections are dropped by the driver before the service's keep-alive (30 s) ends.
+        connector = aiohttp.TCPConnector(limit=200, keepalive_timeout=10)
+        self.session = aiohttp.ClientSession(connector=connector)
         admin_h = {"Authorization": f"Bearer {admin}"}
         self.key = {"Authorization": f"Bearer {await self._tenant('bench', admin_h)}"}
         self.list_key = {"Authorization": f"Bearer {await self._tenant('bench-list', admin_h)}"}

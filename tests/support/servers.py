@@ -12,7 +12,7 @@ from tests.support.secantus import free_port
 
 
 class ThreadedServer:
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, keep_alive_s: int = 5) -> None:
         self.port = free_port()
         config = uvicorn.Config(
             app,
@@ -21,6 +21,7 @@ class ThreadedServer:
             log_level="warning",
             lifespan="off",
             access_log=False,
+            timeout_keep_alive=keep_alive_s,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
