@@ -52,6 +52,7 @@ class Settings(BaseSettings):
 
     admin_api_key: SecretStr | None = None
     api_key_secret: SecretStr | None = None
+    auth_cache_ttl_s: float = Field(default=2.0, ge=0, le=300)
 
     functions_module: str = "app.tools.builtin:registry"
     max_body_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)

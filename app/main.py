@@ -139,6 +139,7 @@ async def build_services(
             catalog=catalog,
             key_secret=settings.effective_api_key_secret,
             admin_key=settings.effective_admin_api_key,
+            auth_cache_ttl_s=settings.auth_cache_ttl_s,
         ),
         tools=ToolService(tools=tool_repo, registry=registry, policy=policy, catalog=catalog),
         chat=ChatService(

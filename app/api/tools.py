@@ -53,14 +53,12 @@ async def list_tools(
     tag: Annotated[
         str | None, Query(pattern=TAG_PATTERN, description="Only tools with this tag")
     ] = None,
-) -> ToolPage:
+) -> Response:
     """List the calling tenant's tools, ordered by tool_id."""
-    items, total = await services.tools.page(
+    page = await services.tools.page_json(
         tenant_id=tenant_id, limit=limit, offset=offset, tool_type=type, tag=tag
     )
-    return ToolPage(
-        items=[Tool.model_validate(t) for t in items], total=total, limit=limit, offset=offset
-    )
+    return Response(page, media_type="application/json")  # pre-serialized ToolPage
 
 
 @router.get("/ids", response_model=list[ToolId])
@@ -75,9 +73,10 @@ async def list_tool_ids(tenant_id: TenantDep, services: ServicesDep) -> list[Too
     response_model_exclude_none=True,
     responses=problem_responses(404, 422),
 )
-async def get_tool(tool_id: ToolIdPath, tenant_id: TenantDep, services: ServicesDep) -> Tool:
+async def get_tool(tool_id: ToolIdPath, tenant_id: TenantDep, services: ServicesDep) -> Response:
     """Get one of the calling tenant's tools."""
-    return Tool.model_validate(await services.tools.get(tool_id, tenant_id=tenant_id))
+    tool = await services.tools.get_json(tool_id, tenant_id=tenant_id)
+    return Response(tool, media_type="application/json")  # pre-serialized Tool
 
 
 @router.put(

@@ -64,41 +64,10 @@ class ToolRepository:
         doc: Document | None = await self._tools(tenant_id).find_one({"tool_id": tool_id}, _NO_ID)
         return doc
 
-    async def page(
-        self,
-        *,
-        tenant_id: str,
-        limit: int,
-        offset: int,
-        tool_type: str | None = None,
-        tag: str | None = None,
-    ) -> tuple[list[Document], int]:
-        query: Document = {}
-        if tool_type is not None:
-            query["type"] = tool_type
-        if tag is not None:
-            query["tags"] = tag
-        tools = self._tools(tenant_id)
-        cursor = tools.find(query, _NO_ID).sort("tool_id", ASCENDING).skip(offset).limit(limit)
-        return await cursor.to_list(None), await tools.count_documents(query)
-
-    async def enabled(self, *, tenant_id: str) -> list[Document]:
-        """The tenant's enabled tools, ordered by tool_id."""
-        cursor = self._tools(tenant_id).find({"enabled": True}, _NO_ID).sort("tool_id", ASCENDING)
+    async def all(self, *, tenant_id: str) -> list[Document]:
+        """Every tool of the tenant, ordered by tool_id (a tenant's tools are capped in number)."""
+        cursor = self._tools(tenant_id).find({}, _NO_ID).sort("tool_id", ASCENDING)
         return list(await cursor.to_list(None))
-
-    async def list_ids(self, *, tenant_id: str) -> list[Document]:
-        projection = {"_id": 0, "tool_id": 1, "function.name": 1, "type": 1, "enabled": 1}
-        cursor = self._tools(tenant_id).find({}, projection).sort("tool_id", ASCENDING)
-        return [
-            {
-                "tool_id": d["tool_id"],
-                "name": d["function"]["name"],
-                "type": d["type"],
-                "enabled": d["enabled"],
-            }
-            async for d in cursor
-        ]
 
     async def replace(self, tool_id: str, document: Document, *, tenant_id: str) -> Document | None:
         # Every top-level field of a validated tool is always present, so $set of all of them is a

@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import re
 import secrets
+import time
 from typing import Any
 
 from app.errors import NotFoundError
@@ -16,6 +17,7 @@ from app.services.seeding import Seeder
 
 KEY_PREFIX = "tg_"
 _KEY_SHAPE = re.compile(r"^tg_[A-Za-z0-9_-]{43}$")
+MAX_CACHED_KEYS = 100_000
 
 
 def new_api_key() -> str:
@@ -32,6 +34,7 @@ class TenantService:
         catalog: ToolCatalog,
         key_secret: bytes,
         admin_key: str,
+        auth_cache_ttl_s: float = 0.0,
     ) -> None:
         self._tenants = tenants
         self._tools = tools
@@ -39,6 +42,10 @@ class TenantService:
         self._catalog = catalog
         self._key_secret = key_secret
         self._admin_key = admin_key.encode()
+        # key hash -> (tenant id, expiry). Rotation and deletion here drop entries at once;
+        # another replica's rotation takes effect here within AUTH_CACHE_TTL_S.
+        self._auth_ttl_s = auth_cache_ttl_s
+        self._auth_cache: dict[str, tuple[str, float]] = {}
 
     def _hash(self, api_key: str) -> str:
         return hmac.new(self._key_secret, api_key.encode(), hashlib.sha256).hexdigest()
@@ -51,7 +58,20 @@ class TenantService:
         """The tenant a key belongs to, or None for a malformed, unknown or rotated key."""
         if not _KEY_SHAPE.match(presented):
             return None
-        return await self._tenants.find_id_by_key_hash(self._hash(presented))
+        key_hash = self._hash(presented)
+        cached = self._auth_cache.get(key_hash)
+        if cached is not None and cached[1] > time.monotonic():
+            return cached[0]
+        tenant_id = await self._tenants.find_id_by_key_hash(key_hash)
+        if tenant_id is not None and self._auth_ttl_s > 0:
+            if len(self._auth_cache) >= MAX_CACHED_KEYS:
+                self._auth_cache.clear()
+            self._auth_cache[key_hash] = (tenant_id, time.monotonic() + self._auth_ttl_s)
+        return tenant_id
+
+    def _forget_keys_of(self, tenant_id: str) -> None:
+        for key_hash in [k for k, (t, _) in self._auth_cache.items() if t == tenant_id]:
+            del self._auth_cache[key_hash]
 
     async def create(self, *, tenant_id: str) -> tuple[dict[str, Any], str]:
         """Create a tenant with its tool collection and seeded tools; return it and its key."""
@@ -69,6 +89,7 @@ class TenantService:
     async def rotate_key(self, *, tenant_id: str) -> str:
         """Issue a new key; the old one stops working at once."""
         api_key = new_api_key()
+        self._forget_keys_of(tenant_id)
         if not await self._tenants.replace_key_hash(
             tenant_id=tenant_id, key_hash=self._hash(api_key)
         ):
@@ -77,6 +98,7 @@ class TenantService:
 
     async def delete(self, *, tenant_id: str) -> None:
         """Delete a tenant: its keys stop working first, then its tools are removed."""
+        self._forget_keys_of(tenant_id)
         if not await self._tenants.delete(tenant_id=tenant_id):
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")
         await self._tools.drop_all(tenant_id=tenant_id)

@@ -71,21 +71,44 @@ class ToolService:
         finally:
             self._catalog.invalidate(tenant_id)
 
-    async def get(self, tool_id: str, *, tenant_id: str) -> dict[str, Any]:
-        doc = await self._tools.get(tool_id, tenant_id=tenant_id)
-        if doc is None:
+    async def get_json(self, tool_id: str, *, tenant_id: str) -> bytes:
+        """One tool as API JSON."""
+        snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
+        found = snapshot.json_by_id.get(tool_id)
+        if found is None:
             raise NotFoundError(f"tool '{tool_id}' does not exist")
-        return doc
+        return found
 
-    async def page(
+    async def page_json(
         self, *, tenant_id: str, limit: int, offset: int, tool_type: str | None, tag: str | None
-    ) -> tuple[list[dict[str, Any]], int]:
-        return await self._tools.page(
-            tenant_id=tenant_id, limit=limit, offset=offset, tool_type=tool_type, tag=tag
+    ) -> bytes:
+        """A page of tools as API JSON (a ToolPage), ordered by tool_id."""
+        snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
+        docs = [
+            doc
+            for doc in snapshot.docs
+            if (tool_type is None or doc["type"] == tool_type)
+            and (tag is None or tag in doc.get("tags", ()))
+        ]
+        items = b",".join(snapshot.json_by_id[d["tool_id"]] for d in docs[offset : offset + limit])
+        return b'{"items":[%b],"total":%d,"limit":%d,"offset":%d}' % (
+            items,
+            len(docs),
+            limit,
+            offset,
         )
 
     async def list_ids(self, *, tenant_id: str) -> list[dict[str, Any]]:
-        return await self._tools.list_ids(tenant_id=tenant_id)
+        snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
+        return [
+            {
+                "tool_id": d["tool_id"],
+                "name": d["function"]["name"],
+                "type": d["type"],
+                "enabled": d["enabled"],
+            }
+            for d in snapshot.docs
+        ]
 
     async def replace(self, tool_id: str, tool: ToolUpdate, *, tenant_id: str) -> dict[str, Any]:
         """Replace a tool whole; its tool_id cannot change."""

@@ -13,6 +13,10 @@ def _tool(tool_id: str) -> dict[str, Any]:
         "tool_id": tool_id,
         "type": "function",
         "enabled": True,
+        "tags": [],
+        "context_parameters": [],
+        "created_at": "2026-01-01T00:00:00Z",
+        "updated_at": "2026-01-01T00:00:00Z",
         "function": {"name": tool_id, "parameters": {"properties": {}, "required": []}},
     }
 
@@ -25,7 +29,7 @@ class SlowRepository:
         self.reads = 0
         self.pause: asyncio.Event | None = None
 
-    async def enabled(self, *, tenant_id: str) -> list[dict[str, Any]]:
+    async def all(self, *, tenant_id: str) -> list[dict[str, Any]]:
         self.reads += 1
         snapshot = list(self.docs)
         if self.pause is not None:
