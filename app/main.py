@@ -171,6 +171,8 @@ def create_app(
         version="0.1.0",
         summary="Define, store, validate and run the tools an LLM may call.",
         lifespan=lifespan,
+        # FastAPI's native OpenTelemetry hooks cost CPU on every request; off unless wanted.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response, status
 
 from app.api.routing import StrictJSONRoute
-from app.deps import ServicesDep, TenantDep
+from app.deps import TenantDep
 from app.schemas.problems import problem_responses
 from app.schemas.tools import (
     NAME_PATTERN,
@@ -36,17 +36,16 @@ ToolIdPath = Annotated[str, Path(pattern=NAME_PATTERN, description="The tool's i
     response_model_exclude_none=True,
     responses=problem_responses(400, 409, 413, 422),
 )
-async def create_tool(body: ToolCreate, tenant_id: TenantDep, services: ServicesDep) -> Tool:
+async def create_tool(body: ToolCreate, tenant: TenantDep) -> Tool:
     """Create a tool for the calling tenant."""
-    return Tool.model_validate(await services.tools.create(body, tenant_id=tenant_id))
+    return Tool.model_validate(await tenant.services.tools.create(body, tenant_id=tenant.id))
 
 
 @router.get(
     "/", response_model=ToolPage, response_model_exclude_none=True, responses=problem_responses(422)
 )
 async def list_tools(
-    tenant_id: TenantDep,
-    services: ServicesDep,
+    tenant: TenantDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
     type: Annotated[ToolType | None, Query(description="Only tools of this type")] = None,
@@ -55,16 +54,18 @@ async def list_tools(
     ] = None,
 ) -> Response:
     """List the calling tenant's tools, ordered by tool_id."""
-    page = await services.tools.page_json(
-        tenant_id=tenant_id, limit=limit, offset=offset, tool_type=type, tag=tag
+    page = await tenant.services.tools.page_json(
+        tenant_id=tenant.id, limit=limit, offset=offset, tool_type=type, tag=tag
     )
     return Response(page, media_type="application/json")  # pre-serialized ToolPage
 
 
 @router.get("/ids", response_model=list[ToolId])
-async def list_tool_ids(tenant_id: TenantDep, services: ServicesDep) -> list[ToolId]:
+async def list_tool_ids(tenant: TenantDep) -> list[ToolId]:
     """List the calling tenant's tool ids with their function names."""
-    return [ToolId.model_validate(t) for t in await services.tools.list_ids(tenant_id=tenant_id)]
+    return [
+        ToolId.model_validate(t) for t in await tenant.services.tools.list_ids(tenant_id=tenant.id)
+    ]
 
 
 @router.get(
@@ -73,9 +74,9 @@ async def list_tool_ids(tenant_id: TenantDep, services: ServicesDep) -> list[Too
     response_model_exclude_none=True,
     responses=problem_responses(404, 422),
 )
-async def get_tool(tool_id: ToolIdPath, tenant_id: TenantDep, services: ServicesDep) -> Response:
+async def get_tool(tool_id: ToolIdPath, tenant: TenantDep) -> Response:
     """Get one of the calling tenant's tools."""
-    tool = await services.tools.get_json(tool_id, tenant_id=tenant_id)
+    tool = await tenant.services.tools.get_json(tool_id, tenant_id=tenant.id)
     return Response(tool, media_type="application/json")  # pre-serialized Tool
 
 
@@ -85,17 +86,17 @@ async def get_tool(tool_id: ToolIdPath, tenant_id: TenantDep, services: Services
     response_model_exclude_none=True,
     responses=problem_responses(400, 404, 409, 413, 422),
 )
-async def replace_tool(
-    tool_id: ToolIdPath, body: ToolUpdate, tenant_id: TenantDep, services: ServicesDep
-) -> Tool:
+async def replace_tool(tool_id: ToolIdPath, body: ToolUpdate, tenant: TenantDep) -> Tool:
     """Replace a tool's whole definition; its tool_id cannot change."""
-    return Tool.model_validate(await services.tools.replace(tool_id, body, tenant_id=tenant_id))
+    return Tool.model_validate(
+        await tenant.services.tools.replace(tool_id, body, tenant_id=tenant.id)
+    )
 
 
 @router.delete(
     "/{tool_id}", status_code=status.HTTP_204_NO_CONTENT, responses=problem_responses(404, 422)
 )
-async def delete_tool(tool_id: ToolIdPath, tenant_id: TenantDep, services: ServicesDep) -> Response:
+async def delete_tool(tool_id: ToolIdPath, tenant: TenantDep) -> Response:
     """Delete one of the calling tenant's tools."""
-    await services.tools.delete(tool_id, tenant_id=tenant_id)
+    await tenant.services.tools.delete(tool_id, tenant_id=tenant.id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

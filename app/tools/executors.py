@@ -58,12 +58,7 @@ class ToolRunner:
     def optional_context(self, tool: dict[str, Any]) -> frozenset[str]:
         """Context parameters that may be absent: those the function gives a default."""
         entry = self._registry.get(tool["function"]["name"]) if tool["type"] == "function" else None
-        if entry is None:
-            return frozenset()
-        signature = inspect.signature(entry.func)
-        return frozenset(
-            name for name, p in signature.parameters.items() if p.default is not p.empty
-        )
+        return frozenset() if entry is None else entry.defaulted_parameters
 
     async def run(self, tool: dict[str, Any], arguments: dict[str, Any]) -> ToolOutcome:
         if tool["type"] == "function":

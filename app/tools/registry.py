@@ -14,6 +14,7 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, TypedDict, TypeVar, Unpack, overload
 
 from pydantic import ValidationError
@@ -45,6 +46,12 @@ class RegisteredFunction:
     @property
     def name(self) -> str:
         return self.function.name
+
+    @cached_property
+    def defaulted_parameters(self) -> frozenset[str]:
+        """Parameters the function gives a default: context ones among them may be absent."""
+        signature = inspect.signature(self.func)
+        return frozenset(n for n, p in signature.parameters.items() if p.default is not p.empty)
 
     def seed_document(self) -> dict[str, Any]:
         """The tool document seeded into every tenant's collection."""
