@@ -1,7 +1,7 @@
-"""`ModelClient` speaking the OpenAI chat-completions wire format over pooled aiohttp + orjson.
+"""`ModelClient` speaking the OpenAI chat-completions wire format: orjson over `wire.WirePool`.
 
 The `openai` SDK spends about 2 ms of CPU per call here, most of it converting `messages` and
-`tools` and building its types; this client spends a fraction of that (see the README's
+`tools` and building its types; this client spends a small fraction of that (see the README's
 performance section). It keeps the SDK's semantics: the same retry rules (408, 409, 429, 5xx,
 connection errors and timeouts; `x-should-retry`; `Retry-After`/`retry-after-ms` honoured up to
 60 s, else exponential backoff with jitter) and the same error mapping as `openai_sdk.py`.
@@ -16,7 +16,6 @@ from email.utils import parsedate_to_datetime
 from time import time
 from typing import Any
 
-import aiohttp
 import orjson
 
 from app.chat.model import (
@@ -28,6 +27,7 @@ from app.chat.model import (
     ModelUpstreamError,
     Usage,
 )
+from app.chat.wire import WireError, WirePool
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,6 @@ OPENAI_BASE_URL = "https://api.openai.com/v1"
 MAX_RETRY_AFTER_S = 60.0
 INITIAL_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
 _RETRY_STATUSES = frozenset({408, 409, 429})
-_DROPPED_CONNECTION = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 
 class _Retryable(Exception):
@@ -47,30 +46,16 @@ class HTTPModelClient:
     def __init__(
         self, *, base_url: str | None, api_key: str, timeout_s: float, max_retries: int
     ) -> None:
-        self._url = (base_url or OPENAI_BASE_URL).rstrip("/") + "/chat/completions"
+        self._pool = WirePool((base_url or OPENAI_BASE_URL).rstrip("/") + "/chat/completions")
         self._headers = {
             "Authorization": f"Bearer {api_key}",
             "Content-Type": "application/json",
             "Accept": "application/json",
+            "Accept-Encoding": "identity",
             "User-Agent": "toolgate/0.1",
         }
         self._timeout_s = timeout_s
         self._max_retries = max_retries
-        self._session: aiohttp.ClientSession | None = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        # Created on first use, inside the running event loop.
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, ttl_dns_cache=300)
-            # The per-call timeout is one asyncio.timeout around each call: aiohttp's own timer
-            # machinery cost about 7% of the service's CPU under load.
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=None),
-                json_serialize=_dumps,
-                skip_auto_headers=("User-Agent",),
-            )
-        return self._session
 
     async def complete(
         self,
@@ -99,32 +84,17 @@ class HTTPModelClient:
     async def _attempt(self, body: bytes) -> ModelTurn:
         try:
             async with asyncio.timeout(self._timeout_s):
-                try:
-                    raw = await self._post(body)
-                except _DROPPED_CONNECTION:
-                    # The server closed a pooled keep-alive connection just as we reused it:
-                    # one immediate retry on a fresh connection, not a backoff.
-                    raw = await self._post(body)
+                response = await self._pool.post(body, self._headers)
         except TimeoutError:
             raise _Retryable(ModelTimeoutError("The model did not answer in time."), None) from None
-        except aiohttp.ClientError:
+        except WireError:
             raise _Retryable(ModelUpstreamError("Cannot reach the model endpoint."), None) from None
-        return parse_completion(raw)
-
-    async def _post(self, body: bytes) -> bytes:
-        async with self._client().post(self._url, data=body, headers=self._headers) as response:
-            raw = await response.read()
-            if response.status >= 400:
-                raise _status_error(response.status, response.headers, raw)
-            return raw
+        if response.status >= 400:
+            raise _status_error(response.status, response.headers, response.body)
+        return parse_completion(response.body)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-
-
-def _dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
+        await self._pool.close()
 
 
 def _backoff(attempt: int, retry_after_s: float | None) -> float:

@@ -1,0 +1,146 @@
+"""The model call's HTTP/1.1 client against raw responses from a real socket server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from app.chat.wire import WireError, WirePool
+
+Responder = Callable[[int], bytes]  # request number on the connection -> raw response
+
+
+class RawServer:
+    def __init__(self) -> None:
+        self.respond: Responder = lambda n: b""
+        self.connections = 0
+        self.requests: list[bytes] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            for number in range(100):
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                self.requests.append(head + await reader.readexactly(length))
+                raw = self.respond(number)
+                if not raw:
+                    break
+                writer.write(raw)
+                await writer.drain()
+                if b"connection: close" in raw.lower() or raw.startswith(b"HTTP/1.0"):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+
+@pytest.fixture
+async def raw() -> AsyncIterator[tuple[RawServer, WirePool]]:
+    server = RawServer()
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    pool = WirePool(f"http://127.0.0.1:{port}/v1/chat/completions?api-version=1")
+    yield server, pool
+    await pool.close()
+    listener.close()
+    await listener.wait_closed()
+
+
+def ok(body: bytes, extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%b\r\n%b" % (len(body), extra, body)
+
+
+async def test_keep_alive_reuses_one_connection(raw: tuple[RawServer, WirePool]) -> None:
+    server, pool = raw
+    server.respond = lambda n: ok(b'{"n": %d}' % n)
+    for n in range(3):
+        response = await pool.post(b"{}", {"Content-Type": "application/json"})
+        assert response.status == 200 and response.body == b'{"n": %d}' % n
+    assert server.connections == 1
+    first = server.requests[0]
+    assert first.startswith(b"POST /v1/chat/completions?api-version=1 HTTP/1.1\r\n")
+    assert b"Host: 127.0.0.1:" in first and first.endswith(b"\r\n\r\n{}")
+
+
+async def test_chunked_body_with_extensions_and_trailers(raw: tuple[RawServer, WirePool]) -> None:
+    server, pool = raw
+    server.respond = lambda n: (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\n"
+    )
+    response = await pool.post(b"{}", {})
+    assert response.body == b"hello world"
+    assert (await pool.post(b"{}", {})).body == b"hello world"
+    assert server.connections == 1
+
+
+async def test_interim_responses_are_skipped(raw: tuple[RawServer, WirePool]) -> None:
+    server, pool = raw
+    server.respond = lambda n: b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b"done")
+    assert (await pool.post(b"{}", {})).body == b"done"
+
+
+@pytest.mark.parametrize(
+    "response",
+    [ok(b"bye", b"Connection: close\r\n"), b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nbye"],
+)
+async def test_connection_close_is_honoured(
+    raw: tuple[RawServer, WirePool], response: bytes
+) -> None:
+    server, pool = raw
+    server.respond = lambda n: response
+    for _ in range(2):
+        assert (await pool.post(b"{}", {})).body == b"bye"
+    assert server.connections == 2
+
+
+async def test_body_until_close_without_length(raw: tuple[RawServer, WirePool]) -> None:
+    server, pool = raw
+    server.respond = lambda n: b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\nupstream down"
+    response = await pool.post(b"{}", {})
+    assert response.status == 502 and response.body == b"upstream down"
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    ],
+)
+async def test_malformed_responses_raise_wire_errors(
+    raw: tuple[RawServer, WirePool], garbage: bytes
+) -> None:
+    server, pool = raw
+    server.respond = lambda n: garbage
+    with pytest.raises(WireError):
+        await pool.post(b"{}", {})
+
+
+async def test_a_body_cut_short_is_an_error(raw: tuple[RawServer, WirePool]) -> None:
+    server, pool = raw
+    server.respond = lambda n: (
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nConnection: close\r\n\r\nshort"
+    )
+    with pytest.raises(WireError):
+        await pool.post(b"{}", {})
+
+
+async def test_unreachable_port_is_a_wire_error() -> None:
+    from tests.support.secantus import free_port
+
+    pool = WirePool(f"http://127.0.0.1:{free_port()}/v1")
+    with pytest.raises(WireError, match="cannot connect"):
+        await pool.post(b"{}", {})
+
+
+def test_host_header_and_path() -> None:
+    assert WirePool("https://api.openai.com/v1/chat/completions").host_header == "api.openai.com"
+    assert WirePool("http://[::1]:8080/x").host_header == "[::1]:8080"
+    assert WirePool("https://example.com:8443").path == "/"
+    with pytest.raises(ValueError):
+        WirePool("ftp://example.com/")
