@@ -23,6 +23,9 @@ class StrictJSONRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
+        if not (self.methods & {"POST", "PUT", "PATCH"}):
+            return handler
+
         async def strict_json_handler(request: Request) -> Response:
             return await handler(StrictJSONRequest(request.scope, request.receive))
 
