@@ -23,7 +23,7 @@ class StrictJSONRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
-        if not (self.methods & {"POST", "PUT", "PATCH"}):
+        if not ((self.methods or set()) & {"POST", "PUT", "PATCH"}):  # no body to parse
             return handler
 
         async def strict_json_handler(request: Request) -> Response:
