@@ -1,4 +1,4 @@
-.PHONY: install run test
+.PHONY: install run test bench
 
 install:
 	python3 -m venv .venv && .venv/bin/pip install -e '.[dev]'
@@ -8,3 +8,6 @@ run:
 
 test:
 	scripts/test
+
+bench:
+	scripts/bench/run

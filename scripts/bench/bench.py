@@ -360,7 +360,17 @@ def markdown(summary: dict[str, dict[str, list[float]]], lines: list[str]) -> st
     return "\n".join(["# toolgate benchmark", "", *[f"- {line}" for line in lines], "", *rows, ""])
 
 
-async def main() -> None:
+async def measure(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
+    bench = Bench(args)
+    await bench.setup()
+    try:
+        await bench.run()
+    finally:
+        await bench.close()
+    return bench.results
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--chats-c1", type=int, default=300)
@@ -369,28 +379,24 @@ async def main() -> None:
     parser.add_argument("--slow-chats", type=int, default=1000)
     parser.add_argument("--memory-chats", type=int, default=10_000)
     parser.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
+    parser.add_argument("--out", default=str(ROOT / "bench-results"))
     args = parser.parse_args()
     if args.quick:
-        args.rounds, args.chats_c1, args.chats_c50, args.requests = 1, 30, 100, 300
-        args.slow_chats, args.memory_chats = 200, 1500
-    bench = Bench(args)
-    await bench.setup()
-    try:
-        await bench.run()
-    finally:
-        await bench.close()
-    summary = summarize(bench.results)
+        args.rounds, args.chats_c1, args.chats_c50, args.requests = 1, 10, 60, 100
+        args.slow_chats, args.memory_chats = 100, 1100
+    results = asyncio.run(measure(args))
+    summary = summarize(results)
     lines = headline(summary)
-    out = ROOT / "bench-results"
-    out.mkdir(exist_ok=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     (out / f"bench-{stamp}.json").write_text(
-        json.dumps({"summary": summary, "runs": bench.results}, indent=1)
+        json.dumps({"summary": summary, "runs": results}, indent=1)
     )
     (out / f"bench-{stamp}.md").write_text(markdown(summary, lines))
     print("\n".join(lines))
-    print(f"written: bench-results/bench-{stamp}.md and .json")
+    print(f"written: {out}/bench-{stamp}.md and .json")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

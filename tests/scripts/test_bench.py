@@ -1,0 +1,38 @@
+"""The benchmark harness runs end to end and reports every scenario (figures are not judged)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = {
+    "toolgate: 1 call, concurrency 1",
+    "naive: 1 call, concurrency 1",
+    "toolgate: 3 parallel calls, concurrency 50",
+    "naive: 3 parallel calls, concurrency 50",
+    "GET /ping",
+    "GET /tools/{tool_id}",
+    "GET /tools/ (50 tools)",
+    "200 ms model, 100 concurrent chats",
+    "RSS",
+}
+
+
+def test_quick_benchmark_writes_json_and_markdown(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "scripts/bench/bench.py", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    [report] = tmp_path.glob("bench-*.json")
+    summary = json.loads(report.read_text())["summary"]
+    assert SCENARIOS <= set(summary)
+    assert summary["toolgate: 1 call, concurrency 1"]["iterations"][0] == 20  # 10 chats x 2
+    assert "CPU per model iteration" in result.stdout
+    assert next(tmp_path.glob("bench-*.md")).read_text().startswith("# toolgate benchmark")
