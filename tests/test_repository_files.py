@@ -32,6 +32,13 @@ def test_env_example_documents_every_setting() -> None:
         assert before.startswith("#"), name
 
 
+def test_readme_settings_table_lists_every_setting() -> None:
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Settings", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `([A-Z_]+)` \|", table, flags=re.M))
+    assert listed == {name.upper() for name in Settings.model_fields}
+
+
 def test_dockerfile_runs_as_non_root_through_the_checking_entrypoint() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert "python:3.11-slim" in text
