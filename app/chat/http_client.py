@@ -20,12 +20,15 @@ import orjson
 
 from app.chat.model import (
     ModelError,
-    ModelRateLimitedError,
-    ModelTimeoutError,
     ModelToolCall,
     ModelTurn,
-    ModelUpstreamError,
     Usage,
+    credentials_rejected,
+    malformed_answer,
+    model_timed_out,
+    rate_limited,
+    unreachable,
+    upstream_status,
 )
 from app.chat.wire import WireError, WirePool
 
@@ -86,9 +89,9 @@ class HTTPModelClient:
             async with asyncio.timeout(self._timeout_s):
                 response = await self._pool.post(body, self._headers)
         except TimeoutError:
-            raise _Retryable(ModelTimeoutError("The model did not answer in time."), None) from None
+            raise _Retryable(model_timed_out(), None) from None
         except WireError:
-            raise _Retryable(ModelUpstreamError("Cannot reach the model endpoint."), None) from None
+            raise _Retryable(unreachable(), None) from None
         if response.status >= 400:
             raise _status_error(response.status, response.headers, response.body)
         return parse_completion(response.body)
@@ -128,17 +131,11 @@ def _status_error(status: int, headers: Any, raw: bytes) -> Exception:
     )
     error: ModelError
     if status in (401, 403):
-        error = ModelUpstreamError(
-            "The model endpoint rejected the service's credentials (check OPENAI_API_KEY)."
-        )
+        error = credentials_rejected()
     elif status == 429:
-        retry_after = headers.get("retry-after", "")
-        error = ModelRateLimitedError(
-            "The model endpoint is rate limiting requests; retry later.",
-            headers={"Retry-After": retry_after} if retry_after.isdigit() else None,
-        )
+        error = rate_limited(headers.get("retry-after"))
     else:
-        error = ModelUpstreamError(f"The model endpoint answered HTTP {status}: {message}")
+        error = upstream_status(status, message)
     return _Retryable(error, _retry_after_s(headers)) if retry else error
 
 
@@ -190,7 +187,7 @@ def parse_completion(raw: bytes) -> ModelTurn:
         ValueError,
     ) as exc:
         logger.warning("malformed model answer: %s", type(exc).__name__)
-        raise ModelUpstreamError("The model endpoint sent a malformed answer.") from None
+        raise malformed_answer() from None
 
 
 def _arguments_text(arguments: Any) -> str:

@@ -74,3 +74,33 @@ class ModelUpstreamError(ModelError):
 class ModelTimeoutError(ModelError):
     status_code = 504
     title = "Gateway Timeout"
+
+
+# One wording for every model client, so a failure reads the same whichever transport is used.
+def credentials_rejected() -> ModelUpstreamError:
+    return ModelUpstreamError(
+        "The model endpoint rejected the service's credentials (check OPENAI_API_KEY)."
+    )
+
+
+def rate_limited(retry_after: str | None) -> ModelRateLimitedError:
+    headers = {"Retry-After": retry_after} if retry_after and retry_after.isdigit() else None
+    return ModelRateLimitedError(
+        "The model endpoint is rate limiting requests; retry later.", headers=headers
+    )
+
+
+def upstream_status(status: int, message: str) -> ModelUpstreamError:
+    return ModelUpstreamError(f"The model endpoint answered HTTP {status}: {message}")
+
+
+def unreachable() -> ModelUpstreamError:
+    return ModelUpstreamError("Cannot reach the model endpoint.")
+
+
+def malformed_answer() -> ModelUpstreamError:
+    return ModelUpstreamError("The model endpoint sent a malformed answer.")
+
+
+def model_timed_out() -> ModelTimeoutError:
+    return ModelTimeoutError("The model did not answer in time.")

@@ -10,12 +10,15 @@ from openai import AsyncOpenAI
 
 from app.chat.model import (
     ModelError,
-    ModelRateLimitedError,
-    ModelTimeoutError,
     ModelToolCall,
     ModelTurn,
-    ModelUpstreamError,
     Usage,
+    credentials_rejected,
+    malformed_answer,
+    model_timed_out,
+    rate_limited,
+    unreachable,
+    upstream_status,
 )
 
 logger = logging.getLogger(__name__)
@@ -52,7 +55,7 @@ class OpenAISDKClient:
         except openai.OpenAIError as exc:
             raise translate_error(exc) from exc
         except ValueError as exc:  # the SDK lets a non-JSON body's JSONDecodeError through
-            raise ModelUpstreamError("The model endpoint sent a malformed answer.") from exc
+            raise malformed_answer() from exc
         return _turn(completion)
 
     async def close(self) -> None:
@@ -61,25 +64,17 @@ class OpenAISDKClient:
 
 def translate_error(exc: openai.OpenAIError) -> ModelError:
     if isinstance(exc, openai.APITimeoutError):
-        return ModelTimeoutError("The model did not answer in time.")
+        return model_timed_out()
     if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
-        return ModelUpstreamError(
-            "The model endpoint rejected the service's credentials (check OPENAI_API_KEY)."
-        )
+        return credentials_rejected()
     if isinstance(exc, openai.RateLimitError):
-        retry_after = exc.response.headers.get("retry-after", "")
-        headers = {"Retry-After": retry_after} if retry_after.isdigit() else None
-        return ModelRateLimitedError(
-            "The model endpoint is rate limiting requests; retry later.", headers=headers
-        )
+        return rate_limited(exc.response.headers.get("retry-after"))
     if isinstance(exc, openai.APIStatusError):
-        return ModelUpstreamError(
-            f"The model endpoint answered HTTP {exc.status_code}: {_short(exc.message)}"
-        )
+        return upstream_status(exc.status_code, _short(exc.message))
     if isinstance(exc, openai.APIConnectionError):
-        return ModelUpstreamError("Cannot reach the model endpoint.")
+        return unreachable()
     logger.warning("malformed model answer: %s", type(exc).__name__)
-    return ModelUpstreamError("The model endpoint sent a malformed answer.")
+    return malformed_answer()
 
 
 def _short(text: str, limit: int = 300) -> str:
@@ -89,7 +84,7 @@ def _short(text: str, limit: int = 300) -> str:
 def _turn(completion: Any) -> ModelTurn:
     choices = getattr(completion, "choices", None)
     if not choices or getattr(choices[0], "message", None) is None:
-        raise ModelUpstreamError("The model endpoint sent a malformed answer (no choices).")
+        raise malformed_answer()
     message = choices[0].message
     calls = [
         ModelToolCall(
