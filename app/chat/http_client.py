@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import AsyncIterator
 from email.utils import parsedate_to_datetime
 from time import time
 from typing import Any
@@ -22,6 +23,7 @@ from app.chat.model import (
     ModelError,
     ModelToolCall,
     ModelTurn,
+    TurnAssembler,
     Usage,
     credentials_rejected,
     malformed_answer,
@@ -30,7 +32,7 @@ from app.chat.model import (
     unreachable,
     upstream_status,
 )
-from app.chat.wire import WireError, WirePool
+from app.chat.wire import WireError, WirePool, server_sent_events
 
 logger = logging.getLogger(__name__)
 
@@ -68,13 +70,7 @@ class HTTPModelClient:
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
     ) -> ModelTurn:
-        payload: dict[str, Any] = {"model": model, "messages": messages}
-        if tools:
-            payload["tools"] = tools
-            payload["tool_choice"] = "auto"
-            if not parallel_tool_calls:  # sent only when off: not every server knows it
-                payload["parallel_tool_calls"] = False
-        body = orjson.dumps(payload)
+        body = orjson.dumps(_payload(model, messages, tools, parallel_tool_calls))
         for attempt in range(self._max_retries + 1):
             try:
                 return await self._attempt(body)
@@ -96,8 +92,80 @@ class HTTPModelClient:
             raise _status_error(response.status, response.headers, response.body)
         return parse_completion(response.body)
 
+    async def stream(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        parallel_tool_calls: bool,
+    ) -> AsyncIterator[str | ModelTurn]:
+        """Content deltas as they arrive, then the assembled turn. Failures before the first
+        byte of content are retried like `complete`; later ones end the stream with the error."""
+        payload = _payload(model, messages, tools, parallel_tool_calls)
+        payload["stream"] = True
+        payload["stream_options"] = {"include_usage": True}
+        body = orjson.dumps(payload)
+        for attempt in range(self._max_retries + 1):
+            try:
+                async for item in self._stream_attempt(body):
+                    yield item
+                return
+            except _Retryable as retry:
+                if attempt == self._max_retries:
+                    raise retry.error from None
+                await asyncio.sleep(_backoff(attempt, retry.delay_s))
+
+    async def _stream_attempt(self, body: bytes) -> AsyncIterator[str | ModelTurn]:
+        assembler = TurnAssembler()
+        try:
+            async with asyncio.timeout(self._timeout_s) as deadline:
+                async with self._pool.stream(body, self._headers) as response:
+                    if response.status >= 400:
+                        raw = await response.read()
+                        raise _status_error(response.status, response.headers, raw)
+                    async for data in server_sent_events(response):
+                        if data.strip() == "[DONE]":
+                            continue
+                        added = assembler.feed(_chunk(data))
+                        deadline.reschedule(asyncio.get_running_loop().time() + self._timeout_s)
+                        if added:
+                            yield added
+        except TimeoutError:
+            raise _Retryable(model_timed_out(), None) from None
+        except WireError:
+            raise _Retryable(unreachable(), None) from None
+        yield assembler.turn()
+
     async def close(self) -> None:
         await self._pool.close()
+
+
+def _payload(
+    model: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    parallel_tool_calls: bool,
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {"model": model, "messages": messages}
+    if tools:
+        payload["tools"] = tools
+        payload["tool_choice"] = "auto"
+        if not parallel_tool_calls:  # sent only when off: not every server knows it
+            payload["parallel_tool_calls"] = False
+    return payload
+
+
+def _chunk(data: str) -> dict[str, Any]:
+    try:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise malformed_answer() from None
+    if not isinstance(chunk, dict):
+        raise malformed_answer()
+    if isinstance(chunk.get("error"), dict):  # some servers report errors inside the stream
+        raise upstream_status(500, str(chunk["error"].get("message", "error")))
+    return chunk
 
 
 def _backoff(attempt: int, retry_after_s: float | None) -> float:

@@ -5,6 +5,7 @@ Swap the transport by writing another `ModelClient`; the loop does not change.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -48,6 +49,17 @@ class ModelClient(Protocol):
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
     ) -> ModelTurn: ...
+
+    def stream(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        parallel_tool_calls: bool,
+    ) -> AsyncIterator[str | ModelTurn]:
+        """Content deltas (str) as the model streams them, then the whole turn."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -104,3 +116,63 @@ def malformed_answer() -> ModelUpstreamError:
 
 def model_timed_out() -> ModelTimeoutError:
     return ModelTimeoutError("The model did not answer in time.")
+
+
+class TurnAssembler:
+    """Builds a ModelTurn from `chat.completion.chunk` payloads (the OpenAI streaming format).
+
+    Tool calls arrive in fragments: an id and name first, then the arguments in pieces, several
+    calls interleaved by `index`.
+    """
+
+    def __init__(self) -> None:
+        self._content: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._usage = Usage()
+
+    def feed(self, chunk: dict[str, Any]) -> str:
+        """Take one chunk; return the content it adds ("" if none)."""
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self._usage = Usage(
+                int(usage.get("prompt_tokens") or 0),
+                int(usage.get("completion_tokens") or 0),
+                int(usage.get("total_tokens") or 0),
+            )
+        added = ""
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if isinstance(text, str) and text:
+                self._content.append(text)
+                added += text
+            for call in delta.get("tool_calls") or []:
+                self._feed_call(call)
+        return added
+
+    def _feed_call(self, call: dict[str, Any]) -> None:
+        index = call.get("index")
+        slot = self._calls.setdefault(
+            index if isinstance(index, int) else len(self._calls),
+            {"id": "", "name": "", "arguments": []},
+        )
+        if call.get("id"):
+            slot["id"] = str(call["id"])
+        function = call.get("function") or {}
+        name = function.get("name")
+        if isinstance(name, str) and name and not slot["name"].endswith(name):
+            slot["name"] += name
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            slot["arguments"].append(arguments)
+
+    def turn(self) -> ModelTurn:
+        calls = [
+            ModelToolCall(
+                id=slot["id"] or f"call_{index}",
+                name=slot["name"],
+                arguments="".join(slot["arguments"]),
+            )
+            for index, slot in sorted(self._calls.items())
+        ]
+        return ModelTurn("".join(self._content) or None, calls, self._usage)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import openai
@@ -12,6 +13,7 @@ from app.chat.model import (
     ModelError,
     ModelToolCall,
     ModelTurn,
+    TurnAssembler,
     Usage,
     credentials_rejected,
     malformed_answer,
@@ -57,6 +59,35 @@ class OpenAISDKClient:
         except ValueError as exc:  # the SDK lets a non-JSON body's JSONDecodeError through
             raise malformed_answer() from exc
         return _turn(completion)
+
+    async def stream(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        parallel_tool_calls: bool,
+    ) -> AsyncIterator[str | ModelTurn]:
+        """Content deltas as they arrive, then the assembled turn."""
+        options: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
+        if tools:
+            options.update(tools=tools, tool_choice="auto")
+            if not parallel_tool_calls:
+                options["parallel_tool_calls"] = False
+        assembler = TurnAssembler()
+        try:
+            chunks = await self._client.chat.completions.create(
+                model=model, messages=cast(Any, messages), **options
+            )
+            async for chunk in chunks:
+                added = assembler.feed(chunk.model_dump(exclude_none=True))
+                if added:
+                    yield added
+        except openai.OpenAIError as exc:
+            raise translate_error(exc) from exc
+        except ValueError as exc:
+            raise malformed_answer() from exc
+        yield assembler.turn()
 
     async def close(self) -> None:
         await self._client.close()

@@ -2,8 +2,9 @@
 
 Why not a general client: per model call, the `openai` SDK spent ~2 ms of CPU here, aiohttp
 ~0.2 ms, and this ~0.05 ms (see the README's performance section). It does exactly what a
-chat-completions POST needs: keep-alive pooling, Content-Length and chunked bodies, TLS. It does
-not follow redirects, decompress, or use proxies (set MODEL_CLIENT=openai-sdk for a proxy).
+chat-completions POST needs: keep-alive pooling, Content-Length, chunked and close-delimited
+bodies, read whole or as a stream, and TLS. It does not follow redirects, decompress, or use
+proxies (set MODEL_CLIENT=openai-sdk for a proxy).
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
+from collections.abc import AsyncIterable, AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_IDLE_PER_ORIGIN = 256
+READ_SIZE = 64 * 1024
 
 
 class WireError(Exception):
@@ -32,6 +36,31 @@ class WireResponse:
     status: int
     headers: dict[str, str]
     body: bytes
+
+
+@dataclass
+class _Head:
+    status: int
+    headers: dict[str, str]
+    keep_alive: bool
+
+
+class WireStream:
+    """A response whose body is read as it arrives."""
+
+    def __init__(self, head: _Head, chunks: AsyncIterator[bytes]) -> None:
+        self.status, self.headers = head.status, head.headers
+        self._chunks = chunks
+        self.finished = False
+
+    async def read(self) -> bytes:
+        parts = [chunk async for chunk in self]
+        return b"".join(parts)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._chunks:
+            yield chunk
+        self.finished = True
 
 
 class _Connection:
@@ -55,21 +84,43 @@ class WirePool:
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         default_port = self.port == (443 if parts.scheme == "https" else 80)
-        self.host_header = self.host if default_port else f"{self.host}:{self.port}"
-        if ":" in self.host and not self.host.startswith("["):
-            self.host_header = f"[{self.host}]" + ("" if default_port else f":{self.port}")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.host_header = host if default_port else f"{host}:{self.port}"
         self._ssl = ssl.create_default_context() if parts.scheme == "https" else None
         self._idle: deque[_Connection] = deque()
 
     async def post(self, body: bytes, headers: dict[str, str]) -> WireResponse:
-        """POST `body`; a pooled connection the server dropped is replaced once, at once."""
+        """POST `body` and read the whole answer."""
+        async with self.stream(body, headers) as response:
+            data = await response.read()
+        return WireResponse(response.status, response.headers, data)
+
+    @asynccontextmanager
+    async def stream(self, body: bytes, headers: dict[str, str]) -> AsyncIterator[WireStream]:
+        """POST `body`; the answer's body is read as it arrives.
+
+        A pooled connection the server dropped before answering is replaced once, at once. The
+        connection goes back to the pool only if the body was read to its end.
+        """
         connection = await self._acquire()
         try:
-            return await self._exchange(connection, body, headers)
+            head = await self._send(connection, body, headers)
         except DroppedConnectionError:
             if not connection.reused:
                 raise
-        return await self._exchange(await self._open(), body, headers)
+            connection = await self._open()
+            head = await self._send(connection, body, headers)
+        response = WireStream(head, _guarded(_body(connection.reader, head.headers)))
+        try:
+            yield response
+        except BaseException:
+            connection.close()
+            raise
+        if response.finished and head.keep_alive and len(self._idle) < MAX_IDLE_PER_ORIGIN:
+            connection.reused = False
+            self._idle.append(connection)
+        else:
+            connection.close()
 
     async def _acquire(self) -> _Connection:
         while self._idle:
@@ -93,44 +144,35 @@ class WirePool:
             raise WireError(f"cannot connect: {exc}") from exc
         return _Connection(reader, writer)
 
-    async def _exchange(
-        self, connection: _Connection, body: bytes, headers: dict[str, str]
-    ) -> WireResponse:
-        head = [
+    async def _send(self, connection: _Connection, body: bytes, headers: dict[str, str]) -> _Head:
+        lines = [
             f"POST {self.path} HTTP/1.1",
             f"Host: {self.host_header}",
             f"Content-Length: {len(body)}",
         ]
-        head += [f"{name}: {value}" for name, value in headers.items()]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
         try:
-            connection.writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+            connection.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
             await connection.writer.drain()
-            response, keep_alive = await _read_response(connection.reader)
+            return await _read_head(connection.reader)
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             connection.close()
             raise DroppedConnectionError("the server closed the connection") from exc
-        except (asyncio.LimitOverrunError, ValueError) as exc:
+        except (asyncio.LimitOverrunError, ValueError, IndexError) as exc:
             connection.close()
             raise WireError(f"malformed HTTP response: {exc}") from exc
         except BaseException:  # cancelled or timed out mid-exchange: the connection is unusable
             connection.close()
             raise
-        if keep_alive and len(self._idle) < MAX_IDLE_PER_ORIGIN:
-            connection.reused = False
-            self._idle.append(connection)
-        else:
-            connection.close()
-        return response
 
     async def close(self) -> None:
         while self._idle:
             self._idle.pop().close()
 
 
-async def _read_response(reader: asyncio.StreamReader) -> tuple[WireResponse, bool]:
+async def _read_head(reader: asyncio.StreamReader) -> _Head:
     while True:
-        head = await reader.readuntil(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
+        lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
         version, _, rest = lines[0].partition(" ")
         status = int(rest[:3])
         headers: dict[str, str] = {}
@@ -140,33 +182,72 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[WireResponse, bo
                 headers[name.strip().lower()] = value.strip()
         if status >= 200:  # skip 1xx interim responses (100 Continue, 103 Early Hints)
             break
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = await _read_chunked(reader)
-    elif "content-length" in headers:
-        length = int(headers["content-length"])
-        if length > MAX_BODY_BYTES:
-            raise ValueError("response body too large")
-        body = await reader.readexactly(length)
-    else:
-        body = await reader.read(MAX_BODY_BYTES)
-        return WireResponse(status, headers, body), False
     connection = headers.get("connection", "").lower()
-    keep_alive = connection != "close" and (version == "HTTP/1.1" or connection == "keep-alive")
-    return WireResponse(status, headers, body), keep_alive
+    framed = "content-length" in headers or _chunked(headers)
+    keep_alive = (
+        framed and connection != "close" and (version == "HTTP/1.1" or connection == "keep-alive")
+    )
+    return _Head(status, headers, keep_alive)
 
 
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    chunks: list[bytes] = []
+def _chunked(headers: dict[str, str]) -> bool:
+    return headers.get("transfer-encoding", "").lower() == "chunked"
+
+
+async def _guarded(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Body bytes, with protocol and connection failures as WireError and a size cap."""
     size = 0
-    while True:
-        line = await reader.readuntil(b"\r\n")
-        length = int(line.split(b";", 1)[0].strip(), 16)
-        if length == 0:
-            while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers
-                pass
-            return b"".join(chunks)
-        size += length
-        if size > MAX_BODY_BYTES:
+    try:
+        async for chunk in chunks:
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise WireError("response body too large")
+            yield chunk
+    except (ConnectionError, asyncio.IncompleteReadError) as exc:
+        raise WireError("the connection closed mid-response") from exc
+    except (asyncio.LimitOverrunError, ValueError) as exc:
+        raise WireError(f"malformed HTTP response body: {exc}") from exc
+
+
+async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> AsyncIterator[bytes]:
+    if _chunked(headers):
+        while True:
+            length = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0].strip(), 16)
+            if length == 0:
+                while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers
+                    pass
+                return
+            yield await reader.readexactly(length)
+            await reader.readexactly(2)
+    elif "content-length" in headers:
+        remaining = int(headers["content-length"])
+        if remaining > MAX_BODY_BYTES:
             raise ValueError("response body too large")
-        chunks.append(await reader.readexactly(length))
-        await reader.readexactly(2)
+        while remaining:
+            chunk = await reader.readexactly(min(remaining, READ_SIZE))
+            remaining -= len(chunk)
+            yield chunk
+    else:  # delimited by the server closing the connection
+        while chunk := await reader.read(READ_SIZE):
+            yield chunk
+
+
+async def server_sent_events(chunks: AsyncIterable[bytes]) -> AsyncIterator[str]:
+    """The `data` of each server-sent event in a byte stream (comments and other fields skipped)."""
+    buffer = b""
+    data: list[str] = []
+    async for chunk in chunks:
+        buffer += chunk
+        while True:
+            end = buffer.find(b"\n")
+            if end < 0:
+                break
+            line, buffer = buffer[:end].rstrip(b"\r").decode("utf-8", "replace"), buffer[end + 1 :]
+            if not line:
+                if data:
+                    yield "\n".join(data)
+                    data = []
+            elif line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+    if data:
+        yield "\n".join(data)

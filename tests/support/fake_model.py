@@ -22,6 +22,7 @@ class Reply:
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    chunks: list[bytes] | None = None  # sent one by one (chunked transfer), after `body`
 
 
 Step = Callable[[dict[str, Any]], Reply]
@@ -64,6 +65,71 @@ def tool_calls(*calls: tuple[str, Any], finish_reason: str = "tool_calls") -> St
         )
 
     return step
+
+
+def _sse(chunks: list[dict[str, Any]]) -> Reply:
+    events = [b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in chunks]
+    return Reply(
+        headers={"content-type": "text/event-stream"}, chunks=[*events, b"data: [DONE]\n\n"]
+    )
+
+
+def _delta(delta: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-s",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "fake-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+        **extra,
+    }
+
+
+USAGE = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+
+
+def streamed_text(*pieces: str) -> Step:
+    chunks = [_delta({"role": "assistant", "content": ""})]
+    chunks += [_delta({"content": piece}) for piece in pieces]
+    chunks.append({**_delta({}), "choices": [], "usage": USAGE})
+    return lambda request: _sse(chunks)
+
+
+def streamed_tool_calls(*calls: tuple[str, str, str], piece: int = 3) -> Step:
+    """Calls as (id, name, arguments JSON), their arguments cut into `piece`-sized fragments
+    and the calls interleaved by index, as providers stream them."""
+    chunks = [
+        _delta(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "index": i,
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": ""},
+                    }
+                ],
+            }
+        )
+        for i, (call_id, name, _) in enumerate(calls)
+    ]
+    fragments = [[args[k : k + piece] for k in range(0, len(args), piece)] for _, _, args in calls]
+    for round_index in range(max(len(f) for f in fragments)):
+        for i, parts in enumerate(fragments):
+            if round_index < len(parts):
+                chunks.append(
+                    _delta(
+                        {
+                            "tool_calls": [
+                                {"index": i, "function": {"arguments": parts[round_index]}}
+                            ]
+                        }
+                    )
+                )
+    chunks.append({**_delta({}), "choices": [], "usage": USAGE})
+    return lambda request: _sse(chunks)
 
 
 def status(code: int, headers: dict[str, str] | None = None) -> Step:
@@ -113,4 +179,6 @@ class FakeModel:
             await asyncio.sleep(reply.delay_s)
         headers = [(k.lower().encode(), v.encode()) for k, v in reply.headers.items()]
         await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+        for chunk in reply.chunks or []:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": reply.body})
