@@ -90,10 +90,21 @@ class WirePool:
         self._idle: deque[_Connection] = deque()
 
     async def post(self, body: bytes, headers: dict[str, str]) -> WireResponse:
-        """POST `body` and read the whole answer."""
-        async with self.stream(body, headers) as response:
-            data = await response.read()
-        return WireResponse(response.status, response.headers, data)
+        """POST `body` and read the whole answer (the hot path: no streaming layers)."""
+        connection, head = await self._start(body, headers)
+        try:
+            data = await _read_body(connection.reader, head.headers)
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            connection.close()
+            raise WireError("the connection closed mid-response") from exc
+        except (asyncio.LimitOverrunError, ValueError) as exc:
+            connection.close()
+            raise WireError(f"malformed HTTP response body: {exc}") from exc
+        except BaseException:
+            connection.close()
+            raise
+        self._release(connection, head.keep_alive)
+        return WireResponse(head.status, head.headers, data)
 
     @asynccontextmanager
     async def stream(self, body: bytes, headers: dict[str, str]) -> AsyncIterator[WireStream]:
@@ -102,21 +113,28 @@ class WirePool:
         A pooled connection the server dropped before answering is replaced once, at once. The
         connection goes back to the pool only if the body was read to its end.
         """
-        connection = await self._acquire()
-        try:
-            head = await self._send(connection, body, headers)
-        except DroppedConnectionError:
-            if not connection.reused:
-                raise
-            connection = await self._open()
-            head = await self._send(connection, body, headers)
+        connection, head = await self._start(body, headers)
         response = WireStream(head, _guarded(_body(connection.reader, head.headers)))
         try:
             yield response
         except BaseException:
             connection.close()
             raise
-        if response.finished and head.keep_alive and len(self._idle) < MAX_IDLE_PER_ORIGIN:
+        self._release(connection, head.keep_alive and response.finished)
+
+    async def _start(self, body: bytes, headers: dict[str, str]) -> tuple[_Connection, _Head]:
+        """Send the request and read the head; a dropped pooled connection is replaced once."""
+        connection = await self._acquire()
+        try:
+            return connection, await self._send(connection, body, headers)
+        except DroppedConnectionError:
+            if not connection.reused:
+                raise
+        connection = await self._open()
+        return connection, await self._send(connection, body, headers)
+
+    def _release(self, connection: _Connection, reusable: bool) -> None:
+        if reusable and len(self._idle) < MAX_IDLE_PER_ORIGIN:
             connection.reused = False
             self._idle.append(connection)
         else:
@@ -207,6 +225,22 @@ async def _guarded(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         raise WireError("the connection closed mid-response") from exc
     except (asyncio.LimitOverrunError, ValueError) as exc:
         raise WireError(f"malformed HTTP response body: {exc}") from exc
+
+
+async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+    if "content-length" in headers and not _chunked(headers):
+        length = int(headers["content-length"])
+        if length > MAX_BODY_BYTES:
+            raise ValueError("response body too large")
+        return await reader.readexactly(length)
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in _body(reader, headers):
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ValueError("response body too large")
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> AsyncIterator[bytes]:
