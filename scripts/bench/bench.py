@@ -191,15 +191,15 @@ class Bench:
             "context_arguments": {"user_id": "u-1"},
         }
 
-    async def model_round_trip_ms(self) -> float:
-        """The model's own time for one call, seen from this driver: subtracted from chat time."""
+    async def model_round_trip_ms(self, concurrency: int) -> float:
+        """The model's own time for one call at this concurrency, seen from this driver."""
         body = {"model": "fake", "messages": [{"role": "user", "content": "x"}]}
         latencies, _ = await drive(
             self.session,
             "POST",
             f"http://127.0.0.1:{self.model_port}/v1/chat/completions",
-            count=300,
-            concurrency=1,
+            count=300 * concurrency,
+            concurrency=concurrency,
             body=body,
         )
         return 1000 * statistics.median(latencies)
@@ -279,8 +279,8 @@ class Bench:
                 for concurrency, count in ((1, args.chats_c1), (50, args.chats_c50)):
                     name = f"{label}, concurrency {concurrency}"
                     figures = await self.service_chats(model, count, concurrency)
-                    if concurrency == 1:  # two model calls per chat
-                        own = 2 * await self.model_round_trip_ms()
+                    if model == "fake-calls-1":  # two model calls per chat
+                        own = 2 * await self.model_round_trip_ms(concurrency)
                         figures.update(
                             model_ms_per_chat=own,
                             added_p50_ms=figures["p50_ms"] - own,
@@ -363,6 +363,11 @@ def headline(summary: dict[str, dict[str, list[float]]]) -> list[str]:
         f"{c1['p99_ms'][0]:.2f} ms, minus the model's own {c1['model_ms_per_chat'][0]:.2f} ms "
         "for its two calls)"
     )
+    c50 = summary["toolgate: 1 call, concurrency 50"]
+    lines.append(
+        f"Added latency per chat at c=50: p50 {c50['added_p50_ms'][0]:.2f} ms, "
+        f"p99 {c50['added_p99_ms'][0]:.2f} ms (model's own {c50['model_ms_per_chat'][0]:.2f} ms)"
+    )
     slow = summary["200 ms model, 100 concurrent chats"]
     lines.append(f"200 ms model, 100 concurrent: {slow['ratio_to_ideal'][0]:.3f} of ideal")
     rss = summary["RSS"]
@@ -415,7 +420,7 @@ def main() -> None:
         json.dumps({"summary": summary, "runs": results}, indent=1)
     )
     (out / f"bench-{stamp}.md").write_text(markdown(summary, lines))
-    print("\n".join(lines))
+    print(markdown(summary, lines))
     print(f"written: {out}/bench-{stamp}.md and .json")
 
 
