@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response, status
 
@@ -19,6 +19,7 @@ from app.schemas.tools import (
     ToolType,
     ToolUpdate,
 )
+from app.tools.providers import Provider
 
 router = APIRouter(
     prefix="/tools",
@@ -38,11 +39,20 @@ ToolIdPath = Annotated[str, Path(pattern=NAME_PATTERN, description="The tool's i
 )
 async def create_tool(body: ToolCreate, tenant: TenantDep) -> Tool:
     """Create a tool for the calling tenant."""
-    return Tool.model_validate(await tenant.services.tools.create(body, tenant_id=tenant.id))
+    return await tenant.services.tools.create(body, tenant_id=tenant.id)
+
+
+FormatQuery = Annotated[
+    Provider | None,
+    Query(alias="format", description="Return the tools in this provider's tool format instead"),
+]
 
 
 @router.get(
-    "/", response_model=ToolPage, response_model_exclude_none=True, responses=problem_responses(422)
+    "/",
+    response_model=ToolPage | list[dict[str, Any]],
+    response_model_exclude_none=True,
+    responses=problem_responses(422),
 )
 async def list_tools(
     tenant: TenantDep,
@@ -52,12 +62,18 @@ async def list_tools(
     tag: Annotated[
         str | None, Query(pattern=TAG_PATTERN, description="Only tools with this tag")
     ] = None,
+    tool_format: FormatQuery = None,
 ) -> Response:
-    """List the calling tenant's tools, ordered by tool_id."""
+    """List the calling tenant's tools by tool_id; with `format`, as that provider's tool list."""
     page = await tenant.services.tools.page_json(
-        tenant_id=tenant.id, limit=limit, offset=offset, tool_type=type, tag=tag
+        tenant_id=tenant.id,
+        limit=limit,
+        offset=offset,
+        tool_type=type,
+        tag=tag,
+        provider=tool_format,
     )
-    return Response(page, media_type="application/json")  # pre-serialized ToolPage
+    return Response(page, media_type="application/json")  # pre-serialized
 
 
 @router.get("/ids", response_model=list[ToolId])
@@ -70,14 +86,16 @@ async def list_tool_ids(tenant: TenantDep) -> list[ToolId]:
 
 @router.get(
     "/{tool_id}",
-    response_model=Tool,
+    response_model=Tool | dict[str, Any],
     response_model_exclude_none=True,
     responses=problem_responses(404, 422),
 )
-async def get_tool(tool_id: ToolIdPath, tenant: TenantDep) -> Response:
-    """Get one of the calling tenant's tools."""
-    tool = await tenant.services.tools.get_json(tool_id, tenant_id=tenant.id)
-    return Response(tool, media_type="application/json")  # pre-serialized Tool
+async def get_tool(
+    tool_id: ToolIdPath, tenant: TenantDep, tool_format: FormatQuery = None
+) -> Response:
+    """Get one of the calling tenant's tools; with `format`, in that provider's tool format."""
+    tool = await tenant.services.tools.get_json(tool_id, tenant_id=tenant.id, provider=tool_format)
+    return Response(tool, media_type="application/json")  # pre-serialized
 
 
 @router.put(
@@ -88,9 +106,7 @@ async def get_tool(tool_id: ToolIdPath, tenant: TenantDep) -> Response:
 )
 async def replace_tool(tool_id: ToolIdPath, body: ToolUpdate, tenant: TenantDep) -> Tool:
     """Replace a tool's whole definition; its tool_id cannot change."""
-    return Tool.model_validate(
-        await tenant.services.tools.replace(tool_id, body, tenant_id=tenant.id)
-    )
+    return await tenant.services.tools.replace(tool_id, body, tenant_id=tenant.id)
 
 
 @router.delete(

@@ -106,6 +106,10 @@ class Tool(BaseModel):
     enabled: bool
     created_at: datetime
     updated_at: datetime
+    incompatible_providers: dict[str, list[str]] | None = Field(
+        default=None,
+        description="Providers whose tool format cannot express this tool, with the reasons.",
+    )
 
 
 class ToolPage(BaseModel):

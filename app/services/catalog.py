@@ -14,6 +14,7 @@ from typing import Any
 
 from app.repositories.tools import ToolRepository
 from app.schemas.tools import Tool
+from app.tools.providers import incompatibilities
 from app.tools.schema import PreparedTool
 
 
@@ -30,11 +31,16 @@ class ToolSnapshot:
         return cls(
             docs=docs,
             json_by_id={
-                doc["tool_id"]: Tool.model_validate(doc).model_dump_json(exclude_none=True).encode()
+                doc["tool_id"]: shown_tool(doc).model_dump_json(exclude_none=True).encode()
                 for doc in docs
             },
             enabled=[PreparedTool.from_doc(doc) for doc in docs if doc.get("enabled")],
         )
+
+
+def shown_tool(doc: dict[str, Any]) -> Tool:
+    """A stored tool as admins see it, with the providers that cannot express it."""
+    return Tool.model_validate({**doc, "incompatible_providers": incompatibilities(doc) or None})
 
 
 class ToolCatalog:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from app.errors import NotFoundError, UnprocessableError, field_error
 from app.repositories.tools import ToolRepository
-from app.schemas.tools import ToolCreate, ToolFields, ToolUpdate
-from app.services.catalog import ToolCatalog
+from app.schemas.tools import Tool, ToolCreate, ToolFields, ToolUpdate
+from app.services.catalog import ToolCatalog, shown_tool
 from app.tools.definitions import (
     Problem,
     endpoint_problems,
@@ -15,6 +17,7 @@ from app.tools.definitions import (
     signature_problems,
 )
 from app.tools.netguard import OutboundPolicy
+from app.tools.providers import Provider, provider_tool
 from app.tools.registry import FunctionRegistry
 
 
@@ -63,26 +66,39 @@ class ToolService:
                 problems += signature_problems(entry.func, tool.function, tool.context_parameters)
         return problems
 
-    async def create(self, tool: ToolCreate, *, tenant_id: str) -> dict[str, Any]:
+    async def create(self, tool: ToolCreate, *, tenant_id: str) -> Tool:
         """Store a new tool; 422 on a broken definition, 409 on a taken id or function name."""
         self.check(tool)
         try:
-            return await self._tools.insert(_document(tool), tenant_id=tenant_id)
+            doc = await self._tools.insert(_document(tool), tenant_id=tenant_id)
         finally:
             self._catalog.invalidate(tenant_id)
+        return shown_tool(doc)
 
-    async def get_json(self, tool_id: str, *, tenant_id: str) -> bytes:
-        """One tool as API JSON."""
+    async def get_json(
+        self, tool_id: str, *, tenant_id: str, provider: Provider | None = None
+    ) -> bytes:
+        """One tool as API JSON, or in a provider's tool format."""
         snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
         found = snapshot.json_by_id.get(tool_id)
         if found is None:
             raise NotFoundError(f"tool '{tool_id}' does not exist")
-        return found
+        if provider is None:
+            return found
+        doc = next(d for d in snapshot.docs if d["tool_id"] == tool_id)
+        return orjson.dumps(provider_tool(doc, provider))
 
     async def page_json(
-        self, *, tenant_id: str, limit: int, offset: int, tool_type: str | None, tag: str | None
+        self,
+        *,
+        tenant_id: str,
+        limit: int,
+        offset: int,
+        tool_type: str | None,
+        tag: str | None,
+        provider: Provider | None = None,
     ) -> bytes:
-        """A page of tools as API JSON (a ToolPage), ordered by tool_id."""
+        """A page of tools as API JSON (a ToolPage), or a provider's `tools` list."""
         snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
         docs = [
             doc
@@ -90,7 +106,10 @@ class ToolService:
             if (tool_type is None or doc["type"] == tool_type)
             and (tag is None or tag in doc.get("tags", ()))
         ]
-        items = b",".join(snapshot.json_by_id[d["tool_id"]] for d in docs[offset : offset + limit])
+        page = docs[offset : offset + limit]
+        if provider is not None:
+            return orjson.dumps([provider_tool(doc, provider) for doc in page])
+        items = b",".join(snapshot.json_by_id[d["tool_id"]] for d in page)
         return b'{"items":[%b],"total":%d,"limit":%d,"offset":%d}' % (
             items,
             len(docs),
@@ -110,7 +129,7 @@ class ToolService:
             for d in snapshot.docs
         ]
 
-    async def replace(self, tool_id: str, tool: ToolUpdate, *, tenant_id: str) -> dict[str, Any]:
+    async def replace(self, tool_id: str, tool: ToolUpdate, *, tenant_id: str) -> Tool:
         """Replace a tool whole; its tool_id cannot change."""
         if tool.tool_id is not None and tool.tool_id != tool_id:
             raise UnprocessableError(
@@ -128,7 +147,7 @@ class ToolService:
             self._catalog.invalidate(tenant_id)
         if doc is None:
             raise NotFoundError(f"tool '{tool_id}' does not exist")
-        return doc
+        return shown_tool(doc)
 
     async def delete(self, tool_id: str, *, tenant_id: str) -> None:
         deleted = await self._tools.delete(tool_id, tenant_id=tenant_id)

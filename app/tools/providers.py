@@ -1,0 +1,72 @@
+"""A stored tool in each major provider's tool format, and what a provider cannot express.
+
+Context parameters never appear: they are not among a tool's LLM-visible parameters.
+- openai (chat completions): {"type": "function", "function": {name, description, parameters}}
+- openai-responses: {"type": "function", name, description, parameters}
+- anthropic: {name, description, input_schema}
+- gemini: {name, description, parameters} in the OpenAPI 3.0 subset Gemini accepts: upper-case
+  types, `format: enum` on string enums, int64 bounds as strings, no additionalProperties, and
+  no `parameters` at all for a function without any.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from app.tools.schema import openai_tool, parameters_json_schema
+
+Provider = Literal["openai", "openai-responses", "anthropic", "gemini"]
+PROVIDERS: tuple[Provider, ...] = ("openai", "openai-responses", "anthropic", "gemini")
+_GEMINI_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+
+
+def provider_tool(doc: dict[str, Any], provider: Provider) -> dict[str, Any]:
+    """The tool `doc` as `provider`'s API expects it."""
+    function = doc["function"]
+    name, description = function["name"], function.get("description", "")
+    parameters = parameters_json_schema(function.get("parameters", {}))
+    if provider == "openai":
+        return openai_tool(doc)
+    if provider == "openai-responses":
+        return {
+            "type": "function",
+            "name": name,
+            "description": description,
+            "parameters": parameters,
+        }
+    if provider == "anthropic":
+        return {"name": name, "description": description, "input_schema": parameters}
+    declaration: dict[str, Any] = {"name": name, "description": description}
+    if parameters["properties"]:
+        declaration["parameters"] = _gemini_schema(parameters)
+    return declaration
+
+
+def _gemini_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    converted: dict[str, Any] = {"type": str(schema["type"]).upper()}
+    for key in ("description", "required"):
+        if schema.get(key):
+            converted[key] = schema[key]
+    if "enum" in schema:
+        converted["format"] = "enum"
+        converted["enum"] = schema["enum"]
+    for key in ("minItems", "maxItems"):
+        if key in schema:
+            converted[key] = str(schema[key])  # int64 fields are strings in Gemini's JSON
+    if converted["type"] == "ARRAY":  # Gemini wants item types; ours default to strings
+        converted["items"] = _gemini_schema(schema.get("items") or {"type": "string"})
+    if "properties" in schema:
+        converted["properties"] = {
+            name: _gemini_schema(prop) for name, prop in schema["properties"].items()
+        }
+    return converted  # additionalProperties has no Gemini equivalent: dropped
+
+
+def incompatibilities(doc: dict[str, Any]) -> dict[str, list[str]]:
+    """Providers that cannot take this tool as it is, with the reasons (empty when all can)."""
+    name = doc["function"]["name"]
+    problems: dict[str, list[str]] = {}
+    if not _GEMINI_NAME.match(name):
+        problems["gemini"] = [f"function name '{name}' must start with a letter or an underscore"]
+    return problems
