@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from http import HTTPStatus
 from typing import Any
 
@@ -80,12 +81,32 @@ async def _handle_validation_error(_: Request, exc: Exception) -> Response:
     )
 
 
-async def _handle_http_exception(_: Request, exc: Exception) -> Response:
+async def _handle_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
-    return problem_response(
-        exc.status_code, detail, headers=dict(exc.headers) if exc.headers else None
+    headers = dict(exc.headers) if exc.headers else {}
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(allowed_methods(request))
+    return problem_response(exc.status_code, detail, headers=headers or None)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method the request's path supports, across all routes (FastAPI names only one)."""
+    table: list[tuple[re.Pattern[str], set[str]]] | None = getattr(
+        request.app.state, "allow_table", None
     )
+    if table is None:
+        table = []
+        for template, operations in request.app.openapi().get("paths", {}).items():
+            pattern = re.escape(template).replace(r"\{", "{").replace(r"\}", "}")
+            pattern = re.sub(r"\{[^/}]+\}", "[^/]+", pattern)
+            methods = {m.upper() for m in operations}
+            table.append(
+                (re.compile(f"^{pattern}$"), methods | ({"HEAD"} if "GET" in methods else set()))
+            )
+        request.app.state.allow_table = table
+    path = request.url.path
+    return sorted({m for pattern, methods in table if pattern.match(path) for m in methods})
 
 
 async def _handle_database_error(request: Request, exc: Exception) -> Response:

@@ -25,7 +25,7 @@ TenantPath = Annotated[str, Path(pattern=TENANT_ID_PATTERN, description="The ten
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=TenantKey,
-    responses=problem_responses(409, 413, 422),
+    responses=problem_responses(400, 409, 413, 422),
 )
 async def create_tenant(body: TenantCreate, services: ServicesDep) -> TenantKey:
     """Create a tenant with its seeded tools; the response holds its API key, shown only once."""

@@ -20,6 +20,9 @@ from app.tools.netguard import OutboundPolicy
 from app.tools.providers import Provider, provider_tool
 from app.tools.registry import FunctionRegistry
 
+# Literal routes under /tools/ that a tool with this id could never be fetched past.
+RESERVED_TOOL_IDS = frozenset({"ids", "create"})
+
 
 class ToolService:
     def __init__(
@@ -68,6 +71,17 @@ class ToolService:
 
     async def create(self, tool: ToolCreate, *, tenant_id: str) -> Tool:
         """Store a new tool; 422 on a broken definition, 409 on a taken id or function name."""
+        if tool.tool_id in RESERVED_TOOL_IDS:
+            raise UnprocessableError(
+                "The tool definition is invalid.",
+                errors=[
+                    field_error(
+                        "$.tool_id",
+                        f"'{tool.tool_id}' is reserved (it is a route "
+                        "under /tools/); choose another id",
+                    )
+                ],
+            )
         self.check(tool)
         try:
             doc = await self._tools.insert(_document(tool), tenant_id=tenant_id)

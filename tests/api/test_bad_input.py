@@ -104,3 +104,22 @@ async def test_admin_bad_input(client: httpx.AsyncClient) -> None:
     assert response.status_code == 400
     response = await client.delete("/tenants/" + "A" * 70, headers=ADMIN)
     assert response.status_code == 422
+
+
+async def test_405_lists_every_method_of_the_path(
+    client: httpx.AsyncClient, acme: TenantCredentials
+) -> None:
+    response = await client.patch("/tools/rolldice", headers=acme.headers)
+    assert response.status_code == 405
+    assert response.headers["allow"] == "DELETE, GET, HEAD, PUT"
+    response = await client.request("OPTIONS", "/tenants", headers=acme.headers)
+    assert response.headers["allow"] == "GET, HEAD, POST"
+
+
+@pytest.mark.parametrize("tool_id", ["ids", "create"])
+async def test_route_names_are_reserved_tool_ids(
+    client: httpx.AsyncClient, acme: TenantCredentials, tool_id: str
+) -> None:
+    response = await client.post("/tools/create", json=external_tool(tool_id), headers=acme.headers)
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["path"] == "$.tool_id"
