@@ -91,22 +91,29 @@ async def _handle_http_exception(request: Request, exc: Exception) -> Response:
 
 
 def allowed_methods(request: Request) -> list[str]:
-    """Every method the request's path supports, across all routes (FastAPI names only one)."""
-    table: list[tuple[re.Pattern[str], set[str]]] | None = getattr(
+    """The methods of the request's path, across routes (FastAPI names one route's only).
+
+    A literal path (`/tools/ids`) is its own resource and wins over templates it also matches
+    (`/tools/{tool_id}`); such ids are reserved, so no tool hides behind it.
+    """
+    table: dict[str, tuple[re.Pattern[str], set[str]]] | None = getattr(
         request.app.state, "allow_table", None
     )
     if table is None:
-        table = []
+        table = {}
         for template, operations in request.app.openapi().get("paths", {}).items():
-            pattern = re.escape(template).replace(r"\{", "{").replace(r"\}", "}")
-            pattern = re.sub(r"\{[^/}]+\}", "[^/]+", pattern)
+            pattern = re.sub(r"\\{[^/}]+\\}", "[^/]+", re.escape(template))
             methods = {m.upper() for m in operations}
-            table.append(
-                (re.compile(f"^{pattern}$"), methods | ({"HEAD"} if "GET" in methods else set()))
-            )
+            if "GET" in methods:
+                methods.add("HEAD")  # Starlette answers HEAD wherever GET is routed
+            table[template] = (re.compile(f"^{pattern}$"), methods)
         request.app.state.allow_table = table
     path = request.url.path
-    return sorted({m for pattern, methods in table if pattern.match(path) for m in methods})
+    if path in table:
+        return sorted(table[path][1])
+    return sorted(
+        {m for pattern, methods in table.values() if pattern.match(path) for m in methods}
+    )
 
 
 async def _handle_database_error(request: Request, exc: Exception) -> Response:

@@ -123,3 +123,10 @@ async def test_route_names_are_reserved_tool_ids(
     response = await client.post("/tools/create", json=external_tool(tool_id), headers=acme.headers)
     assert response.status_code == 422
     assert response.json()["errors"][0]["path"] == "$.tool_id"
+
+
+async def test_a_literal_path_allows_only_its_own_methods(
+    client: httpx.AsyncClient, acme: TenantCredentials
+) -> None:
+    response = await client.patch("/tools/ids", headers=acme.headers)
+    assert response.status_code == 405 and response.headers["allow"] == "GET, HEAD"
