@@ -1,25 +1,96 @@
-"""POST /chat: the tool-calling loop for a tenant's conversation."""
+"""POST /chat: the tool-calling loop for a tenant's conversation, answered whole or streamed."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
 
+from app.api.problems import app_error_body, problem_body
 from app.api.routing import StrictJSONRoute
+from app.chat.loop import ChatRun
 from app.deps import TenantDep
+from app.errors import AppError
 from app.schemas.chat import ChatRequest, ChatResponse
 from app.schemas.problems import problem_responses
+from app.services.chat import ChatService
 
+logger = logging.getLogger(__name__)
 router = APIRouter(tags=["chat"], route_class=StrictJSONRoute)
+
+_STREAM_DOC = {
+    "description": "With `stream: true` or `Accept: text/event-stream`: server-sent events "
+    "`iteration`, `message.delta`, `tool_call`, `tool_result`, then `done` (the same body as "
+    "without streaming) or `error` (the same problem body).",
+    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+}
 
 
 @router.post(
     "/chat",
     response_model=ChatResponse,
-    responses=problem_responses(400, 401, 403, 413, 422, 502, 503, 504),
+    responses={**problem_responses(400, 401, 403, 413, 422, 502, 503, 504), 200: _STREAM_DOC},
 )
-async def chat(body: ChatRequest, tenant: TenantDep) -> Any:
+async def chat(body: ChatRequest, tenant: TenantDep, request: Request) -> Any:
     """Run the model with the tenant's tools until it answers; returns every step taken."""
+    service = tenant.services.chat
+    prepared = await service.prepare(body, tenant_id=tenant.id)  # 4xx/503 before any stream
+    if body.stream or "text/event-stream" in request.headers.get("accept", ""):
+        keepalive_s = tenant.services.settings.chat_stream_keepalive_s
+        return StreamingResponse(
+            chat_events(service, prepared, keepalive_s=keepalive_s),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
     # A dict: FastAPI validates it against ChatResponse once while serializing.
-    return await tenant.services.chat.chat(body, tenant_id=tenant.id)
+    return await service.run(prepared)
+
+
+def _event(name: str, data: Any) -> bytes:
+    return b"event: %b\ndata: %b\n\n" % (name.encode(), orjson.dumps(data))
+
+
+async def chat_events(
+    service: ChatService, prepared: ChatRun, *, keepalive_s: float
+) -> AsyncIterator[bytes]:
+    """The run as server-sent events. If the client goes away, the run is cancelled."""
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    async def emit(name: str, data: dict[str, Any]) -> None:
+        await queue.put(_event(name, data))
+
+    async def run() -> None:
+        try:
+            result = await service.run(prepared, events=emit)
+            done = ChatResponse.model_validate(result).model_dump(mode="json")
+            await queue.put(_event("done", done))
+        except AppError as exc:
+            await queue.put(_event("error", app_error_body(exc)))
+        except Exception:
+            logger.exception("chat stream failed")
+            await queue.put(_event("error", problem_body(500, "An unexpected error occurred.")))
+        finally:
+            await queue.put(None)
+
+    task = asyncio.create_task(run())
+    try:
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), keepalive_s)
+            except TimeoutError:
+                yield b": keep-alive\n\n"  # so proxies do not cut a stream waiting on a tool
+                continue
+            if item is None:
+                return
+            yield item
+    finally:
+        if not task.done():  # the client disconnected: cancel the model call and running tools
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -20,14 +20,13 @@ logger = logging.getLogger(__name__)
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
 
-def problem_response(
+def problem_body(
     status: int,
     detail: str,
     *,
     title: str | None = None,
     errors: list[dict[str, Any]] | None = None,
-    headers: dict[str, str] | None = None,
-) -> Response:
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "type": "about:blank",
         "title": title or HTTPStatus(status).phrase,
@@ -36,6 +35,22 @@ def problem_response(
     }
     if errors:
         body["errors"] = errors
+    return body
+
+
+def app_error_body(exc: AppError) -> dict[str, Any]:
+    return problem_body(exc.status_code, exc.message, title=exc.title, errors=exc.errors)
+
+
+def problem_response(
+    status: int,
+    detail: str,
+    *,
+    title: str | None = None,
+    errors: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    body = problem_body(status, detail, title=title, errors=errors)
     return Response(
         orjson.dumps(body), status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE
     )

@@ -118,12 +118,16 @@ class HTTPModelClient:
 
     async def _stream_attempt(self, body: bytes) -> AsyncIterator[str | ModelTurn]:
         assembler = TurnAssembler()
+        whole: ModelTurn | None = None
         try:
             async with asyncio.timeout(self._timeout_s) as deadline:
                 async with self._pool.stream(body, self._headers) as response:
                     if response.status >= 400:
                         raw = await response.read()
                         raise _status_error(response.status, response.headers, raw)
+                    if "event-stream" not in response.headers.get("content-type", ""):
+                        # A server that ignores `stream: true` answers with one completion.
+                        whole = parse_completion(await response.read())
                     async for data in server_sent_events(response):
                         if data.strip() == "[DONE]":
                             continue
@@ -135,6 +139,11 @@ class HTTPModelClient:
             raise _Retryable(model_timed_out(), None) from None
         except WireError:
             raise _Retryable(unreachable(), None) from None
+        if whole is not None:
+            if whole.content:
+                yield whole.content
+            yield whole
+            return
         yield assembler.turn()
 
     async def close(self) -> None:

@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
 
-from app.chat.model import ModelClient, ModelTimeoutError, ModelToolCall, Usage
+from app.chat.model import (
+    ModelClient,
+    ModelTimeoutError,
+    ModelToolCall,
+    ModelTurn,
+    Usage,
+    malformed_answer,
+)
 from app.tools.arguments import argument_problems, merge_context
 from app.tools.executors import ToolOutcome, ToolRunner
 from app.tools.schema import PreparedTool
@@ -64,35 +72,49 @@ class ChatRun:
     parallel_tool_calls: bool
 
 
+EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
+PREVIEW_CHARS = 200
+
+
+@dataclass
+class _Run:
+    """One chat's working state, shared by the steps of the loop."""
+
+    chat: ChatRun
+    by_name: dict[str, dict[str, Any]]
+    scrub: _Scrubber
+    emit: EventSink | None
+
+
 class ChatLoop:
     def __init__(self, *, model: ModelClient, runner: ToolRunner, limits: LoopLimits) -> None:
         self._model = model
         self._runner = runner
         self._limits = limits
 
-    async def run(self, chat: ChatRun) -> ChatResult:
+    async def run(self, chat: ChatRun, *, events: EventSink | None = None) -> ChatResult:
+        """Run to the model's answer. With `events`, progress is reported as it happens and the
+        model is asked to stream (`message.delta` events carry its content as it arrives)."""
         try:
             async with asyncio.timeout(self._limits.deadline_s):
-                return await self._run(chat)
+                return await self._run(chat, events)
         except TimeoutError:
             raise ModelTimeoutError(
                 f"The chat did not finish within its deadline of {self._limits.deadline_s:g} s."
             ) from None
 
-    async def _run(self, chat: ChatRun) -> ChatResult:
+    async def _run(self, chat: ChatRun, events: EventSink | None) -> ChatResult:
         schemas = [tool.schema for tool in chat.tools] or None
-        by_name = {tool.name: tool.doc for tool in chat.tools}
-        scrub = _Scrubber(chat.context)
+        run = _Run(
+            chat, {tool.name: tool.doc for tool in chat.tools}, _Scrubber(chat.context), events
+        )
         messages = list(chat.messages)
         result = ChatResult(message={}, messages=messages, stop_reason="completed", iterations=0)
         for iteration in range(1, chat.max_iterations + 1):
             last = iteration == chat.max_iterations
-            turn = await self._model.complete(
-                model=chat.model,
-                messages=messages,
-                tools=None if last else schemas,
-                parallel_tool_calls=chat.parallel_tool_calls,
-            )
+            if events:
+                await events("iteration", {"n": iteration})
+            turn = await self._call_model(run, messages, None if last else schemas)
             result.iterations, result.usage = iteration, result.usage + turn.usage
             # Tool calls are read from the message, not finish_reason: some gateways say "stop".
             if last or not turn.tool_calls:
@@ -101,46 +123,59 @@ class ChatLoop:
                 messages.append(result.message)
                 return result
             messages.append(_assistant_tool_message(turn.content, turn.tool_calls))
-            records = await self._run_calls(turn.tool_calls, by_name, chat, scrub)
+            records = await self._run_calls(turn.tool_calls, run)
             for call, (record, content) in zip(turn.tool_calls, records, strict=True):
                 result.tool_calls.append(record)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
         raise AssertionError("unreachable: the last iteration always returns")
 
-    async def _run_calls(
-        self,
-        calls: list[ModelToolCall],
-        by_name: dict[str, dict[str, Any]],
-        chat: ChatRun,
-        scrub: _Scrubber,
-    ) -> list[tuple[ToolCallRecord, str]]:
-        if chat.parallel_tool_calls and len(calls) > 1:
-            return list(
-                await asyncio.gather(
-                    *(self._run_call(call, by_name, chat.context, scrub) for call in calls)
-                )
+    async def _call_model(
+        self, run: _Run, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> ModelTurn:
+        model, parallel = run.chat.model, run.chat.parallel_tool_calls
+        if run.emit is None:
+            return await self._model.complete(
+                model=model, messages=messages, tools=tools, parallel_tool_calls=parallel
             )
-        return [await self._run_call(call, by_name, chat.context, scrub) for call in calls]
+        turn = None
+        stream = self._model.stream(
+            model=model, messages=messages, tools=tools, parallel_tool_calls=parallel
+        )
+        async for item in stream:
+            if isinstance(item, str):
+                await run.emit("message.delta", {"content": item})
+            else:
+                turn = item
+        if turn is None:
+            raise malformed_answer()
+        return turn
 
-    async def _run_call(
-        self,
-        call: ModelToolCall,
-        by_name: dict[str, dict[str, Any]],
-        context: dict[str, Any],
-        scrub: _Scrubber,
-    ) -> tuple[ToolCallRecord, str]:
+    async def _run_calls(
+        self, calls: list[ModelToolCall], run: _Run
+    ) -> list[tuple[ToolCallRecord, str]]:
+        if run.chat.parallel_tool_calls and len(calls) > 1:
+            return list(await asyncio.gather(*(self._run_call(call, run) for call in calls)))
+        return [await self._run_call(call, run) for call in calls]
+
+    async def _run_call(self, call: ModelToolCall, run: _Run) -> tuple[ToolCallRecord, str]:
         started = time.perf_counter()
-        shown_arguments: Any = call.arguments
-        tool = by_name.get(call.name)
+        tool = run.by_name.get(call.name)
+        arguments, shown_arguments, parse_error = _parsed(call, tool)
+        if run.emit:
+            await run.emit(
+                "tool_call", {"id": call.id, "name": call.name, "arguments": shown_arguments}
+            )
         if not call.name:
             outcome = ToolOutcome.error("the tool call has no function name")
         elif tool is None:
             outcome = ToolOutcome.error(
-                f"unknown tool '{call.name}'; available: {', '.join(sorted(by_name)) or 'none'}"
+                f"unknown tool '{call.name}'; available: {', '.join(sorted(run.by_name)) or 'none'}"
             )
+        elif parse_error is not None:
+            outcome = ToolOutcome.error(parse_error)
         else:
-            shown_arguments, outcome = await self._prepare_and_run(call, tool, context)
-        content = scrub(self._capped(outcome.content))
+            outcome = await self._check_and_run(tool, arguments, run.chat.context)
+        content = run.scrub(self._capped(outcome.content))
         if outcome.status == "error":
             content = f"Error: {content}"
         record = ToolCallRecord(
@@ -151,34 +186,37 @@ class ChatLoop:
             error=content if outcome.status == "error" else None,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
         )
+        if run.emit:
+            await run.emit(
+                "tool_result",
+                {
+                    "id": call.id,
+                    "status": record.status,
+                    "duration_ms": record.duration_ms,
+                    "preview": content[:PREVIEW_CHARS],
+                },
+            )
         return record, content
 
-    async def _prepare_and_run(
-        self, call: ModelToolCall, tool: dict[str, Any], context: dict[str, Any]
-    ) -> tuple[Any, ToolOutcome]:
-        try:
-            arguments = orjson.loads(call.arguments or "{}")
-        except orjson.JSONDecodeError as exc:
-            return call.arguments, ToolOutcome.error(f"the arguments are not valid JSON: {exc}")
-        if not isinstance(arguments, dict):
-            return call.arguments, ToolOutcome.error("the arguments must be a JSON object")
-        context_parameters = tool.get("context_parameters", [])
-        context_names = {c["name"] for c in context_parameters}
-        # A model-supplied value for a context parameter is dropped: the server's value wins.
-        arguments = {k: v for k, v in arguments.items() if k not in context_names}
+    async def _check_and_run(
+        self, tool: dict[str, Any], arguments: dict[str, Any], context: dict[str, Any]
+    ) -> ToolOutcome:
         problems = argument_problems(arguments, tool["function"].get("parameters", {}))
         if problems:
-            return arguments, ToolOutcome.error("invalid arguments: " + "; ".join(problems))
+            return ToolOutcome.error("invalid arguments: " + "; ".join(problems))
         merged, missing = merge_context(
-            arguments, context_parameters, context, optional=self._runner.optional_context(tool)
+            arguments,
+            tool.get("context_parameters", []),
+            context,
+            optional=self._runner.optional_context(tool),
         )
         if missing:
-            return arguments, ToolOutcome.error("; ".join(missing))
+            return ToolOutcome.error("; ".join(missing))
         try:
             async with asyncio.timeout(self._limits.tool_timeout_s):
-                return arguments, await self._runner.run(tool, merged)
+                return await self._runner.run(tool, merged)
         except TimeoutError:
-            return arguments, ToolOutcome.error(
+            return ToolOutcome.error(
                 f"the tool did not finish within {self._limits.tool_timeout_s:g} s"
             )
 
@@ -187,6 +225,25 @@ class ChatLoop:
         if len(text) <= limit:
             return text
         return f"{text[:limit]}\n[truncated: {len(text) - limit} more characters]"
+
+
+def _parsed(
+    call: ModelToolCall, tool: dict[str, Any] | None
+) -> tuple[dict[str, Any], Any, str | None]:
+    """The call's arguments, what may be shown of them, and why they are unusable (or None).
+
+    A model-supplied value for a context parameter is dropped: the server's value wins, and
+    nothing named like a context parameter is ever shown.
+    """
+    try:
+        arguments = orjson.loads(call.arguments or "{}")
+    except orjson.JSONDecodeError as exc:
+        return {}, call.arguments, f"the arguments are not valid JSON: {exc}"
+    if not isinstance(arguments, dict):
+        return {}, call.arguments, "the arguments must be a JSON object"
+    context_names = {c["name"] for c in (tool or {}).get("context_parameters", [])}
+    arguments = {k: v for k, v in arguments.items() if k not in context_names}
+    return arguments, arguments, None
 
 
 def _assistant_tool_message(content: str | None, calls: list[ModelToolCall]) -> dict[str, Any]:

@@ -48,6 +48,10 @@ class ChatRequest(ClientModel):
     model: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
     max_iterations: int | None = Field(default=None, ge=1, le=1000)
     parallel_tool_calls: bool = True
+    stream: bool = Field(
+        default=False,
+        description="Answer with server-sent events (also: Accept: text/event-stream).",
+    )
 
 
 class ToolCallResult(BaseModel):

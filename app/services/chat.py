@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.chat.loop import ChatLoop, ChatResult, ChatRun
+from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
 from app.chat.model import ModelNotConfiguredError
 from app.errors import UnprocessableError, field_error
 from app.schemas.chat import ChatRequest
@@ -26,8 +26,8 @@ class ChatService:
         self._default_model = default_model
         self._cap = max_iterations_cap
 
-    async def chat(self, request: ChatRequest, *, tenant_id: str) -> dict[str, Any]:
-        """Run one conversation to the model's answer (or the iteration cap)."""
+    async def prepare(self, request: ChatRequest, *, tenant_id: str) -> ChatRun:
+        """Check the request and pick its tools: every 4xx/503 is raised here, before any run."""
         max_iterations = request.max_iterations or self._cap
         if max_iterations > self._cap:
             raise UnprocessableError(
@@ -41,17 +41,23 @@ class ChatService:
         tools = _selected(
             await self._catalog.enabled(tenant_id=tenant_id), request.tool_ids, request.tags
         )
-        result = await self._loop.run(
-            ChatRun(
-                messages=[m.model_dump(exclude_none=True) for m in request.messages],
-                tools=tools,
-                context=dict(request.context_arguments),
-                model=request.model or self._default_model,
-                max_iterations=max_iterations,
-                parallel_tool_calls=request.parallel_tool_calls,
-            )
+        return ChatRun(
+            messages=[m.model_dump(exclude_none=True) for m in request.messages],
+            tools=tools,
+            context=dict(request.context_arguments),
+            model=request.model or self._default_model,
+            max_iterations=max_iterations,
+            parallel_tool_calls=request.parallel_tool_calls,
         )
-        return _response(result)
+
+    async def run(self, chat: ChatRun, *, events: EventSink | None = None) -> dict[str, Any]:
+        """Run a prepared chat to the model's answer (or the iteration cap)."""
+        assert self._loop is not None, "prepare() refuses chats when no model is configured"
+        return _response(await self._loop.run(chat, events=events))
+
+    async def chat(self, request: ChatRequest, *, tenant_id: str) -> dict[str, Any]:
+        """Run one conversation to the model's answer (or the iteration cap)."""
+        return await self.run(await self.prepare(request, tenant_id=tenant_id))
 
 
 def _selected(

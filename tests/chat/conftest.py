@@ -37,6 +37,7 @@ def fake(fake_model_server: tuple[FakeModel, ThreadedServer]) -> FakeModel:
     fake_model_server[0].reset()
     functions.RECEIVED.clear()
     functions.TIMELINE.clear()
+    functions.CANCELLED.clear()
     return fake_model_server[0]
 
 

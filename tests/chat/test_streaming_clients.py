@@ -138,3 +138,19 @@ def test_assembler_takes_names_sent_whole_or_in_pieces() -> None:
         ("c1", "get_weather"),
         ("c2", "calculate"),
     ]
+
+
+async def test_the_lean_client_accepts_a_server_that_ignores_stream(served: Any) -> None:
+    fake: FakeModel = served[0]
+    client = HTTPModelClient(
+        base_url=f"{served[1].url}/v1", api_key="k", timeout_s=5, max_retries=0
+    )
+    try:
+        fake.reset(script.text("all at once"))
+        deltas, turn = await _collect(client)
+        assert deltas == ["all at once"] and turn.content == "all at once"
+        fake.reset(script.tool_calls(("roll_dice", {"d": 6})))
+        _, turn = await _collect(client)
+        assert [(c.name, c.arguments) for c in turn.tool_calls] == [("roll_dice", '{"d":6}')]
+    finally:
+        await client.close()

@@ -13,6 +13,7 @@ registry = FunctionRegistry()
 registry.register(roll_dice, tool_id="rolldice")
 RECEIVED: list[dict[str, Any]] = []
 TIMELINE: list[tuple[float, float]] = []  # (start, end) of each sleeping call
+CANCELLED: list[str] = []  # sleep_async calls that were cancelled
 
 
 @registry.register(tool_id="profile", context_parameters=["user_id", "api_token"])
@@ -50,7 +51,11 @@ async def add(a: int, b: int) -> int:
 async def sleep_async(seconds: float) -> str:
     """Sleep without blocking."""
     started = time.monotonic()
-    await asyncio.sleep(seconds)
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        CANCELLED.append("sleep_async")
+        raise
     TIMELINE.append((started, time.monotonic()))
     return "slept"
 

@@ -12,14 +12,14 @@ from tests.support.secantus import free_port
 
 
 class ThreadedServer:
-    def __init__(self, app: ASGIApp, *, keep_alive_s: int = 5) -> None:
+    def __init__(self, app: ASGIApp, *, keep_alive_s: int = 5, lifespan: str = "off") -> None:
         self.port = free_port()
         config = uvicorn.Config(
             app,
             host="127.0.0.1",
             port=self.port,
             log_level="warning",
-            lifespan="off",
+            lifespan=lifespan,
             access_log=False,
             timeout_keep_alive=keep_alive_s,
         )

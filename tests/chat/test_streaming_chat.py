@@ -1,0 +1,179 @@
+"""POST /chat as server-sent events, read by a real HTTP client from a real server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from app.main import create_app
+from tests.conftest import ADMIN, make_settings
+from tests.support import fake_model as script
+from tests.support import functions
+from tests.support.fake_model import FakeModel
+from tests.support.servers import ThreadedServer
+
+CANARY = "CANARY-stream-5d1f0b"
+
+
+@dataclass
+class Streamer:
+    base: str
+    headers: dict[str, str]
+
+    async def events(self, body: dict[str, Any], **headers: str) -> list[tuple[str, Any]]:
+        """Every event of one streamed chat, in order; comments as ('comment', text)."""
+        found: list[tuple[str, Any]] = []
+        async with (
+            httpx.AsyncClient(timeout=30) as client,
+            client.stream(
+                "POST", f"{self.base}/chat", json=body, headers={**self.headers, **headers}
+            ) as response,
+        ):
+            assert response.status_code == 200, await response.aread()
+            assert response.headers["content-type"].startswith("text/event-stream")
+            name = None
+            async for line in response.aiter_lines():
+                if line.startswith(":"):
+                    found.append(("comment", line[1:].strip()))
+                elif line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    found.append((str(name), orjson.loads(line[6:])))
+        return found
+
+
+@pytest.fixture(params=["http", "openai-sdk"])
+def streamer(
+    request: pytest.FixtureRequest,
+    fake_model_server: tuple[FakeModel, ThreadedServer],
+    fake: FakeModel,
+) -> Iterator[Streamer]:
+    settings = make_settings(
+        None,
+        openai_base_url=f"{fake_model_server[1].url}/v1",
+        openai_api_key="sk-test",
+        model_client=request.param,
+        chat_stream_keepalive_s=0.2,
+        tool_timeout_s=10,
+    )
+    server = ThreadedServer(
+        create_app(settings, registry=functions.registry), lifespan="on"
+    ).start()
+    key = httpx.post(f"{server.url}/tenants", json={"tenant_id": "acme"}, headers=ADMIN).json()
+    yield Streamer(server.url, {"Authorization": f"Bearer {key['api_key']}"})
+    server.stop()
+
+
+def names(events: list[tuple[str, Any]]) -> list[str]:
+    return [name for name, _ in events if name != "comment"]
+
+
+async def test_a_streamed_answer(streamer: Streamer, fake: FakeModel) -> None:
+    fake.reset(script.streamed_text("Hel", "lo"))
+    events = await streamer.events(
+        {"messages": [{"role": "user", "content": "hi"}], "stream": True}
+    )
+    assert names(events) == ["iteration", "message.delta", "message.delta", "done"]
+    assert events[0] == ("iteration", {"n": 1})
+    assert [data["content"] for name, data in events if name == "message.delta"] == ["Hel", "lo"]
+    done = events[-1][1]
+    assert done["message"] == {"role": "assistant", "content": "Hello"}
+    assert done["stop_reason"] == "completed" and done["usage"]["total_tokens"] == 10
+
+
+async def test_tool_calls_in_fragments_then_an_answer(streamer: Streamer, fake: FakeModel) -> None:
+    arguments = orjson.dumps({"field": "email", "api_token": "model-guess"}).decode()
+    fake.reset(
+        script.streamed_tool_calls(("call_1", "get_profile", arguments), piece=4),
+        script.streamed_text("Your email is on file."),
+    )
+    events = await streamer.events(
+        {
+            "messages": [{"role": "user", "content": "email?"}],
+            "context_arguments": {"user_id": "u-42", "api_token": CANARY},
+        },
+        accept="text/event-stream",  # the header alone asks for a stream
+    )
+    assert names(events) == [
+        "iteration",
+        "tool_call",
+        "tool_result",
+        "iteration",
+        "message.delta",
+        "done",
+    ]
+    call = dict(events)["tool_call"]
+    assert call == {"id": "call_1", "name": "get_profile", "arguments": {"field": "email"}}
+    result = dict(events)["tool_result"]
+    assert result["id"] == "call_1" and result["status"] == "ok" and "Ada" in result["preview"]
+    assert functions.RECEIVED == [{"user_id": "u-42", "api_token": CANARY, "field": "email"}]
+    assert CANARY not in orjson.dumps(events).decode()
+    done = events[-1][1]
+    non_streamed_keys = {"message", "messages", "stop_reason", "iterations", "tool_calls", "usage"}
+    assert set(done) == non_streamed_keys and done["iterations"] == 2
+
+
+async def test_keep_alive_comments_while_a_tool_runs(streamer: Streamer, fake: FakeModel) -> None:
+    slow = orjson.dumps({"seconds": 0.7}).decode()
+    fake.reset(
+        script.streamed_tool_calls(("call_1", "sleep_async", slow)), script.streamed_text("ok")
+    )
+    events = await streamer.events({"messages": [{"role": "user", "content": "x"}], "stream": True})
+    assert ("comment", "keep-alive") in events
+    assert names(events)[-1] == "done"
+
+
+async def test_model_failure_is_an_error_event(streamer: Streamer, fake: FakeModel) -> None:
+    fake.reset(repeat=script.status(500))
+    events = await streamer.events({"messages": [{"role": "user", "content": "x"}], "stream": True})
+    assert names(events) == ["iteration", "error"]
+    error = events[-1][1]
+    assert error["status"] == 502 and "HTTP 500" in error["detail"]
+    assert set(error) >= {"type", "title", "status", "detail"}
+
+
+async def test_bad_requests_fail_before_streaming(streamer: Streamer) -> None:
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            f"{streamer.base}/chat",
+            headers=streamer.headers,
+            json={
+                "messages": [{"role": "user", "content": "x"}],
+                "stream": True,
+                "tool_ids": ["ghost"],
+            },
+        )
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+
+
+async def test_disconnect_cancels_the_running_tool(streamer: Streamer, fake: FakeModel) -> None:
+    slow = orjson.dumps({"seconds": 5}).decode()
+    fake.reset(
+        script.streamed_tool_calls(("call_1", "sleep_async", slow)), script.streamed_text("late")
+    )
+    async with (
+        httpx.AsyncClient(timeout=30) as client,
+        client.stream(
+            "POST",
+            f"{streamer.base}/chat",
+            headers=streamer.headers,
+            json={"messages": [{"role": "user", "content": "x"}], "stream": True},
+        ) as response,
+    ):
+        async for line in response.aiter_lines():
+            if line.startswith("event: tool_call"):
+                break  # the client goes away while the tool runs
+    for _ in range(50):
+        if functions.CANCELLED:
+            break
+        await asyncio.sleep(0.05)
+    assert functions.CANCELLED == ["sleep_async"]
+    assert functions.TIMELINE == []  # the tool never finished
+    assert len(fake.requests) == 1  # and the model was not called again
