@@ -12,6 +12,7 @@ from app.config import Settings
 from app.errors import ForbiddenError, UnauthorizedError
 from app.repositories.database import Database
 from app.services.chat import ChatService
+from app.services.runs import RunService
 from app.services.tenants import TenantService
 from app.services.tools import ToolService
 from app.tools.registry import FunctionRegistry
@@ -27,6 +28,7 @@ class Services:
     tenants: TenantService
     tools: ToolService
     chat: ChatService
+    runs: RunService
 
 
 async def get_services(request: Request) -> Services:

@@ -10,7 +10,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import httpx
 from fastapi import FastAPI
 
-from app.api import chat, health, tenants, tools
+from app.api import chat, health, runs, tenants, tools
 from app.api.middleware import BodySizeLimitMiddleware
 from app.api.problems import install_error_handlers
 from app.chat.http_client import HTTPModelClient
@@ -20,10 +20,12 @@ from app.chat.openai_sdk import OpenAISDKClient
 from app.config import Settings, get_settings
 from app.deps import Services
 from app.repositories.database import Database
+from app.repositories.runs import RunRepository
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
 from app.services.catalog import ToolCatalog
 from app.services.chat import ChatService
+from app.services.runs import RunRecorder, RunService
 from app.services.seeding import Seeder
 from app.services.tenants import TenantService
 from app.services.tools import ToolService
@@ -128,6 +130,10 @@ async def build_services(
         deadline_s=settings.chat_deadline_s,
     )
     loop = ChatLoop(model=model, runner=runner, limits=limits) if model else None
+    run_repo = RunRepository(database, retention_days=settings.run_retention_days)
+    recorder = RunRecorder(run_repo)
+    recorder.start()
+    stack.push_async_callback(recorder.close)  # closed before the database: records flushed
     return Services(
         settings=settings,
         database=database,
@@ -137,6 +143,7 @@ async def build_services(
             tools=tool_repo,
             seeder=seeder,
             catalog=catalog,
+            runs=run_repo,
             key_secret=settings.effective_api_key_secret,
             admin_key=settings.effective_admin_api_key,
             auth_cache_ttl_s=settings.auth_cache_ttl_s,
@@ -147,7 +154,10 @@ async def build_services(
             loop=loop,
             default_model=settings.openai_model,
             max_iterations_cap=settings.chat_max_iterations,
+            recorder=recorder,
+            keep_messages=settings.run_store_messages,
         ),
+        runs=RunService(runs=run_repo),
     )
 
 
@@ -176,6 +186,6 @@ def create_app(
     )
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
-    for router in (health.router, tenants.router, tools.router, chat.router):
+    for router in (health.router, tenants.router, tools.router, chat.router, runs.router):
         app.include_router(router)
     return app

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from app.api.problems import app_error_body, problem_body
 from app.api.routing import StrictJSONRoute
-from app.chat.loop import ChatRun
 from app.deps import TenantDep
 from app.errors import AppError
 from app.schemas.chat import ChatRequest, ChatResponse
 from app.schemas.problems import problem_responses
-from app.services.chat import ChatService
+from app.services.chat import new_run_id
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["chat"], route_class=StrictJSONRoute)
@@ -37,19 +37,22 @@ _STREAM_DOC = {
     response_model=ChatResponse,
     responses={**problem_responses(400, 401, 403, 413, 422, 502, 503, 504), 200: _STREAM_DOC},
 )
-async def chat(body: ChatRequest, tenant: TenantDep, request: Request) -> Any:
+async def chat(body: ChatRequest, tenant: TenantDep, request: Request, response: Response) -> Any:
     """Run the model with the tenant's tools until it answers; returns every step taken."""
     service = tenant.services.chat
     prepared = await service.prepare(body, tenant_id=tenant.id)  # 4xx/503 before any stream
+    run_id = new_run_id()
     if body.stream or "text/event-stream" in request.headers.get("accept", ""):
         keepalive_s = tenant.services.settings.chat_stream_keepalive_s
+        run = functools.partial(service.run, prepared, tenant_id=tenant.id, run_id=run_id)
         return StreamingResponse(
-            chat_events(service, prepared, keepalive_s=keepalive_s),
+            chat_events(run, keepalive_s=keepalive_s),
             media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "X-Run-ID": run_id},
         )
+    response.headers["X-Run-ID"] = run_id
     # A dict: FastAPI validates it against ChatResponse once while serializing.
-    return await service.run(prepared)
+    return await service.run(prepared, tenant_id=tenant.id, run_id=run_id)
 
 
 def _event(name: str, data: Any) -> bytes:
@@ -57,7 +60,7 @@ def _event(name: str, data: Any) -> bytes:
 
 
 async def chat_events(
-    service: ChatService, prepared: ChatRun, *, keepalive_s: float
+    run_chat: Callable[..., Awaitable[dict[str, Any]]], *, keepalive_s: float
 ) -> AsyncIterator[bytes]:
     """The run as server-sent events. If the client goes away, the run is cancelled."""
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -67,7 +70,7 @@ async def chat_events(
 
     async def run() -> None:
         try:
-            result = await service.run(prepared, events=emit)
+            result = await run_chat(events=emit)
             done = ChatResponse.model_validate(result).model_dump(mode="json")
             await queue.put(_event("done", done))
         except AppError as exc:

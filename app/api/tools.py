@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response, status
@@ -9,6 +10,7 @@ from fastapi import APIRouter, Path, Query, Response, status
 from app.api.routing import StrictJSONRoute
 from app.deps import TenantDep
 from app.schemas.problems import problem_responses
+from app.schemas.runs import ToolStats
 from app.schemas.tools import (
     NAME_PATTERN,
     TAG_PATTERN,
@@ -96,6 +98,22 @@ async def get_tool(
     """Get one of the calling tenant's tools; with `format`, in that provider's tool format."""
     tool = await tenant.services.tools.get_json(tool_id, tenant_id=tenant.id, provider=tool_format)
     return Response(tool, media_type="application/json")  # pre-serialized
+
+
+@router.get("/{tool_id}/stats", response_model=ToolStats, responses=problem_responses(404, 422))
+async def get_tool_stats(
+    tool_id: ToolIdPath,
+    tenant: TenantDep,
+    since: Annotated[
+        datetime | None, Query(description="Window start (default: a day ago)")
+    ] = None,
+    until: Annotated[datetime | None, Query(description="Window end (default: now)")] = None,
+) -> Any:
+    """Calls, error rate and p50/p95 duration of one tool over a time window."""
+    await tenant.services.tools.get_json(tool_id, tenant_id=tenant.id)  # 404 for unknown ids
+    return await tenant.services.runs.tool_stats(
+        tool_id, tenant_id=tenant.id, since=since, until=until
+    )
 
 
 @router.put(

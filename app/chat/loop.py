@@ -92,24 +92,34 @@ class ChatLoop:
         self._runner = runner
         self._limits = limits
 
-    async def run(self, chat: ChatRun, *, events: EventSink | None = None) -> ChatResult:
+    async def run(
+        self,
+        chat: ChatRun,
+        *,
+        events: EventSink | None = None,
+        progress: ChatResult | None = None,
+    ) -> ChatResult:
         """Run to the model's answer. With `events`, progress is reported as it happens and the
-        model is asked to stream (`message.delta` events carry its content as it arrives)."""
+        model is asked to stream (`message.delta` events carry its content as it arrives).
+        `progress`, if given, is filled as the run goes, so a failed run still shows its steps."""
+        result = progress or ChatResult(
+            message={}, messages=[], stop_reason="completed", iterations=0
+        )
         try:
             async with asyncio.timeout(self._limits.deadline_s):
-                return await self._run(chat, events)
+                return await self._run(chat, events, result)
         except TimeoutError:
             raise ModelTimeoutError(
                 f"The chat did not finish within its deadline of {self._limits.deadline_s:g} s."
             ) from None
 
-    async def _run(self, chat: ChatRun, events: EventSink | None) -> ChatResult:
+    async def _run(self, chat: ChatRun, events: EventSink | None, result: ChatResult) -> ChatResult:
         schemas = [tool.schema for tool in chat.tools] or None
         run = _Run(
             chat, {tool.name: tool.doc for tool in chat.tools}, _Scrubber(chat.context), events
         )
-        messages = list(chat.messages)
-        result = ChatResult(message={}, messages=messages, stop_reason="completed", iterations=0)
+        messages = result.messages
+        messages.extend(chat.messages)
         for iteration in range(1, chat.max_iterations + 1):
             last = iteration == chat.max_iterations
             if events:

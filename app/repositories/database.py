@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from datetime import UTC, datetime
 from typing import Any
@@ -76,3 +77,12 @@ class Database:
         result = self._client.close()
         if asyncio.iscoroutine(result):
             await result
+
+
+async def aggregate(collection: Any, pipeline: list[Document]) -> list[Document]:
+    """Run a pipeline on either driver: PyMongo async awaits `aggregate()`, Motor-shaped
+    clients (the in-memory store) return the cursor directly."""
+    cursor = collection.aggregate(pipeline)
+    if inspect.isawaitable(cursor):
+        cursor = await cursor
+    return list(await cursor.to_list(None))

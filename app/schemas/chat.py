@@ -70,6 +70,7 @@ class TokenUsage(BaseModel):
 
 
 class ChatResponse(BaseModel):
+    run_id: str
     message: dict[str, Any]
     messages: list[dict[str, Any]]
     stop_reason: Literal["completed", "max_iterations"]

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+from datetime import datetime
 from typing import Any
 
 from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
 from app.chat.model import ModelNotConfiguredError
-from app.errors import UnprocessableError, field_error
+from app.errors import AppError, UnprocessableError, field_error
+from app.repositories.database import utc_now
 from app.schemas.chat import ChatRequest
 from app.services.catalog import ToolCatalog
+from app.services.runs import RunRecorder
 from app.tools.schema import PreparedTool
 
 
@@ -20,11 +25,15 @@ class ChatService:
         loop: ChatLoop | None,
         default_model: str,
         max_iterations_cap: int,
+        recorder: RunRecorder,
+        keep_messages: bool = False,
     ) -> None:
         self._catalog = catalog
         self._loop = loop
         self._default_model = default_model
         self._cap = max_iterations_cap
+        self._recorder = recorder
+        self._keep_messages = keep_messages
 
     async def prepare(self, request: ChatRequest, *, tenant_id: str) -> ChatRun:
         """Check the request and pick its tools: every 4xx/503 is raised here, before any run."""
@@ -50,14 +59,35 @@ class ChatService:
             parallel_tool_calls=request.parallel_tool_calls,
         )
 
-    async def run(self, chat: ChatRun, *, events: EventSink | None = None) -> dict[str, Any]:
-        """Run a prepared chat to the model's answer (or the iteration cap)."""
+    async def run(
+        self, chat: ChatRun, *, tenant_id: str, run_id: str, events: EventSink | None = None
+    ) -> dict[str, Any]:
+        """Run a prepared chat to the model's answer (or the iteration cap), and record it."""
         assert self._loop is not None, "prepare() refuses chats when no model is configured"
-        return _response(await self._loop.run(chat, events=events))
-
-    async def chat(self, request: ChatRequest, *, tenant_id: str) -> dict[str, Any]:
-        """Run one conversation to the model's answer (or the iteration cap)."""
-        return await self.run(await self.prepare(request, tenant_id=tenant_id))
+        progress = ChatResult(message={}, messages=[], stop_reason="completed", iterations=0)
+        started = utc_now()
+        status, error = "error", None
+        try:
+            result = await self._loop.run(chat, events=events, progress=progress)
+            status = result.stop_reason
+            return {**_response(result), "run_id": run_id}
+        except asyncio.CancelledError:
+            status = "cancelled"
+            raise
+        except AppError as exc:
+            error = exc.message
+            raise
+        finally:
+            record = _run_record(
+                chat,
+                progress,
+                run_id=run_id,
+                started=started,
+                status=status,
+                error=error,
+                keep_messages=self._keep_messages,
+            )
+            self._recorder.record(record, tenant_id=tenant_id)
 
 
 def _selected(
@@ -77,6 +107,53 @@ def _selected(
         wanted_tags = set(tags)
         tools = [t for t in tools if wanted_tags.intersection(t.doc.get("tags", ()))]
     return tools
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _run_record(
+    chat: ChatRun,
+    progress: ChatResult,
+    *,
+    run_id: str,
+    started: datetime,
+    status: str,
+    error: str | None,
+    keep_messages: bool,
+) -> dict[str, Any]:
+    """What is kept of a run: never context values; message contents only if configured."""
+    tool_ids = {tool.name: tool.doc["tool_id"] for tool in chat.tools}
+    usage = progress.usage
+    record: dict[str, Any] = {
+        "run_id": run_id,
+        "started_at": started,
+        "ended_at": utc_now(),
+        "model": chat.model,
+        "stop_reason": status,
+        "error": error,
+        "iterations": progress.iterations,
+        "usage": {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+        },
+        "tool_calls": [
+            {
+                "id": call.id,
+                "name": call.name,
+                "tool_id": tool_ids.get(call.name),
+                "status": call.status,
+                "duration_ms": call.duration_ms,
+                "arguments": call.arguments,
+            }
+            for call in progress.tool_calls
+        ],
+    }
+    if keep_messages:
+        record["messages"] = progress.messages
+    return record
 
 
 def _response(result: ChatResult) -> dict[str, Any]:

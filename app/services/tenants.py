@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from app.errors import NotFoundError
+from app.repositories.runs import RunRepository
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
 from app.services.catalog import ToolCatalog
@@ -32,6 +33,7 @@ class TenantService:
         tools: ToolRepository,
         seeder: Seeder,
         catalog: ToolCatalog,
+        runs: RunRepository,
         key_secret: bytes,
         admin_key: str,
         auth_cache_ttl_s: float = 0.0,
@@ -40,6 +42,7 @@ class TenantService:
         self._tools = tools
         self._seeder = seeder
         self._catalog = catalog
+        self._runs = runs
         self._key_secret = key_secret
         self._admin_key = admin_key.encode()
         # key hash -> (tenant id, expiry). Rotation and deletion here drop entries at once;
@@ -79,6 +82,7 @@ class TenantService:
         tenant = await self._tenants.insert(tenant_id=tenant_id, key_hash=self._hash(api_key))
         # A crash during an earlier delete may have left this id's tools behind: never inherit them.
         await self._tools.drop_all(tenant_id=tenant_id)
+        await self._runs.drop_all(tenant_id=tenant_id)
         await self._seeder.prepare_tenant(tenant_id)
         self._catalog.invalidate(tenant_id)
         return tenant, api_key
@@ -102,4 +106,5 @@ class TenantService:
         if not await self._tenants.delete(tenant_id=tenant_id):
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")
         await self._tools.drop_all(tenant_id=tenant_id)
+        await self._runs.drop_all(tenant_id=tenant_id)
         self._catalog.invalidate(tenant_id)

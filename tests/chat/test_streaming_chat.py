@@ -115,7 +115,15 @@ async def test_tool_calls_in_fragments_then_an_answer(streamer: Streamer, fake: 
     assert functions.RECEIVED == [{"user_id": "u-42", "api_token": CANARY, "field": "email"}]
     assert CANARY not in orjson.dumps(events).decode()
     done = events[-1][1]
-    non_streamed_keys = {"message", "messages", "stop_reason", "iterations", "tool_calls", "usage"}
+    non_streamed_keys = {
+        "run_id",
+        "message",
+        "messages",
+        "stop_reason",
+        "iterations",
+        "tool_calls",
+        "usage",
+    }
     assert set(done) == non_streamed_keys and done["iterations"] == 2
 
 
@@ -177,3 +185,12 @@ async def test_disconnect_cancels_the_running_tool(streamer: Streamer, fake: Fak
     assert functions.CANCELLED == ["sleep_async"]
     assert functions.TIMELINE == []  # the tool never finished
     assert len(fake.requests) == 1  # and the model was not called again
+    async with httpx.AsyncClient() as client:
+        for _ in range(50):
+            runs = (
+                await client.get(f"{streamer.base}/runs?status=cancelled", headers=streamer.headers)
+            ).json()["items"]
+            if runs:
+                break
+            await asyncio.sleep(0.05)
+    assert [run["stop_reason"] for run in runs] == ["cancelled"]

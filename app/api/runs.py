@@ -1,0 +1,58 @@
+"""Tenant routes: the record of every chat run."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+
+from app.deps import TenantDep
+from app.schemas.problems import problem_responses
+from app.schemas.runs import Run, RunPage, RunStatus
+from app.schemas.tools import NAME_PATTERN
+
+router = APIRouter(prefix="/runs", tags=["runs"], responses=problem_responses(401, 403, 503))
+
+
+@router.get(
+    "",
+    response_model=RunPage,
+    responses=problem_responses(422),
+)
+async def list_runs(
+    tenant: TenantDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=200, description="next_cursor of a page")
+    ] = None,
+    tool_id: Annotated[
+        str | None, Query(pattern=NAME_PATTERN, description="Runs that called it")
+    ] = None,
+    status: Annotated[RunStatus | None, Query(description="Runs that ended this way")] = None,
+    since: Annotated[datetime | None, Query(description="Started at or after (ISO 8601)")] = None,
+    until: Annotated[datetime | None, Query(description="Started before (ISO 8601)")] = None,
+) -> Any:
+    """The calling tenant's chat runs, newest first, a page at a time."""
+    return await tenant.services.runs.page(
+        tenant_id=tenant.id,
+        limit=limit,
+        cursor=cursor,
+        tool_id=tool_id,
+        status=status,
+        since=since,
+        until=until,
+    )
+
+
+@router.get(
+    "/{run_id}",
+    response_model=Run,
+    response_model_exclude_none=True,
+    responses=problem_responses(404, 422),
+)
+async def get_run(
+    run_id: Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")], tenant: TenantDep
+) -> Any:
+    """One chat run of the calling tenant."""
+    return await tenant.services.runs.get(run_id, tenant_id=tenant.id)

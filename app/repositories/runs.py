@@ -1,0 +1,119 @@
+"""Chat run records, one collection per tenant, expired by a TTL index."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pymongo import ASCENDING, DESCENDING
+
+from app.repositories.database import Database, Document, aggregate
+
+_NO_ID = {"_id": 0}
+
+
+class RunRepository:
+    def __init__(self, database: Database, *, retention_days: int) -> None:
+        self._database = database
+        self._retention_s = retention_days * 86_400
+
+    def _runs(self, tenant_id: str) -> Any:
+        return self._database.tenant_collection(tenant_id, "runs")
+
+    async def ensure_indexes(self, *, tenant_id: str) -> None:
+        runs = self._runs(tenant_id)
+        await runs.create_index([("started_at", DESCENDING), ("run_id", DESCENDING)])
+        await runs.create_index([("run_id", ASCENDING)], unique=True)
+        await runs.create_index([("tool_calls.tool_id", ASCENDING), ("started_at", DESCENDING)])
+        await runs.create_index([("ended_at", ASCENDING)], expireAfterSeconds=self._retention_s)
+
+    async def insert_many(self, runs: list[Document], *, tenant_id: str) -> None:
+        await self._runs(tenant_id).insert_many([dict(run) for run in runs], ordered=False)
+
+    async def get(self, run_id: str, *, tenant_id: str) -> Document | None:
+        found: Document | None = await self._runs(tenant_id).find_one({"run_id": run_id}, _NO_ID)
+        return found
+
+    async def page(
+        self,
+        *,
+        tenant_id: str,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        tool_id: str | None,
+        status: str | None,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> list[Document]:
+        """Newest first; `after` is the (started_at, run_id) of the last run already seen."""
+        query: Document = {}
+        if tool_id is not None:
+            query["tool_calls.tool_id"] = tool_id
+        if status is not None:
+            query["stop_reason"] = status
+        started: Document = {}
+        if since is not None:
+            started["$gte"] = since
+        if until is not None:
+            started["$lt"] = until
+        if started:
+            query["started_at"] = started
+        if after is not None:
+            at, run_id = after
+            query["$or"] = [
+                {"started_at": {"$lt": at}},
+                {"started_at": at, "run_id": {"$lt": run_id}},
+            ]
+        cursor = (
+            self._runs(tenant_id)
+            .find(query, _NO_ID)
+            .sort([("started_at", DESCENDING), ("run_id", DESCENDING)])
+            .limit(limit)
+        )
+        return list(await cursor.to_list(None))
+
+    async def tool_stats(
+        self, tool_id: str, *, tenant_id: str, since: datetime, until: datetime
+    ) -> Document:
+        """Calls, errors and duration percentiles of one tool, computed by the database."""
+        pipeline: list[Document] = [
+            {
+                "$match": {
+                    "tool_calls.tool_id": tool_id,
+                    "started_at": {"$gte": since, "$lt": until},
+                }
+            },
+            {"$unwind": "$tool_calls"},
+            {"$match": {"tool_calls.tool_id": tool_id}},
+            {"$sort": {"tool_calls.duration_ms": ASCENDING}},
+            {
+                "$group": {
+                    "_id": None,
+                    "calls": {"$sum": 1},
+                    "errors": {"$sum": {"$cond": [{"$eq": ["$tool_calls.status", "error"]}, 1, 0]}},
+                    "durations": {"$push": "$tool_calls.duration_ms"},
+                }
+            },
+            {
+                "$project": {
+                    "_id": 0,
+                    "calls": 1,
+                    "errors": 1,
+                    "p50_ms": _nearest_rank("$durations", "$calls", 0.5),
+                    "p95_ms": _nearest_rank("$durations", "$calls", 0.95),
+                }
+            },
+        ]
+        found = await aggregate(self._runs(tenant_id), pipeline)
+        return (
+            dict(found[0]) if found else {"calls": 0, "errors": 0, "p50_ms": None, "p95_ms": None}
+        )
+
+    async def drop_all(self, *, tenant_id: str) -> None:
+        await self._runs(tenant_id).drop()
+
+
+def _nearest_rank(values: str, count: str, fraction: float) -> Document:
+    """The nearest-rank percentile of a sorted array: element ceil(fraction * n) - 1."""
+    rank = {"$subtract": [{"$ceil": {"$multiply": [fraction, count]}}, 1]}
+    return {"$arrayElemAt": [values, {"$max": [0, rank]}]}

@@ -1,0 +1,58 @@
+"""Chat run records as admins read them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+RunStatus = Literal["completed", "max_iterations", "cancelled", "error"]
+
+
+class RunToolCall(BaseModel):
+    id: str
+    name: str
+    tool_id: str | None = None
+    status: Literal["ok", "error"]
+    duration_ms: float
+    arguments: Any  # as the model sent them; never context values
+
+
+class RunUsage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class Run(BaseModel):
+    run_id: str
+    started_at: datetime
+    ended_at: datetime
+    model: str
+    stop_reason: RunStatus
+    error: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    iterations: int
+    usage: RunUsage
+    tool_calls: list[RunToolCall]
+    messages: list[dict[str, Any]] | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="Only when RUN_STORE_MESSAGES is on.",
+    )
+
+
+class RunPage(BaseModel):
+    items: list[Run]
+    next_cursor: str | None
+
+
+class ToolStats(BaseModel):
+    tool_id: str
+    since: datetime
+    until: datetime
+    calls: int
+    errors: int
+    error_rate: float
+    p50_ms: float | None
+    p95_ms: float | None

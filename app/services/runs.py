@@ -1,0 +1,148 @@
+"""Run records: written off the response path, flushed on shutdown, queried by admins."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from app.errors import NotFoundError, UnprocessableError, field_error
+from app.repositories.runs import RunRepository
+
+logger = logging.getLogger(__name__)
+
+BATCH_SIZE = 500
+QUEUE_LIMIT = 100_000
+
+
+class RunRecorder:
+    """Queues run documents and writes them in batches from one background task.
+
+    A chat never waits for its record and never fails because of it: a failed write is logged.
+    `close()` writes what is queued, so a normal shutdown loses nothing.
+    """
+
+    def __init__(self, runs: RunRepository) -> None:
+        self._runs = runs
+        self._queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue(QUEUE_LIMIT)
+        self._prepared: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._write_forever(), name="run-recorder")
+
+    def record(self, run: dict[str, Any], *, tenant_id: str) -> None:
+        try:
+            self._queue.put_nowait((tenant_id, run))
+        except asyncio.QueueFull:
+            logger.error("run record dropped: the write queue is full (database too slow?)")
+
+    async def close(self) -> None:
+        if self._task is None:
+            return
+        await self._queue.put(None)
+        await self._task
+
+    async def _write_forever(self) -> None:
+        while True:
+            item = await self._queue.get()
+            batch = [item]
+            while len(batch) < BATCH_SIZE and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            stop = None in batch
+            await self._write([entry for entry in batch if entry is not None])
+            if stop:
+                return
+
+    async def _write(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
+        by_tenant: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for tenant_id, run in batch:
+            by_tenant[tenant_id].append(run)
+        for tenant_id, runs in by_tenant.items():
+            try:
+                if tenant_id not in self._prepared:
+                    await self._runs.ensure_indexes(tenant_id=tenant_id)
+                    self._prepared.add(tenant_id)
+                await self._runs.insert_many(runs, tenant_id=tenant_id)
+            except Exception as exc:  # a record is never worth a failed chat
+                logger.error(
+                    "could not write %d run record(s) of tenant %s: %s",
+                    len(runs),
+                    tenant_id,
+                    type(exc).__name__,
+                )
+
+
+class RunService:
+    """What admins read: runs, newest first, and per-tool aggregates."""
+
+    def __init__(self, *, runs: RunRepository) -> None:
+        self._runs = runs
+
+    async def get(self, run_id: str, *, tenant_id: str) -> dict[str, Any]:
+        found = await self._runs.get(run_id, tenant_id=tenant_id)
+        if found is None:
+            raise NotFoundError(f"run '{run_id}' does not exist")
+        return found
+
+    async def page(
+        self,
+        *,
+        tenant_id: str,
+        limit: int,
+        cursor: str | None,
+        tool_id: str | None,
+        status: str | None,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> dict[str, Any]:
+        items = await self._runs.page(
+            tenant_id=tenant_id,
+            limit=limit,
+            after=_decode(cursor) if cursor else None,
+            tool_id=tool_id,
+            status=status,
+            since=since,
+            until=until,
+        )
+        next_cursor = _encode(items[-1]) if len(items) == limit else None
+        return {"items": items, "next_cursor": next_cursor}
+
+    async def tool_stats(
+        self, tool_id: str, *, tenant_id: str, since: datetime | None, until: datetime | None
+    ) -> dict[str, Any]:
+        until = until or datetime.now(UTC)
+        since = since or until - timedelta(days=1)
+        found = await self._runs.tool_stats(tool_id, tenant_id=tenant_id, since=since, until=until)
+        calls, errors = int(found.get("calls", 0)), int(found.get("errors", 0))
+        return {
+            "tool_id": tool_id,
+            "since": since,
+            "until": until,
+            "calls": calls,
+            "errors": errors,
+            "error_rate": errors / calls if calls else 0.0,
+            "p50_ms": found.get("p50_ms") if calls else None,
+            "p95_ms": found.get("p95_ms") if calls else None,
+        }
+
+
+def _encode(run: dict[str, Any]) -> str:
+    raw = f"{run['started_at'].isoformat()}|{run['run_id']}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode(cursor: str) -> tuple[datetime, str]:
+    with contextlib.suppress(ValueError, UnicodeDecodeError):
+        at, run_id = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode().split("|")
+        moment = datetime.fromisoformat(at)
+        if moment.tzinfo is not None:
+            return moment, run_id
+    raise UnprocessableError(
+        "The cursor is not valid.",
+        errors=[field_error("query.cursor", "use next_cursor from a previous page")],
+    )

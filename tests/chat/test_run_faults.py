@@ -1,0 +1,88 @@
+"""Run records over the real driver: flushed on shutdown; a failed write never fails a chat."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pymongo import AsyncMongoClient
+
+from app.config import Settings
+from app.main import create_app
+from tests.conftest import create_tenant, http_client, make_settings
+from tests.support import fake_model as script
+from tests.support import functions
+from tests.support.fake_model import FakeModel
+from tests.support.secantus import SecantusServer
+from tests.support.servers import ThreadedServer
+
+HELLO = {"messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.fixture
+def database_server(tmp_path: Path) -> Iterator[SecantusServer]:
+    server = SecantusServer(tmp_path / "data")
+    server.start()
+    yield server
+    server.stop()
+
+
+def _settings(server: SecantusServer, model: ThreadedServer, **extra: Any) -> Settings:
+    return make_settings(server.url, openai_base_url=f"{model.url}/v1", openai_api_key="k", **extra)
+
+
+async def test_records_queued_at_shutdown_are_written(
+    database_server: SecantusServer,
+    fake_model_server: tuple[FakeModel, ThreadedServer],
+    fake: FakeModel,
+) -> None:
+    fake.reset(repeat=script.text("hi"))
+    settings = _settings(database_server, fake_model_server[1])
+    app = create_app(settings, registry=functions.registry)
+    async with app.router.lifespan_context(app), http_client(app) as http:
+        acme = await create_tenant(http, "acme")
+        ids = [
+            (await http.post("/chat", json=HELLO, headers=acme.headers)).json()["run_id"]
+            for _ in range(20)
+        ]
+    # The app has shut down right after the last answer: its records must all be there.
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(database_server.url)
+    try:
+        runs = client[settings.mongodb_database]["tenant.acme.runs"]
+        stored = {doc["run_id"] async for doc in runs.find({}, {"run_id": 1})}
+        await client.drop_database(settings.mongodb_database)
+    finally:
+        await client.close()
+    assert stored == set(ids)
+
+
+async def test_a_failed_record_write_is_logged_not_a_failed_chat(
+    database_server: SecantusServer,
+    fake_model_server: tuple[FakeModel, ThreadedServer],
+    fake: FakeModel,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake.reset(repeat=script.text("hi"))
+    # Long-lived caches: the chat itself needs no database once they are warm.
+    settings = _settings(
+        database_server,
+        fake_model_server[1],
+        auth_cache_ttl_s=60,
+        tool_cache_ttl_s=60,
+        mongodb_timeout_ms=500,
+    )
+    app = create_app(settings, registry=functions.registry)
+    async with app.router.lifespan_context(app), http_client(app) as http:
+        acme = await create_tenant(http, "acme")
+        assert (await http.post("/chat", json=HELLO, headers=acme.headers)).status_code == 200
+        database_server.kill()
+        answer = await http.post("/chat", json=HELLO, headers=acme.headers)
+        assert answer.status_code == 200
+        deadline = time.monotonic() + 10
+        while "could not write 1 run record(s) of tenant acme" not in caplog.text:
+            assert time.monotonic() < deadline, caplog.text[-2000:]
+            await asyncio.sleep(0.1)
