@@ -29,6 +29,9 @@ async def list_runs(
     tool_id: Annotated[
         str | None, Query(pattern=NAME_PATTERN, description="Runs that called it")
     ] = None,
+    tool_name: Annotated[
+        str | None, Query(pattern=NAME_PATTERN, description="Runs that called this function")
+    ] = None,
     status: Annotated[RunStatus | None, Query(description="Runs that ended this way")] = None,
     since: Annotated[datetime | None, Query(description="Started at or after (ISO 8601)")] = None,
     until: Annotated[datetime | None, Query(description="Started before (ISO 8601)")] = None,
@@ -39,6 +42,7 @@ async def list_runs(
         limit=limit,
         cursor=cursor,
         tool_id=tool_id,
+        tool_name=tool_name,
         status=status,
         since=since,
         until=until,

@@ -25,6 +25,7 @@ class RunRepository:
         await runs.create_index([("started_at", DESCENDING), ("run_id", DESCENDING)])
         await runs.create_index([("run_id", ASCENDING)], unique=True)
         await runs.create_index([("tool_calls.tool_id", ASCENDING), ("started_at", DESCENDING)])
+        await runs.create_index([("tool_calls.name", ASCENDING), ("started_at", DESCENDING)])
         await runs.create_index([("ended_at", ASCENDING)], expireAfterSeconds=self._retention_s)
 
     async def insert_many(self, runs: list[Document], *, tenant_id: str) -> None:
@@ -41,6 +42,7 @@ class RunRepository:
         limit: int,
         after: tuple[datetime, str] | None,
         tool_id: str | None,
+        tool_name: str | None,
         status: str | None,
         since: datetime | None,
         until: datetime | None,
@@ -49,6 +51,8 @@ class RunRepository:
         query: Document = {}
         if tool_id is not None:
             query["tool_calls.tool_id"] = tool_id
+        if tool_name is not None:
+            query["tool_calls.name"] = tool_name
         if status is not None:
             query["stop_reason"] = status
         started: Document = {}

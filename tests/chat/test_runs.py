@@ -70,6 +70,8 @@ async def test_every_chat_is_recorded(chat: ChatClient, fake: FakeModel) -> None
     assert [r["run_id"] for r in only_errors] == [runs[0]["run_id"]]
     with_dice = await wait_for_runs(chat, 1, "&tool_id=rolldice")
     assert [r["run_id"] for r in with_dice] == [first["run_id"]]
+    by_name = await wait_for_runs(chat, 1, "&tool_name=explode")
+    assert [r["run_id"] for r in by_name] == [runs[2]["run_id"]]
 
 
 async def test_runs_are_paged_by_cursor(chat: ChatClient, fake: FakeModel) -> None:

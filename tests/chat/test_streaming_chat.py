@@ -37,6 +37,7 @@ class Streamer:
         ):
             assert response.status_code == 200, await response.aread()
             assert response.headers["content-type"].startswith("text/event-stream")
+            run_id = response.headers["x-run-id"]
             name = None
             async for line in response.aiter_lines():
                 if line.startswith(":"):
@@ -45,6 +46,8 @@ class Streamer:
                     name = line[7:]
                 elif line.startswith("data: "):
                     found.append((str(name), orjson.loads(line[6:])))
+        if found and found[-1][0] == "done":
+            assert found[-1][1]["run_id"] == run_id
         return found
 
 
