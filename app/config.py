@@ -68,6 +68,7 @@ class Settings(BaseSettings):
     chat_stream_keepalive_s: float = Field(default=15.0, gt=0, le=300)
     run_retention_days: int = Field(default=30, ge=1, le=3650)
     run_store_messages: bool = False
+    run_memory_limit: int = Field(default=1000, ge=10, le=1_000_000)
 
     tool_timeout_s: float = Field(default=30.0, gt=0, le=600)
     tool_output_max_chars: int = Field(default=16_000, ge=100, le=1_000_000)

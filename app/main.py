@@ -20,7 +20,7 @@ from app.chat.openai_sdk import OpenAISDKClient
 from app.config import Settings, get_settings
 from app.deps import Services
 from app.repositories.database import Database
-from app.repositories.runs import RunRepository
+from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
 from app.services.catalog import ToolCatalog
@@ -130,7 +130,11 @@ async def build_services(
         deadline_s=settings.chat_deadline_s,
     )
     loop = ChatLoop(model=model, runner=runner, limits=limits) if model else None
-    run_repo = RunRepository(database, retention_days=settings.run_retention_days)
+    run_repo: RunStore = (
+        MemoryRunRepository(limit=settings.run_memory_limit)
+        if database.in_memory
+        else RunRepository(database, retention_days=settings.run_retention_days)
+    )
     recorder = RunRecorder(run_repo)
     recorder.start()
     stack.push_async_callback(recorder.close)  # closed before the database: records flushed

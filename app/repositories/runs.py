@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pymongo import ASCENDING, DESCENDING
 
@@ -23,7 +25,8 @@ class RunRepository:
     async def ensure_indexes(self, *, tenant_id: str) -> None:
         runs = self._runs(tenant_id)
         await runs.create_index([("started_at", DESCENDING), ("run_id", DESCENDING)])
-        await runs.create_index([("run_id", ASCENDING)], unique=True)
+        # Not unique: ids are random 128-bit values; the index serves lookups.
+        await runs.create_index([("run_id", ASCENDING)])
         await runs.create_index([("tool_calls.tool_id", ASCENDING), ("started_at", DESCENDING)])
         await runs.create_index([("tool_calls.name", ASCENDING), ("started_at", DESCENDING)])
         await runs.create_index([("ended_at", ASCENDING)], expireAfterSeconds=self._retention_s)
@@ -121,3 +124,111 @@ def _nearest_rank(values: str, count: str, fraction: float) -> Document:
     """The nearest-rank percentile of a sorted array: element ceil(fraction * n) - 1."""
     rank = {"$subtract": [{"$ceil": {"$multiply": [fraction, count]}}, 1]}
     return {"$arrayElemAt": [values, {"$max": [0, rank]}]}
+
+
+class RunStore(Protocol):
+    """What the services need of run storage (MongoDB collection or the in-process ring)."""
+
+    async def ensure_indexes(self, *, tenant_id: str) -> None: ...
+
+    async def insert_many(self, runs: list[Document], *, tenant_id: str) -> None: ...
+
+    async def get(self, run_id: str, *, tenant_id: str) -> Document | None: ...
+
+    async def page(
+        self,
+        *,
+        tenant_id: str,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        tool_id: str | None,
+        tool_name: str | None,
+        status: str | None,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> list[Document]: ...
+
+    async def tool_stats(
+        self, tool_id: str, *, tenant_id: str, since: datetime, until: datetime
+    ) -> Document: ...
+
+    async def drop_all(self, *, tenant_id: str) -> None: ...
+
+
+class MemoryRunRepository:
+    """Run records of the embedded store: the newest `limit` runs per tenant, in process memory.
+
+    The embedded store (mongomock) has no TTL monitor, and its inserts cost ~0.4 ms each once a
+    collection holds a few thousand documents: a bounded ring keeps the zero-setup mode fast and
+    its memory flat. Same contract as RunRepository (tests/services/test_run_stores.py).
+    """
+
+    def __init__(self, *, limit: int) -> None:
+        self._limit = limit
+        self._runs: dict[str, deque[Document]] = {}
+
+    async def ensure_indexes(self, *, tenant_id: str) -> None:
+        return None
+
+    async def insert_many(self, runs: list[Document], *, tenant_id: str) -> None:
+        ring = self._runs.setdefault(tenant_id, deque(maxlen=self._limit))
+        ring.extend(dict(run) for run in runs)
+
+    async def get(self, run_id: str, *, tenant_id: str) -> Document | None:
+        return next((dict(r) for r in self._runs.get(tenant_id, ()) if r["run_id"] == run_id), None)
+
+    async def page(
+        self,
+        *,
+        tenant_id: str,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        tool_id: str | None,
+        tool_name: str | None,
+        status: str | None,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> list[Document]:
+        def wanted(run: Document) -> bool:
+            calls = run.get("tool_calls", [])
+            return (
+                (tool_id is None or any(c.get("tool_id") == tool_id for c in calls))
+                and (tool_name is None or any(c.get("name") == tool_name for c in calls))
+                and (status is None or run["stop_reason"] == status)
+                and (since is None or run["started_at"] >= since)
+                and (until is None or run["started_at"] < until)
+                and (after is None or (run["started_at"], run["run_id"]) < after)
+            )
+
+        found = [run for run in self._runs.get(tenant_id, ()) if wanted(run)]
+        found.sort(key=lambda run: (run["started_at"], run["run_id"]), reverse=True)
+        return [dict(run) for run in found[:limit]]
+
+    async def tool_stats(
+        self, tool_id: str, *, tenant_id: str, since: datetime, until: datetime
+    ) -> Document:
+        calls = [
+            call
+            for run in self._runs.get(tenant_id, ())
+            if since <= run["started_at"] < until
+            for call in run.get("tool_calls", [])
+            if call.get("tool_id") == tool_id
+        ]
+        durations = sorted(call["duration_ms"] for call in calls)
+        errors = sum(1 for call in calls if call["status"] == "error")
+        return {
+            "calls": len(calls),
+            "errors": errors,
+            "p50_ms": _rank(durations, 0.5),
+            "p95_ms": _rank(durations, 0.95),
+        }
+
+    async def drop_all(self, *, tenant_id: str) -> None:
+        self._runs.pop(tenant_id, None)
+
+
+def _rank(ordered: list[float], fraction: float) -> float | None:
+    """Nearest-rank percentile, as the MongoDB pipeline computes it."""
+    if not ordered:
+        return None
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]

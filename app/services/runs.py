@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.errors import NotFoundError, UnprocessableError, field_error
-from app.repositories.runs import RunRepository
+from app.repositories.runs import RunStore
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ class RunRecorder:
     `close()` writes what is queued, so a normal shutdown loses nothing.
     """
 
-    def __init__(self, runs: RunRepository) -> None:
+    def __init__(self, runs: RunStore) -> None:
         self._runs = runs
         self._queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue(QUEUE_LIMIT)
         self._prepared: set[str] = set()
@@ -80,7 +80,7 @@ class RunRecorder:
 class RunService:
     """What admins read: runs, newest first, and per-tool aggregates."""
 
-    def __init__(self, *, runs: RunRepository) -> None:
+    def __init__(self, *, runs: RunStore) -> None:
         self._runs = runs
 
     async def get(self, run_id: str, *, tenant_id: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from app.errors import NotFoundError
-from app.repositories.runs import RunRepository
+from app.repositories.runs import RunStore
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
 from app.services.catalog import ToolCatalog
@@ -33,7 +33,7 @@ class TenantService:
         tools: ToolRepository,
         seeder: Seeder,
         catalog: ToolCatalog,
-        runs: RunRepository,
+        runs: RunStore,
         key_secret: bytes,
         admin_key: str,
         auth_cache_ttl_s: float = 0.0,

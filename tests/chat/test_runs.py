@@ -125,12 +125,3 @@ async def test_messages_are_kept_only_when_configured(chat: ChatClient, fake: Fa
     await chat.chat(messages=[{"role": "user", "content": "hello"}])
     [run] = await wait_for_runs(chat, 1)
     assert [m["content"] for m in run["messages"]] == ["hello", "hi there"]
-
-
-async def test_run_collection_has_a_ttl_index(chat: ChatClient, fake: FakeModel) -> None:
-    fake.reset(script.text("hi"))
-    await chat.chat()
-    await wait_for_runs(chat, 1)
-    runs = chat.app.state.services.database.tenant_collection("acme", "runs")
-    indexes = await runs.index_information()
-    assert indexes["ended_at_1"]["expireAfterSeconds"] == 30 * 86_400
