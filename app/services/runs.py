@@ -17,6 +17,9 @@ logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 500
 QUEUE_LIMIT = 100_000
+# Collect records this long before writing: one wake-up and one insert per tenant per batch,
+# rather than per chat (records are off the response path; close() still writes everything).
+BATCH_WINDOW_S = 0.05
 
 
 class RunRecorder:
@@ -50,6 +53,8 @@ class RunRecorder:
     async def _write_forever(self) -> None:
         while True:
             item = await self._queue.get()
+            if item is not None:
+                await asyncio.sleep(BATCH_WINDOW_S)
             batch = [item]
             while len(batch) < BATCH_SIZE and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
