@@ -5,12 +5,19 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any
 
+# RFC 9110 names where Python 3.11's HTTPStatus still has the older ones.
+_RFC9110_TITLES = {413: "Content Too Large", 422: "Unprocessable Content"}
+
+
+def status_title(status: int) -> str:
+    """The problem `title` for a status: one wording for every error of that status."""
+    return _RFC9110_TITLES.get(status) or HTTPStatus(status).phrase
+
 
 class AppError(Exception):
     """Base of every error a service raises; the handler turns it into a problem response."""
 
     status_code = 500
-    title = "Internal Server Error"
 
     def __init__(
         self,
@@ -24,19 +31,20 @@ class AppError(Exception):
         self.message = message
         if status_code is not None:
             self.status_code = status_code
-            self.title = HTTPStatus(status_code).phrase
         self.errors = errors
         self.headers = headers
+
+    @property
+    def title(self) -> str:
+        return status_title(self.status_code)
 
 
 class BadRequestError(AppError):
     status_code = 400
-    title = "Bad Request"
 
 
 class UnauthorizedError(AppError):
     status_code = 401
-    title = "Unauthorized"
 
     def __init__(self, message: str) -> None:
         super().__init__(message, headers={"WWW-Authenticate": "Bearer"})
@@ -44,34 +52,28 @@ class UnauthorizedError(AppError):
 
 class ForbiddenError(AppError):
     status_code = 403
-    title = "Forbidden"
 
 
 class NotFoundError(AppError):
     status_code = 404
-    title = "Not Found"
 
 
 class ConflictError(AppError):
     status_code = 409
-    title = "Conflict"
 
 
 class PayloadTooLargeError(AppError):
     status_code = 413
-    title = "Content Too Large"
 
 
 class UnprocessableError(AppError):
     """A well-formed request whose content breaks a rule; `errors` lists each problem."""
 
     status_code = 422
-    title = "Unprocessable Content"
 
 
 class ServiceUnavailableError(AppError):
     status_code = 503
-    title = "Service Unavailable"
 
 
 def field_error(path: str, message: str) -> dict[str, str]:

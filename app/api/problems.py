@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import re
-from http import HTTPStatus
 from typing import Any
 
 import orjson
@@ -13,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from pymongo.errors import ConnectionFailure, ExecutionTimeout, PyMongoError, WaitQueueTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import AppError, field_error
+from app.errors import AppError, field_error, status_title
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +28,7 @@ def problem_body(
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "type": "about:blank",
-        "title": title or HTTPStatus(status).phrase,
+        "title": title or status_title(status),
         "status": status,
         "detail": detail,
     }
@@ -98,7 +97,7 @@ async def _handle_validation_error(_: Request, exc: Exception) -> Response:
 
 async def _handle_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
-    detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    detail = exc.detail if isinstance(exc.detail, str) else status_title(exc.status_code)
     headers = dict(exc.headers) if exc.headers else {}
     if exc.status_code == 405:
         headers["Allow"] = ", ".join(allowed_methods(request))

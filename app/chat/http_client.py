@@ -29,6 +29,7 @@ from app.chat.model import (
     malformed_answer,
     model_timed_out,
     rate_limited,
+    tool_options,
     unreachable,
     upstream_status,
 )
@@ -156,13 +157,7 @@ def _payload(
     tools: list[dict[str, Any]] | None,
     parallel_tool_calls: bool,
 ) -> dict[str, Any]:
-    payload: dict[str, Any] = {"model": model, "messages": messages}
-    if tools:
-        payload["tools"] = tools
-        payload["tool_choice"] = "auto"
-        if not parallel_tool_calls:  # sent only when off: not every server knows it
-            payload["parallel_tool_calls"] = False
-    return payload
+    return {"model": model, "messages": messages, **tool_options(tools, parallel_tool_calls)}
 
 
 def _chunk(data: str) -> dict[str, Any]:

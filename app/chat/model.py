@@ -40,6 +40,16 @@ class ModelTurn:
     usage: Usage = field(default_factory=Usage)
 
 
+def tool_options(tools: list[dict[str, Any]] | None, parallel_tool_calls: bool) -> dict[str, Any]:
+    """The chat-completions fields that offer tools (none when there are no tools)."""
+    if not tools:
+        return {}
+    options: dict[str, Any] = {"tools": tools, "tool_choice": "auto"}
+    if not parallel_tool_calls:  # sent only when off: not every server knows the field
+        options["parallel_tool_calls"] = False
+    return options
+
+
 class ModelClient(Protocol):
     async def complete(
         self,
@@ -70,22 +80,18 @@ class ModelError(AppError):
 
 class ModelNotConfiguredError(ModelError):
     status_code = 503
-    title = "Service Unavailable"
 
 
 class ModelRateLimitedError(ModelError):
     status_code = 503
-    title = "Service Unavailable"
 
 
 class ModelUpstreamError(ModelError):
     status_code = 502
-    title = "Bad Gateway"
 
 
 class ModelTimeoutError(ModelError):
     status_code = 504
-    title = "Gateway Timeout"
 
 
 # One wording for every model client, so a failure reads the same whichever transport is used.

@@ -19,6 +19,7 @@ from app.chat.model import (
     malformed_answer,
     model_timed_out,
     rate_limited,
+    tool_options,
     unreachable,
     upstream_status,
 )
@@ -43,11 +44,7 @@ class OpenAISDKClient:
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
     ) -> ModelTurn:
-        options: dict[str, Any] = {}
-        if tools:
-            options = {"tools": tools, "tool_choice": "auto"}
-            if not parallel_tool_calls:  # sent only when off: not every server knows it
-                options["parallel_tool_calls"] = False
+        options = tool_options(tools, parallel_tool_calls)
         try:
             completion = await self._client.chat.completions.create(
                 model=model,
@@ -69,11 +66,11 @@ class OpenAISDKClient:
         parallel_tool_calls: bool,
     ) -> AsyncIterator[str | ModelTurn]:
         """Content deltas as they arrive, then the assembled turn."""
-        options: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
-        if tools:
-            options.update(tools=tools, tool_choice="auto")
-            if not parallel_tool_calls:
-                options["parallel_tool_calls"] = False
+        options = {
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **tool_options(tools, parallel_tool_calls),
+        }
         assembler = TurnAssembler()
         try:
             chunks = await self._client.chat.completions.create(

@@ -130,3 +130,11 @@ async def test_a_literal_path_allows_only_its_own_methods(
 ) -> None:
     response = await client.patch("/tools/ids", headers=acme.headers)
     assert response.status_code == 405 and response.headers["allow"] == "GET, HEAD"
+
+
+async def test_one_title_per_status(client: httpx.AsyncClient, acme: TenantCredentials) -> None:
+    schema_422 = await client.get("/tools/?limit=0", headers=acme.headers)  # FastAPI's check
+    rule_422 = await client.post(
+        "/tools/create", headers=acme.headers, json=external_tool(tool_id="ids")
+    )  # ours
+    assert schema_422.json()["title"] == rule_422.json()["title"] == "Unprocessable Content"
