@@ -11,6 +11,7 @@ import sys
 from pydantic import ValidationError
 
 from app.config import Settings
+from app.mcp.config import McpConfigError, load_operator_servers
 from app.tools.registry import FunctionDictionaryError, load_registry, validate_registry
 
 
@@ -27,6 +28,10 @@ def _check(settings_only: bool = False) -> Settings:
             validate_registry(load_registry(settings.functions_module))
         except FunctionDictionaryError as exc:
             sys.exit(str(exc))
+        try:
+            load_operator_servers(settings.mcp_servers_json, settings.mcp_servers_file)
+        except McpConfigError as exc:
+            sys.exit(str(exc))
     return settings
 
 
@@ -39,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     settings = _check()
     if args.command == "check":
-        print("settings and function dictionary are valid")
+        print("settings, function dictionary and MCP servers are valid")
         return
     import uvicorn
 

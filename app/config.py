@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     tool_cache_ttl_s: float = Field(default=2.0, ge=0, le=300)
     outbound_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
+    mcp_servers: SecretStr | None = None
+    mcp_servers_file: str | None = None
+    mcp_connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    mcp_tools_cache_ttl_s: float = Field(default=30.0, ge=0, le=3600)
+
     @field_validator("outbound_allow", mode="before")
     @classmethod
     def _split_allow_list(cls, value: object) -> object:
@@ -114,6 +119,10 @@ class Settings(BaseSettings):
         if self.api_key_secret is None or not self.api_key_secret.get_secret_value():
             return DEV_API_KEY_SECRET.encode()
         return self.api_key_secret.get_secret_value().encode()
+
+    @property
+    def mcp_servers_json(self) -> str | None:
+        return self.mcp_servers.get_secret_value() if self.mcp_servers else None
 
     @property
     def model_configured(self) -> bool:

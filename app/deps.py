@@ -12,6 +12,7 @@ from app.config import Settings
 from app.errors import ForbiddenError, UnauthorizedError
 from app.repositories.database import Database
 from app.services.chat import ChatService
+from app.services.mcp_servers import McpServerService
 from app.services.runs import RunService
 from app.services.tenants import TenantService
 from app.services.tools import ToolService
@@ -29,6 +30,7 @@ class Services:
     tools: ToolService
     chat: ChatService
     runs: RunService
+    mcp_servers: McpServerService
 
 
 async def get_services(request: Request) -> Services:

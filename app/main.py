@@ -10,7 +10,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import httpx
 from fastapi import FastAPI
 
-from app.api import chat, health, runs, tenants, tools
+from app.api import chat, health, mcp_servers, runs, tenants, tools
 from app.api.middleware import BodySizeLimitMiddleware
 from app.api.problems import install_error_handlers
 from app.chat.http_client import HTTPModelClient
@@ -19,12 +19,16 @@ from app.chat.model import ModelClient
 from app.chat.openai_sdk import OpenAISDKClient
 from app.config import Settings, get_settings
 from app.deps import Services
+from app.mcp.config import McpConfigError, McpServer, load_operator_servers
+from app.mcp.hub import McpHub, McpLimits
 from app.repositories.database import Database
+from app.repositories.mcp_servers import McpServerRepository
 from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
 from app.services.catalog import ToolCatalog
 from app.services.chat import ChatService
+from app.services.mcp_servers import McpServerService
 from app.services.runs import RunRecorder, RunService
 from app.services.seeding import Seeder
 from app.services.tenants import TenantService
@@ -52,6 +56,17 @@ def _load_checked_registry(
         logger.error("refusing to start: %s", error)
         raise error
     return registry
+
+
+def _load_mcp_servers(settings: Settings) -> dict[str, McpServer]:
+    try:
+        servers = load_operator_servers(settings.mcp_servers_json, settings.mcp_servers_file)
+    except McpConfigError as exc:
+        logger.error("refusing to start: %s", exc)
+        raise
+    if servers:
+        logger.info("MCP servers configured by the operator: %s", ", ".join(sorted(servers)))
+    return servers
 
 
 def _warn_about_development_setup(settings: Settings) -> None:
@@ -92,7 +107,10 @@ def build_tool_http_client(settings: Settings, policy: OutboundPolicy) -> httpx.
 
 
 async def build_services(
-    settings: Settings, registry: FunctionRegistry, stack: AsyncExitStack
+    settings: Settings,
+    registry: FunctionRegistry,
+    stack: AsyncExitStack,
+    mcp_operator: dict[str, McpServer] | None = None,
 ) -> Services:
     """Connect, check indexes and seed every tenant; build the clients the routes share.
 
@@ -101,6 +119,7 @@ async def build_services(
     database = Database.from_settings(settings)
     stack.push_async_callback(database.close)
     tenant_repo, tool_repo = TenantRepository(database), ToolRepository(database)
+    mcp_repo = McpServerRepository(database)
     seeder = Seeder(registry=registry, tenants=tenant_repo, tools=tool_repo)
     catalog = ToolCatalog(tools=tool_repo, ttl_s=settings.tool_cache_ttl_s)
     prepared = await seeder.prepare_all()
@@ -130,6 +149,17 @@ async def build_services(
         deadline_s=settings.chat_deadline_s,
     )
     loop = ChatLoop(model=model, runner=runner, limits=limits) if model else None
+    hub = McpHub(
+        policy=policy,
+        limits=McpLimits(
+            connect_timeout_s=settings.mcp_connect_timeout_s,
+            cache_ttl_s=settings.mcp_tools_cache_ttl_s,
+        ),
+    )
+    stack.push_async_callback(hub.aclose)
+    mcp_service = McpServerService(
+        servers=mcp_repo, operator=mcp_operator or {}, hub=hub, policy=policy
+    )
     run_repo: RunStore = (
         MemoryRunRepository(limit=settings.run_memory_limit)
         if database.in_memory
@@ -148,6 +178,7 @@ async def build_services(
             seeder=seeder,
             catalog=catalog,
             runs=run_repo,
+            mcp_servers=mcp_repo,
             key_secret=settings.effective_api_key_secret,
             admin_key=settings.effective_admin_api_key,
             auth_cache_ttl_s=settings.auth_cache_ttl_s,
@@ -160,8 +191,10 @@ async def build_services(
             max_iterations_cap=settings.chat_max_iterations,
             recorder=recorder,
             keep_messages=settings.run_store_messages,
+            mcp=mcp_service,
         ),
         runs=RunService(runs=run_repo),
+        mcp_servers=mcp_service,
     )
 
 
@@ -175,9 +208,10 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         configure_logging(settings.log_level)
         checked = _load_checked_registry(settings, registry)
+        operator = _load_mcp_servers(settings)
         _warn_about_development_setup(settings)
         async with AsyncExitStack() as stack:
-            app.state.services = await build_services(settings, checked, stack)
+            app.state.services = await build_services(settings, checked, stack, operator)
             yield
 
     app = FastAPI(
@@ -191,6 +225,6 @@ def create_app(
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     # Hot routes first (matching walks routes in order); /ping stays first as the yardstick.
-    for router in (health.router, tools.router, chat.router, runs.router, tenants.router):
-        app.include_router(router)
+    for module in (health, tools, chat, runs, mcp_servers, tenants):
+        app.include_router(module.router)
     return app

@@ -18,7 +18,10 @@ from app.config import Settings
 from app.main import create_app
 from app.tools.builtin import registry as builtin_registry
 from app.tools.registry import FunctionRegistry
+from tests.support import functions
+from tests.support.fake_model import FakeModel
 from tests.support.secantus import SecantusServer, executable
+from tests.support.servers import ThreadedServer
 
 ADMIN_KEY = "test-admin-key-0123456789abcdef0123456789"
 KEY_SECRET = "test-key-secret-0123456789abcdef0123456789"
@@ -187,6 +190,24 @@ def external_tool(tool_id: str = "weather-api", **overrides: Any) -> dict[str, A
         "tags": ["weather"],
         **overrides,
     }
+
+
+@pytest.fixture(scope="session")
+def fake_model_server() -> Iterator[tuple[FakeModel, ThreadedServer]]:
+    """The scripted OpenAI-compatible model, served on 127.0.0.1 (chat and MCP suites)."""
+    fake = FakeModel()
+    server = ThreadedServer(fake).start()
+    yield fake, server
+    server.stop()
+
+
+@pytest.fixture
+def fake(fake_model_server: tuple[FakeModel, ThreadedServer]) -> FakeModel:
+    fake_model_server[0].reset()
+    functions.RECEIVED.clear()
+    functions.TIMELINE.clear()
+    functions.CANCELLED.clear()
+    return fake_model_server[0]
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -22,6 +22,7 @@ from app.chat.model import (
     Usage,
     malformed_answer,
 )
+from app.mcp.hub import ChatSessions
 from app.tools.arguments import argument_problems, merge_context
 from app.tools.executors import ToolOutcome, ToolRunner
 from app.tools.schema import PreparedTool
@@ -70,6 +71,7 @@ class ChatRun:
     model: str
     max_iterations: int
     parallel_tool_calls: bool
+    mcp: ChatSessions | None = None  # the chat's MCP sessions, opened on first use
 
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -184,7 +186,7 @@ class ChatLoop:
         elif parse_error is not None:
             outcome = ToolOutcome.error(parse_error)
         else:
-            outcome = await self._check_and_run(tool, arguments, run.chat.context)
+            outcome = await self._check_and_run(tool, arguments, run.chat)
         content = run.scrub(self._capped(outcome.content))
         if outcome.status == "error":
             content = f"Error: {content}"
@@ -209,21 +211,27 @@ class ChatLoop:
         return record, content
 
     async def _check_and_run(
-        self, tool: dict[str, Any], arguments: dict[str, Any], context: dict[str, Any]
+        self, tool: dict[str, Any], arguments: dict[str, Any], chat: ChatRun
     ) -> ToolOutcome:
-        problems = argument_problems(arguments, tool["function"].get("parameters", {}))
-        if problems:
-            return ToolOutcome.error("invalid arguments: " + "; ".join(problems))
-        merged, missing = merge_context(
-            arguments,
-            tool.get("context_parameters", []),
-            context,
-            optional=self._runner.optional_context(tool),
-        )
+        if tool["type"] == "mcp":  # its JSON Schema is the MCP server's to enforce
+            merged, missing = merge_mcp_context(arguments, tool["context_parameters"], chat.context)
+        else:
+            problems = argument_problems(arguments, tool["function"].get("parameters", {}))
+            if problems:
+                return ToolOutcome.error("invalid arguments: " + "; ".join(problems))
+            merged, missing = merge_context(
+                arguments,
+                tool.get("context_parameters", []),
+                chat.context,
+                optional=self._runner.optional_context(tool),
+            )
         if missing:
             return ToolOutcome.error("; ".join(missing))
         try:
             async with asyncio.timeout(self._limits.tool_timeout_s):
+                if tool["type"] == "mcp":
+                    assert chat.mcp is not None, "MCP tools come with the chat's sessions"
+                    return await chat.mcp.call(tool["server"], tool["mcp_tool"], merged)
                 return await self._runner.run(tool, merged)
         except TimeoutError:
             return ToolOutcome.error(
@@ -251,9 +259,30 @@ def _parsed(
         return {}, call.arguments, f"the arguments are not valid JSON: {exc}"
     if not isinstance(arguments, dict):
         return {}, call.arguments, "the arguments must be a JSON object"
-    context_names = {c["name"] for c in (tool or {}).get("context_parameters", [])}
+    context_names = {
+        name
+        for c in (tool or {}).get("context_parameters", [])
+        for name in (c["name"], c.get("argument"))
+        if name
+    }
     arguments = {k: v for k, v in arguments.items() if k not in context_names}
     return arguments, arguments, None
+
+
+def merge_mcp_context(
+    arguments: dict[str, Any], mappings: list[dict[str, Any]], context: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """Context values onto the MCP tool arguments they map to; the server's value wins."""
+    merged, missing = dict(arguments), []
+    for mapping in mappings:
+        if mapping["name"] in context:
+            merged[mapping["argument"]] = context[mapping["name"]]
+        elif mapping["required"]:
+            missing.append(
+                f"missing context argument '{mapping['name']}': the caller must supply it "
+                "in context_arguments"
+            )
+    return merged, missing
 
 
 def _assistant_tool_message(content: str | None, calls: list[ModelToolCall]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints
 
+from app.mcp.config import ServerName
 from app.schemas.tools import ClientModel, Name, Tag
 
 ContextValue = str | int | float | bool | list[str]
@@ -44,6 +45,11 @@ class ChatRequest(ClientModel):
     )
     tags: list[Tag] | None = Field(
         default=None, max_length=32, description="Only tools with at least one of these tags."
+    )
+    mcp_servers: list[ServerName] | None = Field(
+        default=None,
+        max_length=16,
+        description="MCP servers whose tools join the chat, named `{server}__{tool}`.",
     )
     model: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
     max_iterations: int | None = Field(default=None, ge=1, le=1000)

@@ -28,9 +28,10 @@ _DESCRIPTIONS = {
     409: "Conflicts with an existing object",
     413: "Request body larger than the configured limit",
     422: "Well-formed but invalid; `errors` lists each problem with its JSON path",
-    502: "The model endpoint failed (error after retries, bad credentials, malformed answer)",
+    502: "The model endpoint or an MCP server failed (error after retries, bad credentials, "
+    "malformed answer, unreachable)",
     503: "A dependency is unavailable (database, model config, model rate limit); retry later",
-    504: "The model or the chat deadline timed out",
+    504: "The model, an MCP server or the chat deadline timed out",
 }
 
 

@@ -10,9 +10,12 @@ from typing import Any
 from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
 from app.chat.model import ModelNotConfiguredError
 from app.errors import AppError, UnprocessableError, field_error
+from app.mcp.config import McpServer
+from app.mcp.hub import prepared_tool, tool_document
 from app.repositories.database import utc_now
 from app.schemas.chat import ChatRequest
 from app.services.catalog import ToolCatalog
+from app.services.mcp_servers import McpServerService
 from app.services.runs import RunRecorder
 from app.tools.schema import PreparedTool
 
@@ -27,6 +30,7 @@ class ChatService:
         max_iterations_cap: int,
         recorder: RunRecorder,
         keep_messages: bool = False,
+        mcp: McpServerService | None = None,
     ) -> None:
         self._catalog = catalog
         self._loop = loop
@@ -34,6 +38,7 @@ class ChatService:
         self._cap = max_iterations_cap
         self._recorder = recorder
         self._keep_messages = keep_messages
+        self._mcp = mcp
 
     async def prepare(self, request: ChatRequest, *, tenant_id: str) -> ChatRun:
         """Check the request and pick its tools: every 4xx/503 is raised here, before any run."""
@@ -50,14 +55,47 @@ class ChatService:
         tools = _selected(
             await self._catalog.enabled(tenant_id=tenant_id), request.tool_ids, request.tags
         )
+        context = dict(request.context_arguments)
+        sessions = None
+        if request.mcp_servers and self._mcp is not None:
+            servers = await self._mcp.resolve(
+                request.mcp_servers, tenant_id=tenant_id, path="$.mcp_servers"
+            )
+            tools = tools + await self._mcp_tools(servers, context, taken={t.name for t in tools})
+            sessions = self._mcp.hub.chat_sessions(servers, context)
         return ChatRun(
             messages=[m.model_dump(exclude_none=True) for m in request.messages],
             tools=tools,
-            context=dict(request.context_arguments),
+            context=context,
             model=request.model or self._default_model,
             max_iterations=max_iterations,
             parallel_tool_calls=request.parallel_tool_calls,
+            mcp=sessions,
         )
+
+    async def _mcp_tools(
+        self, servers: list[McpServer], context: dict[str, Any], *, taken: set[str]
+    ) -> list[PreparedTool]:
+        """The servers' tools (listed concurrently); 422 if a name would be offered twice."""
+        assert self._mcp is not None
+        prepared = []
+        for server, tools in await self._mcp.hub.tools(servers, context):
+            for tool in tools:
+                doc = tool_document(server, tool)
+                if doc["function"]["name"] in taken:
+                    raise UnprocessableError(
+                        "Two tools of this chat would have the same name.",
+                        errors=[
+                            field_error(
+                                "$.mcp_servers",
+                                f"'{doc['function']['name']}' is offered twice; "
+                                "rename or deselect one",
+                            )
+                        ],
+                    )
+                taken.add(doc["function"]["name"])
+                prepared.append(prepared_tool(doc))
+        return prepared
 
     async def run(
         self, chat: ChatRun, *, tenant_id: str, run_id: str, events: EventSink | None = None
@@ -78,6 +116,8 @@ class ChatService:
             error = exc.message
             raise
         finally:
+            if chat.mcp is not None:  # end, error or disconnect: no process or session outlives it
+                await chat.mcp.aclose()
             record = _run_record(
                 chat,
                 progress,

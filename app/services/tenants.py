@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from app.errors import NotFoundError
+from app.repositories.mcp_servers import McpServerRepository
 from app.repositories.runs import RunStore
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
@@ -34,6 +35,7 @@ class TenantService:
         seeder: Seeder,
         catalog: ToolCatalog,
         runs: RunStore,
+        mcp_servers: McpServerRepository,
         key_secret: bytes,
         admin_key: str,
         auth_cache_ttl_s: float = 0.0,
@@ -43,6 +45,7 @@ class TenantService:
         self._seeder = seeder
         self._catalog = catalog
         self._runs = runs
+        self._mcp_servers = mcp_servers
         self._key_secret = key_secret
         self._admin_key = admin_key.encode()
         # key hash -> (tenant id, expiry). Rotation and deletion here drop entries at once;
@@ -83,6 +86,7 @@ class TenantService:
         # A crash during an earlier delete may have left this id's tools behind: never inherit them.
         await self._tools.drop_all(tenant_id=tenant_id)
         await self._runs.drop_all(tenant_id=tenant_id)
+        await self._mcp_servers.drop_all(tenant_id=tenant_id)
         await self._seeder.prepare_tenant(tenant_id)
         self._catalog.invalidate(tenant_id)
         return tenant, api_key
@@ -107,4 +111,5 @@ class TenantService:
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")
         await self._tools.drop_all(tenant_id=tenant_id)
         await self._runs.drop_all(tenant_id=tenant_id)
+        await self._mcp_servers.drop_all(tenant_id=tenant_id)
         self._catalog.invalidate(tenant_id)

@@ -135,12 +135,19 @@ async def system_resolver(host: str, port: int) -> list[str]:
 
 
 class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
-    """Resolve, check every address, then connect to a checked address (never re-resolve)."""
+    """Resolve, check every address, then connect to a checked address (never re-resolve).
 
-    def __init__(self, policy: OutboundPolicy, resolver: Resolver = system_resolver) -> None:
+    `core` is the httpcore module the pool comes from: `httpcore` (httpx) or `httpcore2`
+    (httpx2, which the MCP SDK uses); both have the same backend interface.
+    """
+
+    def __init__(
+        self, policy: OutboundPolicy, resolver: Resolver = system_resolver, *, core: Any = httpcore
+    ) -> None:
         self._policy = policy
         self._resolver = resolver
-        self._backend = httpcore.AnyIOBackend()
+        self._backend = core.AnyIOBackend()
+        self._connect_errors = (core.ConnectError, core.ConnectTimeout)
 
     async def connect_tcp(
         self,
@@ -160,14 +167,15 @@ class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
         last_error: Exception | None = None
         for address in addresses:  # every one was checked: try them in the resolver's order
             try:
-                return await self._backend.connect_tcp(
+                stream: httpcore.AsyncNetworkStream = await self._backend.connect_tcp(
                     str(address),
                     port,
                     timeout=timeout,
                     local_address=local_address,
                     socket_options=socket_options,
                 )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                return stream
+            except self._connect_errors as exc:
                 last_error = exc
         assert last_error is not None
         raise last_error

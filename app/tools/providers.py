@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from app.tools.schema import openai_tool, parameters_json_schema
+from app.tools.schema import parameters_json_schema
 
 Provider = Literal["openai", "openai-responses", "anthropic", "gemini"]
 PROVIDERS: tuple[Provider, ...] = ("openai", "openai-responses", "anthropic", "gemini")
@@ -24,10 +24,25 @@ _GEMINI_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 def provider_tool(doc: dict[str, Any], provider: Provider) -> dict[str, Any]:
     """The tool `doc` as `provider`'s API expects it."""
     function = doc["function"]
-    name, description = function["name"], function.get("description", "")
     parameters = parameters_json_schema(function.get("parameters", {}))
+    return shaped(provider, function["name"], function.get("description", ""), parameters)
+
+
+def shaped(
+    provider: Provider,
+    name: str,
+    description: str,
+    parameters: dict[str, Any],
+    *,
+    gemini_convert: bool = True,
+) -> dict[str, Any]:
+    """A function declaration in `provider`'s format. For Gemini, the JSON Schema is converted to
+    its OpenAPI subset unless `gemini_convert` is false (a schema it cannot express)."""
     if provider == "openai":
-        return openai_tool(doc)
+        return {
+            "type": "function",
+            "function": {"name": name, "description": description, "parameters": parameters},
+        }
     if provider == "openai-responses":
         return {
             "type": "function",
@@ -38,12 +53,12 @@ def provider_tool(doc: dict[str, Any], provider: Provider) -> dict[str, Any]:
     if provider == "anthropic":
         return {"name": name, "description": description, "input_schema": parameters}
     declaration: dict[str, Any] = {"name": name, "description": description}
-    if parameters["properties"]:
-        declaration["parameters"] = _gemini_schema(parameters)
+    if parameters.get("properties"):
+        declaration["parameters"] = gemini_schema(parameters) if gemini_convert else parameters
     return declaration
 
 
-def _gemini_schema(schema: dict[str, Any]) -> dict[str, Any]:
+def gemini_schema(schema: dict[str, Any]) -> dict[str, Any]:
     converted: dict[str, Any] = {"type": str(schema["type"]).upper()}
     for key in ("description", "required"):
         if schema.get(key):
@@ -55,10 +70,10 @@ def _gemini_schema(schema: dict[str, Any]) -> dict[str, Any]:
         if key in schema:
             converted[key] = str(schema[key])  # int64 fields are strings in Gemini's JSON
     if converted["type"] == "ARRAY":  # Gemini wants item types; ours default to strings
-        converted["items"] = _gemini_schema(schema.get("items") or {"type": "string"})
+        converted["items"] = gemini_schema(schema.get("items") or {"type": "string"})
     if "properties" in schema:
         converted["properties"] = {
-            name: _gemini_schema(prop) for name, prop in schema["properties"].items()
+            name: gemini_schema(prop) for name, prop in schema["properties"].items()
         }
     return converted  # additionalProperties has no Gemini equivalent: dropped
 

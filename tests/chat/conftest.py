@@ -18,27 +18,10 @@ from tests.support.upstream import upstream_app
 
 
 @pytest.fixture(scope="session")
-def fake_model_server() -> Iterator[tuple[FakeModel, ThreadedServer]]:
-    fake = FakeModel()
-    server = ThreadedServer(fake).start()
-    yield fake, server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
 def upstream() -> Iterator[ThreadedServer]:
     server = ThreadedServer(upstream_app).start()
     yield server
     server.stop()
-
-
-@pytest.fixture
-def fake(fake_model_server: tuple[FakeModel, ThreadedServer]) -> FakeModel:
-    fake_model_server[0].reset()
-    functions.RECEIVED.clear()
-    functions.TIMELINE.clear()
-    functions.CANCELLED.clear()
-    return fake_model_server[0]
 
 
 @dataclass

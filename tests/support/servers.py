@@ -39,6 +39,8 @@ class ThreadedServer:
             time.sleep(0.01)
         return self
 
-    def stop(self) -> None:
+    def stop(self, *, force: bool = False) -> None:
+        """Stop; `force` drops open connections instead of waiting for them (a dying server)."""
+        self._server.force_exit = force
         self._server.should_exit = True
         self._thread.join(10)

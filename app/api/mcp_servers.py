@@ -1,0 +1,77 @@
+"""Tenant routes: MCP servers (the operator's, read-only, and the tenant's own) and their tools."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Response, status
+
+from app.api.routing import StrictJSONRoute
+from app.deps import TenantDep
+from app.mcp.config import SERVER_NAME_MAX, SERVER_NAME_PATTERN
+from app.schemas.mcp import McpServerCreate, McpServerOut, McpTool
+from app.schemas.problems import problem_responses
+from app.services.mcp_servers import mcp_provider_tool
+from app.tools.providers import Provider
+
+router = APIRouter(
+    prefix="/mcp-servers",
+    tags=["mcp-servers"],
+    route_class=StrictJSONRoute,
+    responses=problem_responses(401, 403, 503),
+)
+ServerNamePath = Annotated[
+    str, Path(pattern=SERVER_NAME_PATTERN, max_length=SERVER_NAME_MAX, description="Server name")
+]
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=McpServerOut,
+    responses=problem_responses(400, 409, 413, 422),
+)
+async def create_mcp_server(body: McpServerCreate, tenant: TenantDep) -> Any:
+    """Register an MCP server reached over HTTP; its URL must pass the outbound checks."""
+    return await tenant.services.mcp_servers.create(body, tenant_id=tenant.id)
+
+
+@router.get("", response_model=list[McpServerOut])
+async def list_mcp_servers(tenant: TenantDep) -> Any:
+    """The servers the calling tenant can use: the operator's and its own."""
+    return await tenant.services.mcp_servers.all(tenant_id=tenant.id)
+
+
+@router.get("/{name}", response_model=McpServerOut, responses=problem_responses(404, 422))
+async def get_mcp_server(name: ServerNamePath, tenant: TenantDep) -> Any:
+    """One server; header values are masked."""
+    return await tenant.services.mcp_servers.get(name, tenant_id=tenant.id)
+
+
+@router.delete(
+    "/{name}", status_code=status.HTTP_204_NO_CONTENT, responses=problem_responses(404, 422)
+)
+async def delete_mcp_server(name: ServerNamePath, tenant: TenantDep) -> Response:
+    """Delete one of the tenant's servers (the operator's cannot be deleted: 403)."""
+    await tenant.services.mcp_servers.delete(name, tenant_id=tenant.id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get(
+    "/{name}/tools",
+    response_model=list[McpTool] | list[dict[str, Any]],
+    responses=problem_responses(404, 422, 502, 504),
+)
+async def list_mcp_server_tools(
+    name: ServerNamePath,
+    tenant: TenantDep,
+    tool_format: Annotated[
+        Provider | None,
+        Query(alias="format", description="Return the tools in this provider's tool format"),
+    ] = None,
+) -> Any:
+    """The server's tools as they join a chat (`{server}__{tool}`); connects unless cached."""
+    docs = await tenant.services.mcp_servers.tools(name, tenant_id=tenant.id)
+    if tool_format is not None:
+        return [mcp_provider_tool(doc, tool_format) for doc in docs]
+    return docs

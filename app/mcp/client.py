@@ -1,0 +1,172 @@
+"""Talking to one MCP server with the `mcp` SDK: connect, list tools, call a tool.
+
+HTTP transports use an httpx2 client (the SDK's HTTP library) whose connections go through the
+same outbound guard as external tools when the server is a tenant's; stdio servers (operator
+only) are started with the SDK's minimal environment, never the service's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpcore2
+import httpx2
+import mcp_types
+import orjson
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+
+from app.mcp.config import McpServer
+from app.tools.executors import ToolOutcome
+from app.tools.netguard import GuardedNetworkBackend, OutboundBlockedError, OutboundPolicy
+
+MAX_LIST_PAGES = 20
+# An SSE or streamable-HTTP response may stay open while a tool runs; the tool timeout bounds it.
+STREAM_READ_TIMEOUT_S = 300.0
+
+
+def _http_client(
+    server: McpServer,
+    headers: dict[str, str],
+    policy: OutboundPolicy | None,
+    timeout_s: float,
+) -> httpx2.AsyncClient:
+    transport = None
+    if policy is not None:  # a tenant's server: every connection is checked where it is made
+        transport = httpx2.AsyncHTTPTransport(retries=0)
+        transport._pool = httpcore2.AsyncConnectionPool(  # same swap as app.tools.netguard
+            ssl_context=transport._pool._ssl_context,
+            max_connections=4,
+            http1=True,
+            http2=False,
+            # httpcore2's backend interface is httpcore's, which the guard subclasses.
+            network_backend=GuardedNetworkBackend(policy, core=httpcore2),  # type: ignore[arg-type]
+        )
+    return httpx2.AsyncClient(
+        headers={"User-Agent": "toolgate/0.1", **headers},
+        timeout=httpx2.Timeout(timeout_s, read=STREAM_READ_TIMEOUT_S),
+        transport=transport,
+        follow_redirects=False,
+        trust_env=False,
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_session(
+    server: McpServer,
+    *,
+    headers: dict[str, str],
+    policy: OutboundPolicy | None,
+    timeout_s: float,
+) -> AsyncIterator[ClientSession]:
+    """An initialized session; everything it opened (process, connections) closes on exit."""
+    async with contextlib.AsyncExitStack() as stack:
+        if server.type == "stdio":
+            assert server.command is not None
+            params = StdioServerParameters(
+                command=server.command, args=list(server.args), env=server.env, cwd=server.cwd
+            )
+            read, write = await stack.enter_async_context(stdio_client(params))
+        elif server.type == "streamable-http":
+            assert server.url is not None
+            http = await stack.enter_async_context(_http_client(server, headers, policy, timeout_s))
+            read, write = await stack.enter_async_context(
+                streamable_http_client(server.url, http_client=http)
+            )
+        else:
+            assert server.url is not None
+
+            def factory(
+                headers: dict[str, str] | None = None,
+                timeout: httpx2.Timeout | None = None,
+                auth: httpx2.Auth | None = None,
+            ) -> httpx2.AsyncClient:
+                return _http_client(server, headers or {}, policy, timeout_s)
+
+            read, write = await stack.enter_async_context(
+                sse_client(server.url, headers=headers, httpx_client_factory=factory)
+            )
+        session = await stack.enter_async_context(
+            ClientSession(read, write, read_timeout_seconds=STREAM_READ_TIMEOUT_S)
+        )
+        await session.initialize()
+        yield session
+
+
+async def list_all_tools(session: ClientSession) -> list[mcp_types.Tool]:
+    tools: list[mcp_types.Tool] = []
+    cursor: str | None = None
+    for _ in range(MAX_LIST_PAGES):
+        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tools
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A short, secret-free reason for a failed connection or call (no URLs, no headers)."""
+    for inner in _chain(exc):
+        if isinstance(inner, OutboundBlockedError):
+            return f"blocked: {inner}"
+    for inner in _chain(exc):
+        if isinstance(inner, FileNotFoundError | PermissionError):
+            return "the server's command could not be started"
+        if isinstance(inner, httpx2.HTTPStatusError):
+            return f"the server answered HTTP {inner.response.status_code}"
+        if isinstance(inner, httpx2.TimeoutException | TimeoutError):
+            return "the server did not answer in time"
+        if isinstance(inner, httpx2.ConnectError | ConnectionError):
+            return "the server refused the connection or could not be reached"
+    first = next(iter(_chain(exc)))
+    detail = str(first).splitlines()[0][:200] if str(first) else ""
+    return f"{type(first).__name__}: {detail}" if detail else type(first).__name__
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception, the leaves of any exception group in it, and their causes."""
+    seen: list[BaseException] = []
+    pending = [exc]
+    while pending:
+        current = pending.pop(0)
+        if any(current is s for s in seen):
+            continue
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+            continue
+        seen.append(current)
+        for linked in (current.__cause__, current.__context__):
+            if linked is not None:
+                pending.append(linked)
+    return seen or [exc]
+
+
+def call_outcome(result: mcp_types.CallToolResult) -> ToolOutcome:
+    """A tool result as text for the model; `isError` results become error outcomes."""
+    parts = [_content_text(block) for block in result.content]
+    text = "\n".join(part for part in parts if part)
+    if not text and result.structured_content is not None:
+        text = orjson.dumps(result.structured_content, default=str).decode()
+    if result.is_error:
+        return ToolOutcome.error(text or "the MCP tool reported an error")
+    return ToolOutcome("ok", text)
+
+
+def _content_text(block: Any) -> str:
+    kind = getattr(block, "type", "")
+    if kind == "text":
+        return str(block.text)
+    if kind in ("image", "audio"):
+        return f"[{kind} content: {block.mime_type}, not shown]"
+    if kind == "resource_link":
+        return f"[resource: {block.uri}]"
+    if kind == "resource":
+        resource = block.resource
+        text = getattr(resource, "text", None)
+        return str(text) if text is not None else f"[resource: {resource.uri}]"
+    return f"[{kind or 'unknown'} content]"

@@ -1,0 +1,246 @@
+"""MCP server entries: the operator's `mcpServers` document and what tenants register.
+
+The operator document follows the common `mcpServers` shape:
+
+    {"mcpServers": {"time": {"type": "stdio", "command": "mcp-server-time", "args": [...]},
+                    "docs": {"type": "streamable-http", "url": "https://...", "headers": {...},
+                             "tenants": ["acme"]}}}
+
+Only operator entries may be `stdio`: a tenant can never make the service start a process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
+
+from app.schemas.tools import Name
+
+# No double underscore and no trailing underscore: `{server}__{tool}` must split one way.
+SERVER_NAME_PATTERN = r"^[a-zA-Z0-9-]+(_[a-zA-Z0-9-]+)*$"
+SERVER_NAME_MAX = 32
+ServerName = Annotated[
+    str, StringConstraints(pattern=SERVER_NAME_PATTERN, min_length=1, max_length=SERVER_NAME_MAX)
+]
+HEADER_NAME_PATTERN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$"
+HeaderName = Annotated[str, StringConstraints(pattern=HEADER_NAME_PATTERN)]
+HeaderValue = Annotated[str, StringConstraints(pattern=r"^[^\r\n\x00]*$", max_length=8192)]
+# Headers the transport owns: a server entry may not set them.
+RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "connection",
+        "accept",
+        "mcp-session-id",
+        "mcp-protocol-version",
+        "last-event-id",
+    }
+)
+Transport = Literal["stdio", "sse", "streamable-http"]
+SEPARATOR = "__"
+MAX_TOOL_NAME = 64
+_UNSAFE_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+class ContextMapping(BaseModel):
+    """Where a chat's context argument goes: an argument of every tool that has it, or a header."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    argument: Name | None = None
+    header: HeaderName | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ContextMapping:
+        if (self.argument is None) == (self.header is None):
+            raise ValueError("give exactly one of 'argument' or 'header'")
+        if self.header is not None and self.header.lower() in RESERVED_HEADERS:
+            raise ValueError(f"header '{self.header}' is set by the transport")
+        return self
+
+
+def reserved_header_problems(headers: dict[str, str]) -> list[str]:
+    return [
+        f"header '{name}' is set by the transport"
+        for name in headers
+        if name.lower() in RESERVED_HEADERS
+    ]
+
+
+class OperatorServerEntry(BaseModel):
+    """One entry of the operator's `mcpServers` document."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Transport | Literal["http"] | None = None
+    command: Annotated[str, StringConstraints(min_length=1)] | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: Annotated[str, StringConstraints(pattern=r"^https?://", max_length=2048)] | None = None
+    headers: dict[HeaderName, HeaderValue] = Field(default_factory=dict)
+    description: str = ""
+    tenants: list[Annotated[str, StringConstraints(min_length=1)]] | None = Field(
+        default=None, description="Tenant ids that may use this server; absent means every tenant."
+    )
+    context: dict[Name, ContextMapping] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _transport_fields(self) -> OperatorServerEntry:
+        if self.type is None:  # Claude-style stdio entries often leave the type out
+            self.type = "stdio" if self.command else "streamable-http" if self.url else None
+        if self.type == "http":
+            self.type = "streamable-http"
+        if self.type is None:
+            raise ValueError("give a 'type', or a 'command' (stdio) or a 'url'")
+        if self.type == "stdio":
+            if not self.command or self.url:
+                raise ValueError("a stdio server needs 'command' and no 'url'")
+        elif not self.url or self.command:
+            raise ValueError(f"a {self.type} server needs 'url' and no 'command'")
+        problems = reserved_header_problems(self.headers)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class OperatorDocument(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mcpServers: dict[ServerName, OperatorServerEntry] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """A server a chat may use, from either source, in the one shape the client code reads."""
+
+    name: str
+    type: Transport
+    source: Literal["operator", "tenant"]
+    url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    description: str = ""
+    tenants: frozenset[str] | None = None
+    context: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Changes whenever the entry does, so cached tool lists of an old entry are never used.
+    revision: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def available_to(self, tenant_id: str) -> bool:
+        return self.tenants is None or tenant_id in self.tenants
+
+    def request_headers(self, context: dict[str, Any]) -> dict[str, str]:
+        """The configured headers plus context values mapped onto headers (when supplied)."""
+        headers = dict(self.headers)
+        for name, mapping in self.context.items():
+            if "header" in mapping and name in context:
+                headers[mapping["header"]] = _header_text(context[name])
+        return headers
+
+    def argument_mappings(self) -> dict[str, str]:
+        """Context name -> the tool argument it fills."""
+        return {name: m["argument"] for name, m in self.context.items() if "argument" in m}
+
+    @classmethod
+    def from_tenant_document(cls, doc: dict[str, Any]) -> McpServer:
+        return cls(
+            name=doc["name"],
+            type=doc["type"],
+            source="tenant",
+            url=doc["url"],
+            headers=dict(doc.get("headers", {})),
+            description=doc.get("description", ""),
+            context={k: dict(v) for k, v in doc.get("context", {}).items()},
+            revision=doc["revision"],
+        )
+
+
+def _header_text(value: Any) -> str:
+    text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+    return text.replace("\r", " ").replace("\n", " ")
+
+
+class McpConfigError(Exception):
+    """The operator's MCP document is unusable; `problems` lists every reason."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(
+            "invalid MCP server configuration:\n" + "\n".join(f"  - {p}" for p in problems)
+        )
+
+
+def parse_operator_servers(text: str | None) -> dict[str, McpServer]:
+    """The operator's servers by name. Messages name fields, never values (they hold secrets)."""
+    if not text or not text.strip():
+        return {}
+    try:
+        raw = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise McpConfigError([f"not valid JSON: {exc}"]) from None
+    try:
+        document = OperatorDocument.model_validate(raw)
+    except ValidationError as exc:
+        raise McpConfigError(
+            [f"{'.'.join(map(str, e['loc'])) or 'document'}: {e['msg']}" for e in exc.errors()]
+        ) from None
+    revision = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return {
+        name: McpServer(
+            name=name,
+            type=entry.type,  # type: ignore[arg-type]  # normalized by the validator
+            source="operator",
+            url=entry.url,
+            headers=dict(entry.headers),
+            command=entry.command,
+            args=tuple(entry.args),
+            env=dict(entry.env),
+            cwd=entry.cwd,
+            description=entry.description,
+            tenants=None if entry.tenants is None else frozenset(entry.tenants),
+            context={k: v.model_dump(exclude_none=True) for k, v in entry.context.items()},
+            revision=f"{revision}:{name}",
+        )
+        for name, entry in document.mcpServers.items()
+    }
+
+
+def load_operator_servers(inline: str | None, path: str | None) -> dict[str, McpServer]:
+    """From MCP_SERVERS (JSON text) or MCP_SERVERS_FILE (a path); both set is an error."""
+    if inline and path:
+        raise McpConfigError(["set MCP_SERVERS or MCP_SERVERS_FILE, not both"])
+    if path:
+        try:
+            inline = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise McpConfigError([f"MCP_SERVERS_FILE cannot be read: {exc.strerror}"]) from None
+    return parse_operator_servers(inline)
+
+
+def exposed_tool_name(server: str, tool: str) -> str:
+    """`{server}__{tool}`, within the 64 characters and the alphabet model APIs accept."""
+    name = f"{server}{SEPARATOR}{_UNSAFE_NAME_CHARS.sub('_', tool)}"
+    if len(name) <= MAX_TOOL_NAME:
+        return name
+    digest = hashlib.sha256(tool.encode()).hexdigest()[:8]
+    return f"{name[: MAX_TOOL_NAME - 9]}_{digest}"

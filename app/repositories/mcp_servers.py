@@ -1,0 +1,53 @@
+"""A tenant's registered MCP servers, in the tenant's own collection, unique by `name`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pymongo import ASCENDING
+from pymongo.errors import DuplicateKeyError
+
+from app.errors import ConflictError
+from app.repositories.database import Database, Document, utc_now
+
+_NO_ID = {"_id": 0}
+
+
+class McpServerRepository:
+    def __init__(self, database: Database) -> None:
+        self._database = database
+        self._indexed: set[str] = set()
+
+    def _servers(self, tenant_id: str) -> Any:
+        return self._database.tenant_collection(tenant_id, "mcp_servers")
+
+    async def insert(self, document: Document, *, tenant_id: str) -> Document:
+        servers = self._servers(tenant_id)
+        if tenant_id not in self._indexed:  # idempotent; once per tenant and process
+            await servers.create_index([("name", ASCENDING)], unique=True)
+            self._indexed.add(tenant_id)
+        stored = {**document, "created_at": utc_now()}
+        try:
+            await servers.insert_one(stored)
+        except DuplicateKeyError as exc:
+            raise ConflictError(f"an MCP server named '{document['name']}' already exists") from exc
+        stored.pop("_id", None)
+        return stored
+
+    async def get(self, name: str, *, tenant_id: str) -> Document | None:
+        doc: Document | None = await self._servers(tenant_id).find_one({"name": name}, _NO_ID)
+        return doc
+
+    async def all(self, *, tenant_id: str) -> list[Document]:
+        cursor = self._servers(tenant_id).find({}, _NO_ID).sort("name", ASCENDING)
+        return list(await cursor.to_list(None))
+
+    async def delete(self, name: str, *, tenant_id: str) -> Document | None:
+        doc: Document | None = await self._servers(tenant_id).find_one_and_delete(
+            {"name": name}, projection=_NO_ID
+        )
+        return doc
+
+    async def drop_all(self, *, tenant_id: str) -> None:
+        await self._servers(tenant_id).drop()
+        self._indexed.discard(tenant_id)

@@ -1,0 +1,79 @@
+"""MCP servers: what tenants register and what they get back (header values masked)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, StringConstraints, field_validator
+
+from app.mcp.config import (
+    ContextMapping,
+    HeaderName,
+    HeaderValue,
+    ServerName,
+    Transport,
+    reserved_header_problems,
+)
+from app.schemas.tools import ClientModel, Description, Name
+
+MAX_HEADERS = 32
+MAX_CONTEXT_MAPPINGS = 32
+
+
+class McpServerCreate(ClientModel):
+    """A tenant's MCP server, reached over HTTP. (`stdio` servers are operator-only.)"""
+
+    name: ServerName = Field(description="Prefix of the server's tools in chats: `{name}__{tool}`.")
+    type: Literal["streamable-http", "sse"]
+    url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$", max_length=2048)]
+    headers: dict[HeaderName, HeaderValue] = Field(
+        default_factory=dict,
+        max_length=MAX_HEADERS,
+        description="Sent on every request (tokens, keys). Stored as secrets: never returned.",
+    )
+    description: Description = ""
+    context: dict[Name, ContextMapping] = Field(
+        default_factory=dict,
+        max_length=MAX_CONTEXT_MAPPINGS,
+        description="Chat context arguments mapped onto a tool argument or a request header.",
+    )
+
+    @field_validator("headers")
+    @classmethod
+    def _not_transport_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        problems = reserved_header_problems(headers)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return headers
+
+
+class McpServerOut(BaseModel):
+    name: str
+    type: Transport
+    source: Literal["operator", "tenant"]
+    url: str | None = None
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Header names; values are masked."
+    )
+    description: str = ""
+    context: dict[str, dict[str, str]] = Field(default_factory=dict)
+    created_at: datetime | None = None
+
+
+class McpToolFunction(BaseModel):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class McpTool(BaseModel):
+    """A tool of an MCP server, as it joins a chat (`{server}__{tool}`)."""
+
+    tool_id: str
+    type: Literal["mcp"] = "mcp"
+    server: str
+    mcp_tool: str = Field(description="The tool's name on the MCP server.")
+    function: McpToolFunction
+    context_parameters: list[dict[str, Any]]
+    incompatible_providers: dict[str, list[str]]

@@ -1,0 +1,162 @@
+"""MCP servers a tenant may use: the operator's (read-only to tenants) and its own (HTTP only)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+
+from app.errors import ConflictError, ForbiddenError, NotFoundError, UnprocessableError, field_error
+from app.mcp.config import McpServer
+from app.mcp.hub import McpHub, tool_document
+from app.repositories.mcp_servers import McpServerRepository
+from app.schemas.mcp import McpServerCreate
+from app.tools.netguard import OutboundPolicy
+from app.tools.providers import Provider, shaped
+
+MASK = "****"
+SHOWN_SUFFIX = 4
+MIN_LENGTH_TO_SHOW_SUFFIX = 16
+
+
+def masked(value: str) -> str:
+    """A header value as GET shows it: never in full; the last 4 characters of long ones."""
+    if len(value) >= MIN_LENGTH_TO_SHOW_SUFFIX:
+        return MASK + value[-SHOWN_SUFFIX:]
+    return MASK
+
+
+class McpServerService:
+    def __init__(
+        self,
+        *,
+        servers: McpServerRepository,
+        operator: dict[str, McpServer],
+        hub: McpHub,
+        policy: OutboundPolicy,
+    ) -> None:
+        self._servers = servers
+        self._operator = operator
+        self._hub = hub
+        self._policy = policy
+
+    @property
+    def hub(self) -> McpHub:
+        return self._hub
+
+    def _operator_for(self, tenant_id: str) -> dict[str, McpServer]:
+        return {n: s for n, s in self._operator.items() if s.available_to(tenant_id)}
+
+    async def create(self, body: McpServerCreate, *, tenant_id: str) -> dict[str, Any]:
+        problem = _url_problem(body.url, self._policy)
+        if problem:
+            raise UnprocessableError(
+                "The server's URL is not allowed.", errors=[field_error("$.url", problem)]
+            )
+        if body.name in self._operator_for(tenant_id):
+            raise ConflictError(f"'{body.name}' is the name of a server the operator provides")
+        document = {
+            **body.model_dump(),
+            "context": {k: v.model_dump(exclude_none=True) for k, v in body.context.items()},
+            "revision": uuid.uuid4().hex,
+        }
+        stored = await self._servers.insert(document, tenant_id=tenant_id)
+        return _shown(McpServer.from_tenant_document(stored), stored.get("created_at"))
+
+    async def all(self, *, tenant_id: str) -> list[dict[str, Any]]:
+        shown = [_shown(s) for s in self._operator_for(tenant_id).values()]
+        shown += [
+            _shown(McpServer.from_tenant_document(doc), doc.get("created_at"))
+            for doc in await self._servers.all(tenant_id=tenant_id)
+        ]
+        return sorted(shown, key=lambda s: s["name"])
+
+    async def get(self, name: str, *, tenant_id: str) -> dict[str, Any]:
+        operator = self._operator_for(tenant_id).get(name)
+        if operator is not None:
+            return _shown(operator)
+        doc = await self._servers.get(name, tenant_id=tenant_id)
+        if doc is None:
+            raise NotFoundError(f"no MCP server named '{name}'")
+        return _shown(McpServer.from_tenant_document(doc), doc.get("created_at"))
+
+    async def delete(self, name: str, *, tenant_id: str) -> None:
+        if name in self._operator_for(tenant_id):
+            raise ForbiddenError(f"'{name}' is configured by the operator and cannot be deleted")
+        doc = await self._servers.delete(name, tenant_id=tenant_id)
+        if doc is None:
+            raise NotFoundError(f"no MCP server named '{name}'")
+        self._hub.forget(McpServer.from_tenant_document(doc))
+
+    async def resolve(self, names: list[str], *, tenant_id: str, path: str) -> list[McpServer]:
+        """The named servers, or a 422 naming every one the tenant cannot use."""
+        operator = self._operator_for(tenant_id)
+        found: list[McpServer] = []
+        missing: list[str] = []
+        for name in dict.fromkeys(names):
+            if name in operator:
+                found.append(operator[name])
+                continue
+            doc = await self._servers.get(name, tenant_id=tenant_id)
+            if doc is None:
+                missing.append(name)
+            else:
+                found.append(McpServer.from_tenant_document(doc))
+        if missing:
+            raise UnprocessableError(
+                "Some requested MCP servers do not exist.",
+                errors=[field_error(path, f"unknown: {', '.join(missing)}")],
+            )
+        return found
+
+    async def tools(self, name: str, *, tenant_id: str) -> list[dict[str, Any]]:
+        """The server's tools as tool documents (connects unless the list is cached)."""
+        try:
+            [server] = await self.resolve([name], tenant_id=tenant_id, path="name")
+        except UnprocessableError:
+            raise NotFoundError(f"no MCP server named '{name}'") from None
+        tools = await self._hub.server_tools(server, {})
+        return [tool_document(server, tool) for tool in tools]
+
+    async def drop_all(self, *, tenant_id: str) -> None:
+        await self._servers.drop_all(tenant_id=tenant_id)
+
+
+def _url_problem(url: str, policy: OutboundPolicy) -> str | None:
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        return f"not a valid URL: {exc}"
+    if parsed.userinfo:
+        return "credentials in the URL are not allowed; send them as headers"
+    return policy.url_safety_problem(url)
+
+
+def _shown(server: McpServer, created_at: Any = None) -> dict[str, Any]:
+    """What a tenant sees of a server: never header values, nor an operator's command or env."""
+    shown: dict[str, Any] = {
+        "name": server.name,
+        "type": server.type,
+        "source": server.source,
+        "description": server.description,
+        "context": server.context,
+    }
+    if server.source == "tenant":
+        shown["url"] = server.url
+        shown["headers"] = {k: masked(v) for k, v in server.headers.items()}
+        shown["created_at"] = created_at
+    return shown
+
+
+def mcp_provider_tool(doc: dict[str, Any], provider: Provider) -> dict[str, Any]:
+    """An MCP tool document in a provider's format; its JSON Schema is passed through (for
+    Gemini: converted, unless the document reports that Gemini cannot take it)."""
+    function = doc["function"]
+    return shaped(
+        provider,
+        function["name"],
+        function["description"],
+        function["parameters"],
+        gemini_convert="gemini" not in doc["incompatible_providers"],
+    )

@@ -1,0 +1,365 @@
+"""MCP tools in /chat: naming, calls over stdio / streamable HTTP / SSE, error results, context
+rules, timeouts, crashes, concurrency and caching, and that nothing outlives a chat."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.mcp.config import parse_operator_servers
+from tests.mcp.conftest import McpChat, connections_to
+from tests.support import fake_model as script
+from tests.support import mcp_demo
+from tests.support.mcp_demo import McpDemoServer
+from tests.support.servers import ThreadedServer
+
+HTTP_SERVERS = ["demo-http", "demo-sse"]
+
+
+def tool_names(request: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in request.get("tools", [])]
+
+
+async def test_reference_time_server_is_listed_and_called_over_stdio(mcp_chat: McpChat) -> None:
+    assert mcp_chat.new_children() == []
+    body = await mcp_chat.call(
+        script.tool_calls(("time__get_current_time", {"timezone": "Europe/Paris"})),
+        script.text("It is morning in Paris."),
+        mcp_servers=["time"],
+    )
+    offered = mcp_chat.fake.requests[0]["tools"]
+    current = next(t for t in offered if t["function"]["name"] == "time__get_current_time")
+    assert current["function"]["parameters"]["required"] == ["timezone"]
+    assert "time__convert_time" in tool_names(mcp_chat.fake.requests[0])
+    [record] = body["tool_calls"]
+    assert record["status"] == "ok", record
+    result = orjson.loads(body["messages"][2]["content"])
+    assert result["timezone"] == "Europe/Paris" and result["datetime"].endswith("+01:00")
+    assert body["message"]["content"] == "It is morning in Paris."
+    assert mcp_chat.new_children() == [] and mcp_chat.hub.open_sessions == 0
+
+
+async def test_without_mcp_servers_no_mcp_tool_is_offered(mcp_chat: McpChat) -> None:
+    await mcp_chat.call(script.text("hi"))
+    assert not [n for n in tool_names(mcp_chat.fake.requests[0]) if "__" in n]
+    assert mcp_chat.hub.handshakes == 0
+
+
+@pytest.mark.parametrize("name", [*HTTP_SERVERS, "demo"])
+async def test_calls_and_error_results_on_every_transport(mcp_chat: McpChat, name: str) -> None:
+    body = await mcp_chat.call(
+        script.tool_calls((f"{name}__add", {"a": 2, "b": 40}), (f"{name}__fail", {"reason": "no"})),
+        script.text("done"),
+        mcp_servers=[name],
+    )
+    added, failed = body["tool_calls"]
+    assert added["status"] == "ok" and body["messages"][2]["content"] == "42"
+    # isError from the server: an error result the model reads, and the chat goes on
+    assert failed["status"] == "error"
+    assert body["messages"][3]["content"].startswith("Error: ")
+    assert body["message"]["content"] == "done"
+    assert mcp_chat.hub.open_sessions == 0
+
+
+@pytest.mark.parametrize("name", HTTP_SERVERS)
+async def test_context_values_reach_arguments_and_headers_but_never_the_model(
+    mcp_chat: McpChat, name: str
+) -> None:
+    body = await mcp_chat.call(
+        script.tool_calls((f"{name}__whoami", {"user_id": "evil-override"})),
+        script.text("ok"),
+        mcp_servers=[name],
+        context_arguments={"user_id": "u-canary-1234", "x_user": "hdr-canary-5678"},
+    )
+    assert mcp_demo.RECEIVED == [{"user_id": "u-canary-1234", "x-user": "hdr-canary-5678"}]
+    assert body["tool_calls"][0]["arguments"] == {}  # the model's override was dropped
+    assert body["messages"][2]["content"] == "user=[redacted] header=[redacted]"
+    whoami = next(
+        t for t in mcp_chat.fake.requests[0]["tools"] if t["function"]["name"] == f"{name}__whoami"
+    )
+    assert "user_id" not in whoami["function"]["parameters"]["properties"]
+    for raw in mcp_chat.fake.raw_requests:
+        assert b"canary" not in raw
+
+
+async def test_a_missing_required_context_argument_is_an_error_result(mcp_chat: McpChat) -> None:
+    body = await mcp_chat.call(
+        script.tool_calls(("demo-http__whoami", {})), script.text("ok"), mcp_servers=["demo-http"]
+    )
+    assert body["tool_calls"][0]["status"] == "error"
+    assert "missing context argument 'user_id'" in body["messages"][2]["content"]
+    assert mcp_demo.RECEIVED == []  # the server was never asked
+
+
+@pytest.mark.settings(tool_timeout_s=1.0)
+@pytest.mark.parametrize("name", [*HTTP_SERVERS, "demo"])
+async def test_a_hanging_tool_times_out_and_its_session_is_closed(
+    mcp_chat: McpChat, name: str
+) -> None:
+    body = await mcp_chat.call(
+        script.tool_calls((f"{name}__sleep", {"seconds": 30})),
+        script.text("gave up"),
+        mcp_servers=[name],
+    )
+    assert body["tool_calls"][0]["status"] == "error"
+    assert "did not finish within 1 s" in body["messages"][2]["content"]
+    assert mcp_chat.hub.open_sessions == 0 and mcp_chat.new_children() == []
+
+
+@pytest.mark.settings(tool_output_max_chars=1000)
+async def test_mcp_output_is_capped_like_any_tool(mcp_chat: McpChat) -> None:
+    body = await mcp_chat.call(
+        script.tool_calls(("demo-http__big", {"size": 50_000})),
+        script.text("ok"),
+        mcp_servers=["demo-http"],
+    )
+    content = body["messages"][2]["content"]
+    assert content.startswith("x" * 1000) and "[truncated: 49000 more characters]" in content
+
+
+async def test_a_stdio_server_that_dies_mid_chat(mcp_chat: McpChat) -> None:
+    """The crash is an error result; the next call starts a fresh process; nothing is left."""
+    body = await mcp_chat.call(
+        script.tool_calls(("demo__crash", {})),
+        script.tool_calls(("demo__add", {"a": 1, "b": 1})),
+        script.text("recovered"),
+        mcp_servers=["demo"],
+    )
+    crashed, added = body["tool_calls"]
+    assert crashed["status"] == "error", crashed
+    assert "MCP server 'demo' failed the call" in crashed["error"]
+    assert added["status"] == "ok", added["error"]
+    assert body["messages"][4]["content"] == "2"
+    assert mcp_chat.hub.handshakes == 3  # listing, the session that died, its replacement
+    assert mcp_chat.new_children() == [] and mcp_chat.hub.open_sessions == 0
+
+
+async def test_an_http_server_that_goes_away_mid_chat(mcp_chat: McpChat) -> None:
+    doomed = McpDemoServer("streamable-http").start()
+    headers = mcp_chat.tenant.headers
+    entry = {"name": "doomed", "type": "streamable-http", "url": doomed.url}
+    assert (
+        await mcp_chat.http.post("/mcp-servers", json=entry, headers=headers)
+    ).status_code == 201
+
+    def stop_server(request: dict[str, Any]) -> script.Reply:
+        doomed.stop(force=True)  # after the first call, before the second
+        return script.tool_calls(("doomed__add", {"a": 1, "b": 2}))(request)
+
+    body = await mcp_chat.call(
+        script.tool_calls(("doomed__add", {"a": 1, "b": 1})),
+        stop_server,
+        script.text("done"),
+        mcp_servers=["doomed"],
+    )
+    first, second = body["tool_calls"]
+    assert first["status"] == "ok" and second["status"] == "error"
+    assert "doomed" in second["error"]
+    assert mcp_chat.hub.open_sessions == 0 and connections_to(doomed.port) == 0
+
+
+@pytest.mark.parametrize("name", HTTP_SERVERS)
+async def test_http_connections_are_closed_when_the_chat_ends(
+    mcp_chat: McpChat, name: str, demo_http: McpDemoServer, demo_sse: McpDemoServer
+) -> None:
+    port = demo_http.port if name == "demo-http" else demo_sse.port
+    await mcp_chat.call(
+        script.tool_calls((f"{name}__add", {"a": 1, "b": 1})),
+        script.text("ok"),
+        mcp_servers=[name],
+    )
+    for _ in range(50):  # the server side may take a moment to see the close
+        if connections_to(port) == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert connections_to(port) == 0
+    assert mcp_chat.hub.open_sessions == 0
+
+
+@pytest.mark.settings(mcp_tools_cache_ttl_s=0)
+async def test_model_failure_mid_chat_still_closes_sessions(mcp_chat: McpChat) -> None:
+    mcp_chat.fake.reset(script.tool_calls(("demo__add", {"a": 1, "b": 1})), script.status(401))
+    response = await mcp_chat.chat(mcp_servers=["demo"])
+    assert response.status_code == 502
+    assert mcp_chat.hub.open_sessions == 0 and mcp_chat.new_children() == []
+
+
+@pytest.fixture
+def streaming_app(mcp_chat: McpChat) -> Iterator[ThreadedServer]:
+    server = ThreadedServer(mcp_chat.app).start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("name", ["demo", "demo-http"])
+async def test_client_disconnect_mid_tool_closes_everything(
+    mcp_chat: McpChat, streaming_app: ThreadedServer, name: str
+) -> None:
+    mcp_chat.fake.reset(script.tool_calls((f"{name}__sleep", {"seconds": 30})), script.text("x"))
+    body = {"messages": [{"role": "user", "content": "hi"}], "mcp_servers": [name], "stream": True}
+    async with (
+        httpx.AsyncClient(base_url=streaming_app.url, timeout=10) as http,
+        http.stream("POST", "/chat", json=body, headers=mcp_chat.tenant.headers) as response,
+    ):
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if line == "event: tool_call":
+                break  # leave while the tool runs
+    for _ in range(100):
+        if mcp_chat.hub.open_sessions == 0 and not mcp_chat.new_children():
+            break
+        await asyncio.sleep(0.05)
+    assert mcp_chat.hub.open_sessions == 0 and mcp_chat.new_children() == []
+
+
+async def test_tool_lists_are_cached_between_chats(mcp_chat: McpChat) -> None:
+    for _ in range(3):
+        await mcp_chat.call(script.text("hi"), mcp_servers=["demo", "demo-http"])
+    assert mcp_chat.hub.handshakes == 2  # one listing per server, then the cache
+
+
+@pytest.mark.settings(mcp_tools_cache_ttl_s=0)
+async def test_without_the_cache_every_chat_lists_again(mcp_chat: McpChat) -> None:
+    for _ in range(2):
+        await mcp_chat.call(script.text("hi"), mcp_servers=["demo-http"])
+    assert mcp_chat.hub.handshakes == 2
+
+
+async def test_concurrent_chats_share_one_listing(mcp_chat: McpChat) -> None:
+    mcp_chat.fake.reset(repeat=script.text("hi"))
+    responses = await asyncio.gather(*(mcp_chat.chat(mcp_servers=["demo"]) for _ in range(5)))
+    assert [r.status_code for r in responses] == [200] * 5
+    assert mcp_chat.hub.handshakes == 1
+
+
+class _Rendezvous:
+    """ASGI middleware: the `initialize` request of each server waits until all have arrived.
+
+    Listing that connects to servers one after another can never complete (the first waits for
+    the others, which have not been contacted): proof of concurrency without a timing."""
+
+    def __init__(self, app: ASGIApp, barrier: threading.Barrier) -> None:
+        self._app, self._barrier = app, barrier
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self._app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        if b'"initialize"' in body:
+            await asyncio.to_thread(self._barrier.wait, 5)
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self._app(scope, replay, send)
+
+
+@pytest.mark.settings(mcp_connect_timeout_s=8)
+async def test_servers_are_listed_concurrently(mcp_chat: McpChat) -> None:
+    barrier = threading.Barrier(3)
+    servers = []
+    for _ in range(3):
+        app = mcp_demo.build().streamable_http_app()
+        servers.append(ThreadedServer(_Rendezvous(app, barrier), lifespan="on").start())
+    try:
+        headers = mcp_chat.tenant.headers
+        for i, srv in enumerate(servers):
+            entry = {"name": f"meet{i}", "type": "streamable-http", "url": f"{srv.url}/mcp"}
+            created = await mcp_chat.http.post("/mcp-servers", json=entry, headers=headers)
+            assert created.status_code == 201
+        body = await mcp_chat.call(script.text("hi"), mcp_servers=["meet0", "meet1", "meet2"])
+        assert body["message"]["content"] == "hi"
+        offered = tool_names(mcp_chat.fake.requests[0])
+        assert {"meet0__add", "meet1__add", "meet2__add"} <= set(offered)
+        assert not barrier.broken
+    finally:
+        for srv in servers:
+            srv.stop()
+
+
+async def test_unknown_or_unavailable_servers_are_422(mcp_chat: McpChat) -> None:
+    mcp_chat.fake.reset(script.text("hi"))
+    response = await mcp_chat.chat(mcp_servers=["time", "nope", "globex-only"])
+    assert response.status_code == 422
+    assert response.json()["errors"] == [
+        {"path": "$.mcp_servers", "message": "unknown: nope, globex-only"}
+    ]
+    assert mcp_chat.fake.requests == []
+
+
+async def test_an_unreachable_server_fails_the_chat_before_the_model(mcp_chat: McpChat) -> None:
+    entry = {"name": "gone", "type": "sse", "url": "http://127.0.0.1:9/sse"}
+    headers = mcp_chat.tenant.headers
+    assert (
+        await mcp_chat.http.post("/mcp-servers", json=entry, headers=headers)
+    ).status_code == 201
+    mcp_chat.fake.reset(script.text("hi"))
+    response = await mcp_chat.chat(mcp_servers=["gone"])
+    assert response.status_code == 502
+    assert "MCP server 'gone' is unavailable" in response.json()["detail"]
+    assert mcp_chat.fake.requests == []
+
+
+async def test_a_name_offered_twice_is_422(mcp_chat: McpChat) -> None:
+    tool = {
+        "tool_id": "clash",
+        "type": "function",
+        "function": {"name": "demo__add", "description": "x", "parameters": {"type": "object"}},
+    }
+    created = await mcp_chat.http.post("/tools/create", json=tool, headers=mcp_chat.tenant.headers)
+    if created.status_code != 201:  # the function dictionary has no such function: external
+        tool.update(type="external")
+        tool["function"].update(url="https://api.example.com/x", method="GET")
+        created = await mcp_chat.http.post(
+            "/tools/create", json=tool, headers=mcp_chat.tenant.headers
+        )
+    assert created.status_code == 201, created.text
+    response = await mcp_chat.chat(mcp_servers=["demo"])
+    assert response.status_code == 422
+    assert "'demo__add' is offered twice" in response.json()["errors"][0]["message"]
+
+
+async def test_secret_headers_never_reach_the_logs(
+    mcp_chat: McpChat, demo_http: McpDemoServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = "Bearer log-canary-3b8f1e2d"
+    headers = mcp_chat.tenant.headers
+    for name, url in (("ok", demo_http.url), ("bad", "http://127.0.0.1:9/mcp")):
+        entry = {
+            "name": name,
+            "type": "streamable-http",
+            "url": url,
+            "headers": {"Authorization": secret},
+        }
+        assert (
+            await mcp_chat.http.post("/mcp-servers", json=entry, headers=headers)
+        ).status_code == 201
+    await mcp_chat.call(
+        script.tool_calls(("ok__add", {"a": 1, "b": 2})), script.text("x"), mcp_servers=["ok"]
+    )
+    assert (await mcp_chat.http.get("/mcp-servers/bad/tools", headers=headers)).status_code == 502
+    assert "log-canary" not in caplog.text
+
+
+def test_operator_revision_changes_with_the_document() -> None:
+    one = parse_operator_servers('{"mcpServers": {"a": {"command": "x"}}}')["a"]
+    two = parse_operator_servers('{"mcpServers": {"a": {"command": "y"}}}')["a"]
+    assert one.revision != two.revision

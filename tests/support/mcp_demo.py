@@ -1,0 +1,103 @@
+"""A small MCP server built with the SDK, for tests: `python -m tests.support.mcp_demo [stdio]`.
+
+Served in-process over streamable HTTP and SSE by `McpDemoServer` (uvicorn on 127.0.0.1), or as a
+child process over stdio. Its tools cover the cases the service must handle: plain results, an
+error result, a hang, a large result, a crash, and context arguments (argument and header).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+
+from mcp.server.mcpserver import Context, MCPServer
+
+from tests.support.servers import ThreadedServer
+
+CALLS: list[str] = []  # tool names, in call order (in-process servers only)
+RECEIVED: list[dict[str, str]] = []  # what `whoami` got: its argument and the X-User header
+_lock = threading.Lock()
+
+
+def build() -> MCPServer:
+    server = MCPServer("demo")
+
+    def _called(name: str) -> None:
+        with _lock:
+            CALLS.append(name)
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        _called("add")
+        return a + b
+
+    @server.tool()
+    def whoami(user_id: str, ctx: Context) -> str:
+        """Say which user the call is for, and which X-User header came with it."""
+        _called("whoami")
+        header = (ctx.headers or {}).get("x-user", "-")
+        with _lock:
+            RECEIVED.append({"user_id": user_id, "x-user": header})
+        return f"user={user_id} header={header}"
+
+    @server.tool()
+    def fail(reason: str) -> str:
+        """Always fails with the given reason."""
+        _called("fail")
+        raise ValueError(f"failed on purpose: {reason}")
+
+    @server.tool()
+    async def sleep(seconds: float) -> str:
+        """Sleep, then answer."""
+        _called("sleep")
+        await asyncio.sleep(seconds)
+        return "slept"
+
+    @server.tool()
+    def big(size: int) -> str:
+        """Answer with `size` characters."""
+        _called("big")
+        return "x" * size
+
+    @server.tool()
+    def crash() -> str:
+        """End the server's process at once (for a stdio server: it dies mid-chat)."""
+        os._exit(3)
+
+    return server
+
+
+class McpDemoServer:
+    """The demo server over HTTP on 127.0.0.1: `transport` is 'streamable-http' or 'sse'."""
+
+    def __init__(self, transport: str) -> None:
+        server = build()
+        if transport == "sse":
+            app, self.path = server.sse_app(), "/sse"
+        else:
+            app, self.path = server.streamable_http_app(), "/mcp"
+        self._http = ThreadedServer(app, lifespan="on")
+
+    @property
+    def url(self) -> str:
+        return self._http.url + self.path
+
+    @property
+    def port(self) -> int:
+        return self._http.port
+
+    def start(self) -> McpDemoServer:
+        self._http.start()
+        return self
+
+    def stop(self, *, force: bool = False) -> None:
+        self._http.stop(force=force)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] not in ([], ["stdio"]):
+        sys.exit("usage: python -m tests.support.mcp_demo [stdio]")
+    build().run("stdio")
