@@ -8,6 +8,7 @@ only) are started with the SDK's minimal environment, never the service's own.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,6 +25,7 @@ from app.tools.executors import ToolOutcome
 from app.tools.netguard import GuardedNetworkBackend, OutboundBlockedError, OutboundPolicy
 
 MAX_LIST_PAGES = 20
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
 # An SSE or streamable-HTTP response may stay open while a tool runs; the tool timeout bounds it.
 STREAM_READ_TIMEOUT_S = 300.0
 
@@ -124,7 +126,8 @@ def failure_reason(exc: BaseException) -> str:
         if isinstance(inner, httpx2.ConnectError | ConnectionError):
             return "the server refused the connection or could not be reached"
     first = next(iter(_chain(exc)))
-    detail = str(first).splitlines()[0][:200] if str(first) else ""
+    # URLs may carry credentials in their query: never repeat one.
+    detail = _URL.sub("[url]", str(first).splitlines()[0])[:200] if str(first) else ""
     return f"{type(first).__name__}: {detail}" if detail else type(first).__name__
 
 

@@ -248,6 +248,7 @@ class _Rendezvous:
 
     def __init__(self, app: ASGIApp, barrier: threading.Barrier) -> None:
         self._app, self._barrier = app, barrier
+        self.met = 0  # initialize requests that passed the barrier
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -259,6 +260,7 @@ class _Rendezvous:
             more = message.get("more_body", False)
         if b'"initialize"' in body:
             await asyncio.to_thread(self._barrier.wait, 5)
+            self.met += 1
         replayed = False
 
         async def replay() -> Any:
@@ -274,10 +276,10 @@ class _Rendezvous:
 @pytest.mark.settings(mcp_connect_timeout_s=8)
 async def test_servers_are_listed_concurrently(mcp_chat: McpChat) -> None:
     barrier = threading.Barrier(3)
-    servers = []
+    servers, gates = [], []
     for _ in range(3):
-        app = mcp_demo.build().streamable_http_app()
-        servers.append(ThreadedServer(_Rendezvous(app, barrier), lifespan="on").start())
+        gates.append(_Rendezvous(mcp_demo.build().streamable_http_app(), barrier))
+        servers.append(ThreadedServer(gates[-1], lifespan="on").start())
     try:
         headers = mcp_chat.tenant.headers
         for i, srv in enumerate(servers):
@@ -288,7 +290,7 @@ async def test_servers_are_listed_concurrently(mcp_chat: McpChat) -> None:
         assert body["message"]["content"] == "hi"
         offered = tool_names(mcp_chat.fake.requests[0])
         assert {"meet0__add", "meet1__add", "meet2__add"} <= set(offered)
-        assert not barrier.broken
+        assert not barrier.broken and [gate.met for gate in gates] == [1, 1, 1]
     finally:
         for srv in servers:
             srv.stop()
