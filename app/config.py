@@ -77,12 +77,15 @@ class Settings(BaseSettings):
     tool_cache_ttl_s: float = Field(default=2.0, ge=0, le=300)
     outbound_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
+    cors_allow_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    docs_enabled: bool = True
+
     mcp_servers: SecretStr | None = None
     mcp_servers_file: str | None = None
     mcp_connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
     mcp_tools_cache_ttl_s: float = Field(default=30.0, ge=0, le=3600)
 
-    @field_validator("outbound_allow", mode="before")
+    @field_validator("outbound_allow", "cors_allow_origins", mode="before")
     @classmethod
     def _split_allow_list(cls, value: object) -> object:
         if isinstance(value, str):

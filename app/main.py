@@ -9,9 +9,10 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import httpx
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from app.api import chat, health, mcp_servers, runs, tenants, tools
-from app.api.middleware import BodySizeLimitMiddleware
+from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
 from app.api.problems import install_error_handlers
 from app.chat.http_client import HTTPModelClient
 from app.chat.loop import ChatLoop, LoopLimits
@@ -221,8 +222,21 @@ def create_app(
         lifespan=lifespan,
         # FastAPI's native OpenTelemetry hooks cost CPU on every request; off unless wanted.
         telemetry={"tracing": False, "metrics": False, "logs": False},
+        docs_url="/docs" if settings.docs_enabled else None,
+        redoc_url="/redoc" if settings.docs_enabled else None,
+        openapi_url="/openapi.json" if settings.docs_enabled else None,
     )
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    if settings.cors_allow_origins:  # browsers on other origins get nothing unless listed
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_allow_origins,
+            allow_methods=["GET", "POST", "PUT", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
+            expose_headers=["X-Request-ID", "X-Run-ID", "Retry-After"],
+            max_age=600,
+        )
+    app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries the id
     install_error_handlers(app)
     # Hot routes first (matching walks routes in order); /ping stays first as the yardstick.
     for module in (health, tools, chat, runs, mcp_servers, tenants):

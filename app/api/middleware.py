@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -40,3 +42,33 @@ class BodySizeLimitMiddleware:
             return message
 
         await self.app(scope, limited_receive, send)
+
+
+REQUEST_ID_HEADER = b"x-request-id"
+_MAX_REQUEST_ID = 128
+_ID_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
+
+
+class RequestIdMiddleware:
+    """Every response carries `X-Request-ID`: the caller's, when it is a sane token, else a new
+    one. It is kept in `scope["state"]["request_id"]` for whatever logs the request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(REQUEST_ID_HEADER, b"")
+        if not (0 < len(given) <= _MAX_REQUEST_ID and _ID_CHARS.issuperset(given)):
+            given = uuid.uuid4().hex.encode()
+        scope.setdefault("state", {})["request_id"] = given.decode()
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers", []) if h[0] != REQUEST_ID_HEADER]
+                message["headers"] = [*headers, (REQUEST_ID_HEADER, given)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
