@@ -75,7 +75,7 @@ class McpHub:
         self._limits = limits
         self._cache: OrderedDict[str, tuple[float, list[mcp_types.Tool]]] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[list[mcp_types.Tool]]] = {}
-        self._chats: set[ChatSessions] = set()
+        self.chats: set[ChatSessions] = set()  # chats holding a session, closed at shutdown
         self.open_sessions = 0  # sessions open right now (tests and metrics read it)
         self.handshakes = 0  # sessions ever opened
 
@@ -162,7 +162,7 @@ class McpHub:
 
     async def aclose(self) -> None:
         """At shutdown: close whatever a chat still holds."""
-        for chat in list(self._chats):
+        for chat in list(self.chats):
             await chat.aclose()
 
 
@@ -206,7 +206,7 @@ class ChatSessions:
             raise RuntimeError("the chat has ended")
         owner = self._owners.get(name)
         if owner is None or owner.done():  # first call, or the last session died: (re)connect
-            self._hub._chats.add(self)
+            self._hub.chats.add(self)
             self._ready[name] = asyncio.get_running_loop().create_future()
             self._stops[name] = stop = asyncio.Event()
             self._owners[name] = asyncio.create_task(
@@ -253,7 +253,7 @@ class ChatSessions:
                 if pending:
                     await asyncio.wait(pending, timeout=CLOSE_TIMEOUT_S)
         finally:
-            self._hub._chats.discard(self)
+            self._hub.chats.discard(self)
 
 
 def tool_document(server: McpServer, tool: mcp_types.Tool) -> dict[str, Any]:
