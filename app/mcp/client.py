@@ -22,7 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from app.mcp.config import McpServer
 from app.tools.executors import ToolOutcome
-from app.tools.netguard import GuardedNetworkBackend, OutboundBlockedError, OutboundPolicy
+from app.tools.netguard import OutboundBlockedError, OutboundPolicy, guarded_transport
 
 MAX_LIST_PAGES = 20
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
@@ -31,22 +31,12 @@ STREAM_READ_TIMEOUT_S = 300.0
 
 
 def _http_client(
-    server: McpServer,
-    headers: dict[str, str],
-    policy: OutboundPolicy | None,
-    timeout_s: float,
+    headers: dict[str, str], policy: OutboundPolicy | None, timeout_s: float
 ) -> httpx2.AsyncClient:
     transport = None
     if policy is not None:  # a tenant's server: every connection is checked where it is made
-        transport = httpx2.AsyncHTTPTransport(retries=0)
-        transport._pool = httpcore2.AsyncConnectionPool(  # same swap as app.tools.netguard
-            ssl_context=transport._pool._ssl_context,
-            max_connections=4,
-            http1=True,
-            http2=False,
-            # httpcore2's backend interface is httpcore's, which the guard subclasses.
-            network_backend=GuardedNetworkBackend(policy, core=httpcore2),  # type: ignore[arg-type]
-        )
+        limits = httpx2.Limits(max_connections=4, max_keepalive_connections=4)
+        transport = guarded_transport(policy, limits=limits, http=httpx2, core=httpcore2)
     return httpx2.AsyncClient(
         headers={"User-Agent": "toolgate/0.1", **headers},
         timeout=httpx2.Timeout(timeout_s, read=STREAM_READ_TIMEOUT_S),
@@ -74,7 +64,7 @@ async def open_session(
             read, write = await stack.enter_async_context(stdio_client(params))
         elif server.type == "streamable-http":
             assert server.url is not None
-            http = await stack.enter_async_context(_http_client(server, headers, policy, timeout_s))
+            http = await stack.enter_async_context(_http_client(headers, policy, timeout_s))
             read, write = await stack.enter_async_context(
                 streamable_http_client(server.url, http_client=http)
             )
@@ -86,7 +76,7 @@ async def open_session(
                 timeout: httpx2.Timeout | None = None,
                 auth: httpx2.Auth | None = None,
             ) -> httpx2.AsyncClient:
-                return _http_client(server, headers or {}, policy, timeout_s)
+                return _http_client(headers or {}, policy, timeout_s)
 
             read, write = await stack.enter_async_context(
                 sse_client(server.url, headers=headers, httpx_client_factory=factory)

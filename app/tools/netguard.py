@@ -202,18 +202,27 @@ class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
 
 
 def guarded_transport(
-    policy: OutboundPolicy, *, limits: httpx.Limits, resolver: Resolver = system_resolver
-) -> httpx.AsyncHTTPTransport:
-    """An httpx transport whose every connection goes through `GuardedNetworkBackend`."""
-    transport = httpx.AsyncHTTPTransport(limits=limits, retries=0)
-    # httpx builds its pool without a network-backend option; the pool keeps the same settings.
-    transport._pool = httpcore.AsyncConnectionPool(
+    policy: OutboundPolicy,
+    *,
+    limits: Any,
+    resolver: Resolver = system_resolver,
+    http: Any = httpx,
+    core: Any = httpcore,
+) -> Any:
+    """A transport whose every connection goes through `GuardedNetworkBackend`.
+
+    `http`/`core` pick the stack: httpx + httpcore (external tools) or httpx2 + httpcore2 (the
+    MCP SDK's); both build their pool without a network-backend option, so the pool is swapped
+    for one with the same settings.
+    """
+    transport = http.AsyncHTTPTransport(limits=limits, retries=0)
+    transport._pool = core.AsyncConnectionPool(
         ssl_context=transport._pool._ssl_context,
         max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections,
         keepalive_expiry=limits.keepalive_expiry,
         http1=True,
         http2=False,
-        network_backend=GuardedNetworkBackend(policy, resolver),
+        network_backend=GuardedNetworkBackend(policy, resolver, core=core),
     )
     return transport
