@@ -1,4 +1,10 @@
-"""`python -m app [serve|check]`: validate settings and the function dictionary, then serve.
+"""`python -m app [serve|check|new-secrets-key|rotate-secrets]`.
+
+serve: validate settings, the function dictionary and MCP servers, then serve.
+check: validate only.
+new-secrets-key: print a fresh SECRETS_KEY.
+rotate-secrets: re-encrypt every stored secret and MCP header value under SECRETS_KEY; values
+sealed under a key listed in SECRETS_OLD_KEYS are opened with it. Safe to re-run.
 
 Problems are printed as one plain list and the process exits 1, without a traceback.
 """
@@ -6,6 +12,7 @@ Problems are printed as one plain list and the process exits 1, without a traceb
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 
 from pydantic import ValidationError
@@ -35,14 +42,58 @@ def _check(settings_only: bool = False) -> Settings:
     return settings
 
 
+async def _rotate_secrets(settings: Settings) -> int:
+    """Re-seal every tenant's secrets and MCP header values under the current key."""
+    from app.crypto import SecretBox
+    from app.repositories.database import Database
+    from app.repositories.mcp_servers import McpServerRepository
+    from app.repositories.secrets import SecretRepository
+    from app.repositories.tenants import TenantRepository
+    from app.services.mcp_servers import reseal_mcp_headers
+    from app.services.secrets import ResealReport, reseal_secrets
+
+    if settings.uses_memory_store:
+        sys.exit("rotate-secrets needs MONGODB_URL: the in-memory store holds nothing to rotate")
+    current, old = settings.secret_keys()
+    box = SecretBox(current, old)
+    database = Database.from_settings(settings)
+    report = ResealReport()
+    try:
+        secrets, servers = SecretRepository(database), McpServerRepository(database)
+        for tenant_id in await TenantRepository(database).all_ids():
+            await reseal_secrets(secrets, box, tenant_id=tenant_id, report=report)
+            await reseal_mcp_headers(servers, box, tenant_id=tenant_id, report=report)
+    finally:
+        await database.close()
+    print(
+        f"re-encrypted {report.resealed} value(s) under key {box.current_key_id}; "
+        f"{report.current} already current; {len(report.failed)} failed"
+    )
+    for name in report.failed:
+        print(f"  - cannot decrypt {name}: add the key that sealed it to SECRETS_OLD_KEYS")
+    return 1 if report.failed else 0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m app", description=__doc__)
-    parser.add_argument("command", nargs="?", choices=["serve", "check"], default="serve")
+    parser.add_argument(
+        "command",
+        nargs="?",
+        choices=["serve", "check", "new-secrets-key", "rotate-secrets"],
+        default="serve",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args(argv)
-    settings = _check()
+    if args.command == "new-secrets-key":
+        from app.crypto import new_key
+
+        print(new_key())
+        return
+    settings = _check(settings_only=args.command == "rotate-secrets")
+    if args.command == "rotate-secrets":
+        sys.exit(asyncio.run(_rotate_secrets(settings)))
     if args.command == "check":
         print("settings, function dictionary and MCP servers are valid")
         return

@@ -8,9 +8,13 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.crypto import parse_key
+
 # Documented development fall-backs (README, .env.example). Never accepted in production.
 DEV_ADMIN_API_KEY = "dev-admin-key"
 DEV_API_KEY_SECRET = "dev-api-key-secret-not-for-production"
+# 32 bytes of base64 (the SHA-256 of "toolgate-dev-secrets-key"): readable by anyone, dev only.
+DEV_SECRETS_KEY = "pCTfG1LZvvfHbnSft9kSHEzasn2h0jJZ4YR5IptCFIk="
 
 _PLACEHOLDERS = frozenset(
     {
@@ -41,7 +45,10 @@ def _is_placeholder(value: SecretStr | None) -> bool:
 class Settings(BaseSettings):
     """Every setting of the service; see .env.example for the documented list."""
 
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", frozen=True)
+    # hide_input_in_errors: a validation error must never print the secrets it was given.
+    model_config = SettingsConfigDict(
+        env_file=".env", extra="ignore", frozen=True, hide_input_in_errors=True
+    )
 
     app_env: Literal["development", "production"] = "development"
     log_level: str = "INFO"
@@ -80,6 +87,11 @@ class Settings(BaseSettings):
     cors_allow_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     docs_enabled: bool = True
 
+    secrets_key: SecretStr | None = None
+    secrets_old_keys: SecretStr | None = None
+    max_secrets_per_tenant: int = Field(default=100, ge=1, le=10_000)
+    max_secret_bytes: int = Field(default=8192, ge=16, le=65_536)
+
     mcp_servers: SecretStr | None = None
     mcp_servers_file: str | None = None
     mcp_connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
@@ -93,10 +105,19 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _check_secrets_keys(self) -> Settings:
+        self.secret_keys()  # raises SecretKeyError (a ValueError) naming the setting, not the key
+        return self
+
+    @model_validator(mode="after")
     def _reject_placeholder_secrets(self) -> Settings:
         if self.app_env != "production":
             return self
         problems = []
+        if self.secrets_key is None or not self.secrets_key.get_secret_value():
+            problems.append("SECRETS_KEY is missing (generate one: python -m app new-secrets-key)")
+        elif self.secrets_key.get_secret_value() == DEV_SECRETS_KEY:
+            problems.append("SECRETS_KEY is the documented development key")
         for name in ("admin_api_key", "api_key_secret"):
             value: SecretStr | None = getattr(self, name)
             if _is_placeholder(value):
@@ -123,6 +144,17 @@ class Settings(BaseSettings):
             return DEV_API_KEY_SECRET.encode()
         return self.api_key_secret.get_secret_value().encode()
 
+    def secret_keys(self) -> tuple[bytes, list[bytes]]:
+        """The key that seals tenant secrets, and the old keys that may still open them."""
+        current = self.secrets_key.get_secret_value() if self.secrets_key else ""
+        key = parse_key(current or DEV_SECRETS_KEY, setting="SECRETS_KEY")
+        old_text = self.secrets_old_keys.get_secret_value() if self.secrets_old_keys else ""
+        old = [
+            parse_key(item, setting=f"SECRETS_OLD_KEYS[{index}]")
+            for index, item in enumerate(i for i in old_text.split(",") if i.strip())
+        ]
+        return key, old
+
     @property
     def mcp_servers_json(self) -> str | None:
         return self.mcp_servers.get_secret_value() if self.mcp_servers else None
@@ -135,7 +167,7 @@ class Settings(BaseSettings):
         """Names of the secrets that fall back to their documented development values."""
         return [
             name.upper()
-            for name in ("admin_api_key", "api_key_secret")
+            for name in ("admin_api_key", "api_key_secret", "secrets_key")
             if getattr(self, name) is None or not getattr(self, name).get_secret_value()
         ]
 

@@ -14,6 +14,7 @@ from app.repositories.database import Database
 from app.services.chat import ChatService
 from app.services.mcp_servers import McpServerService
 from app.services.runs import RunService
+from app.services.secrets import SecretService
 from app.services.tenants import TenantService
 from app.services.tools import ToolService
 from app.tools.registry import FunctionRegistry
@@ -31,6 +32,7 @@ class Services:
     chat: ChatService
     runs: RunService
     mcp_servers: McpServerService
+    secrets: SecretService
 
 
 async def get_services(request: Request) -> Services:

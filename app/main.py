@@ -11,7 +11,7 @@ import httpx
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from app.api import chat, health, mcp_servers, runs, tenants, tools
+from app.api import chat, health, mcp_servers, runs, secrets, tenants, tools
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
 from app.api.problems import install_error_handlers
 from app.chat.http_client import HTTPModelClient
@@ -19,18 +19,21 @@ from app.chat.loop import ChatLoop, LoopLimits
 from app.chat.model import ModelClient
 from app.chat.openai_sdk import OpenAISDKClient
 from app.config import Settings, get_settings
+from app.crypto import SecretBox
 from app.deps import Services
 from app.mcp.config import McpConfigError, McpServer, load_operator_servers
 from app.mcp.hub import McpHub, McpLimits
 from app.repositories.database import Database
 from app.repositories.mcp_servers import McpServerRepository
 from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
+from app.repositories.secrets import SecretRepository
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
 from app.services.catalog import ToolCatalog
 from app.services.chat import ChatService
 from app.services.mcp_servers import McpServerService
 from app.services.runs import RunRecorder, RunService
+from app.services.secrets import SecretService
 from app.services.seeding import Seeder
 from app.services.tenants import TenantService
 from app.services.tools import ToolService
@@ -107,6 +110,16 @@ def build_tool_http_client(settings: Settings, policy: OutboundPolicy) -> httpx.
     )
 
 
+def build_secret_service(settings: Settings, repository: SecretRepository) -> SecretService:
+    current, old = settings.secret_keys()
+    return SecretService(
+        secrets=repository,
+        box=SecretBox(current, old),
+        max_count=settings.max_secrets_per_tenant,
+        max_bytes=settings.max_secret_bytes,
+    )
+
+
 async def build_services(
     settings: Settings,
     registry: FunctionRegistry,
@@ -121,6 +134,8 @@ async def build_services(
     stack.push_async_callback(database.close)
     tenant_repo, tool_repo = TenantRepository(database), ToolRepository(database)
     mcp_repo = McpServerRepository(database)
+    secret_repo = SecretRepository(database)
+    secret_service = build_secret_service(settings, secret_repo)
     seeder = Seeder(registry=registry, tenants=tenant_repo, tools=tool_repo)
     catalog = ToolCatalog(tools=tool_repo, ttl_s=settings.tool_cache_ttl_s)
     prepared = await seeder.prepare_all()
@@ -159,7 +174,11 @@ async def build_services(
     )
     stack.push_async_callback(hub.aclose)
     mcp_service = McpServerService(
-        servers=mcp_repo, operator=mcp_operator or {}, hub=hub, policy=policy
+        servers=mcp_repo,
+        operator=mcp_operator or {},
+        hub=hub,
+        policy=policy,
+        box=secret_service.box,
     )
     run_repo: RunStore = (
         MemoryRunRepository(limit=settings.run_memory_limit)
@@ -180,6 +199,7 @@ async def build_services(
             catalog=catalog,
             runs=run_repo,
             mcp_servers=mcp_repo,
+            secrets=secret_repo,
             key_secret=settings.effective_api_key_secret,
             admin_key=settings.effective_admin_api_key,
             auth_cache_ttl_s=settings.auth_cache_ttl_s,
@@ -193,9 +213,11 @@ async def build_services(
             recorder=recorder,
             keep_messages=settings.run_store_messages,
             mcp=mcp_service,
+            secrets=secret_service,
         ),
         runs=RunService(runs=run_repo),
         mcp_servers=mcp_service,
+        secrets=secret_service,
     )
 
 
@@ -239,6 +261,6 @@ def create_app(
     app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries the id
     install_error_handlers(app)
     # Hot routes first (matching walks routes in order); /ping stays first as the yardstick.
-    for module in (health, tools, chat, runs, mcp_servers, tenants):
+    for module in (health, tools, chat, runs, mcp_servers, secrets, tenants):
         app.include_router(module.router)
     return app

@@ -24,7 +24,7 @@ from app.chat.model import (
 )
 from app.mcp.hub import ChatSessions
 from app.tools.arguments import argument_problems, merge_context
-from app.tools.executors import ToolOutcome, ToolRunner
+from app.tools.executors import ToolOutcome, ToolRunner, unset_secret
 from app.tools.schema import PreparedTool
 
 REDACTED = "[redacted]"
@@ -72,6 +72,8 @@ class ChatRun:
     max_iterations: int
     parallel_tool_calls: bool
     mcp: ChatSessions | None = None  # the chat's MCP sessions, opened on first use
+    # The tenant secrets the chat's tools refer to; None for one that is unset or unreadable.
+    secrets: dict[str, str | None] = field(default_factory=dict)
 
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -117,9 +119,8 @@ class ChatLoop:
 
     async def _run(self, chat: ChatRun, events: EventSink | None, result: ChatResult) -> ChatResult:
         schemas = [tool.schema for tool in chat.tools] or None
-        run = _Run(
-            chat, {tool.name: tool.doc for tool in chat.tools}, _Scrubber(chat.context), events
-        )
+        hidden = [*chat.context.values(), *(v for v in chat.secrets.values() if v)]
+        run = _Run(chat, {tool.name: tool.doc for tool in chat.tools}, _Scrubber(hidden), events)
         messages = result.messages
         messages.extend(chat.messages)
         for iteration in range(1, chat.max_iterations + 1):
@@ -219,10 +220,13 @@ class ChatLoop:
             problems = argument_problems(arguments, tool["function"].get("parameters", {}))
             if problems:
                 return ToolOutcome.error("invalid arguments: " + "; ".join(problems))
+            context, unset = _context_values(tool, chat)
+            if unset:
+                return ToolOutcome.error("; ".join(unset))
             merged, missing = merge_context(
                 arguments,
                 tool.get("context_parameters", []),
-                chat.context,
+                context,
                 optional=self._runner.optional_context(tool),
             )
         if missing:
@@ -232,7 +236,7 @@ class ChatLoop:
                 if tool["type"] == "mcp":
                     assert chat.mcp is not None, "MCP tools come with the chat's sessions"
                     return await chat.mcp.call(tool["server"], tool["mcp_tool"], merged)
-                return await self._runner.run(tool, merged)
+                return await self._runner.run(tool, merged, secrets=chat.secrets)
         except TimeoutError:
             return ToolOutcome.error(
                 f"the tool did not finish within {self._limits.tool_timeout_s:g} s"
@@ -269,6 +273,18 @@ def _parsed(
     return arguments, arguments, None
 
 
+def _context_values(tool: dict[str, Any], chat: ChatRun) -> tuple[dict[str, Any], list[str]]:
+    """The context values this tool sees: a secret-backed parameter never takes the caller's
+    value, only its secret's; the problems name unset secrets (never a value)."""
+    parameters = tool.get("context_parameters", ())
+    from_secrets = {c["name"]: c["secret"] for c in parameters if c.get("secret")}
+    if not from_secrets:
+        return chat.context, []
+    unset = [unset_secret(s) for s in from_secrets.values() if chat.secrets.get(s) is None]
+    # Secret values replace whatever the caller sent under those names.
+    return {**chat.context, **{n: chat.secrets.get(s) for n, s in from_secrets.items()}}, unset
+
+
 def merge_mcp_context(
     arguments: dict[str, Any], mappings: list[dict[str, Any]], context: dict[str, Any]
 ) -> tuple[dict[str, Any], list[str]]:
@@ -299,9 +315,9 @@ def _assistant_tool_message(content: str | None, calls: list[ModelToolCall]) -> 
 class _Scrubber:
     """Replaces context values in text headed for the model (a tool may echo what it received)."""
 
-    def __init__(self, context: dict[str, Any]) -> None:
-        values = {str(v) for v in context.values() if not isinstance(v, bool | list)}
-        values |= {str(i) for v in context.values() if isinstance(v, list) for i in v}
+    def __init__(self, hidden: list[Any]) -> None:
+        values = {str(v) for v in hidden if not isinstance(v, bool | list)}
+        values |= {str(i) for v in hidden if isinstance(v, list) for i in v}
         self._values = sorted(
             (v for v in values if len(v) >= MIN_REDACTED_LENGTH), key=len, reverse=True
         )

@@ -48,6 +48,15 @@ class McpServerRepository:
         )
         return doc
 
+    async def reseal_headers(
+        self, name: str, old: dict[str, str], new: dict[str, str], *, tenant_id: str
+    ) -> bool:
+        """Swap sealed header values, unless the entry changed meanwhile."""
+        result = await self._servers(tenant_id).update_one(
+            {"name": name, "headers": old}, {"$set": {"headers": new}}
+        )
+        return bool(result.modified_count == 1)
+
     async def drop_all(self, *, tenant_id: str) -> None:
         await self._servers(tenant_id).drop()
         self._indexed.discard(tenant_id)

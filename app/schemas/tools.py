@@ -20,6 +20,12 @@ ItemType = Literal["string", "integer", "number", "boolean"]
 ToolType = Literal["function", "external"]
 HttpMethod = Literal["GET", "POST", "PUT", "DELETE"]
 
+# An HTTP field name (RFC 9110 token) and a value without control characters.
+HeaderName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")]
+HeaderValue = Annotated[
+    str, StringConstraints(max_length=4096, pattern=r"^[^\x00-\x08\x0a-\x1f\x7f]*$")
+]
+
 # Arrays may be long, but a bound keeps every integer inside BSON's 64 bits and schemas sane.
 MAX_ARRAY_BOUND = 100_000
 
@@ -60,6 +66,12 @@ class FunctionSpec(ClientModel):
     parameters: ParametersSchema = Field(default_factory=ParametersSchema)
     url: Annotated[str, StringConstraints(max_length=2048)] | None = None
     method: HttpMethod | None = None
+    headers: dict[HeaderName, HeaderValue] | None = Field(
+        default=None,
+        max_length=32,
+        description="External tools: request headers. `{secret:NAME}` in a value is replaced "
+        "by the tenant's secret NAME when the tool runs (`Bearer {secret:weather_key}`).",
+    )
 
     @field_validator("method", mode="before")
     @classmethod
@@ -73,6 +85,11 @@ class ContextParameter(ClientModel):
     name: Name
     type: ParameterType = "string"
     description: Description | None = None
+    secret: Name | None = Field(
+        default=None,
+        description="Take the value from this tenant secret when the tool runs (never from the "
+        "caller's context_arguments); the parameter's type must be string.",
+    )
 
 
 class ToolFields(ClientModel):

@@ -17,6 +17,8 @@ from app.schemas.chat import ChatRequest
 from app.services.catalog import ToolCatalog
 from app.services.mcp_servers import McpServerService
 from app.services.runs import RunRecorder
+from app.services.secrets import SecretService
+from app.tools.definitions import referenced_secrets
 from app.tools.schema import PreparedTool
 
 
@@ -31,6 +33,7 @@ class ChatService:
         recorder: RunRecorder,
         keep_messages: bool = False,
         mcp: McpServerService | None = None,
+        secrets: SecretService | None = None,
     ) -> None:
         self._catalog = catalog
         self._loop = loop
@@ -39,6 +42,7 @@ class ChatService:
         self._recorder = recorder
         self._keep_messages = keep_messages
         self._mcp = mcp
+        self._secrets = secrets
 
     async def prepare(self, request: ChatRequest, *, tenant_id: str) -> ChatRun:
         """Check the request and pick its tools: every 4xx/503 is raised here, before any run."""
@@ -63,6 +67,12 @@ class ChatService:
             )
             tools = tools + await self._mcp_tools(servers, context, taken={t.name for t in tools})
             sessions = self._mcp.hub.chat_sessions(servers, context)
+        needed = set().union(*(referenced_secrets(t.doc) for t in tools))
+        secrets = (
+            await self._secrets.resolve(needed, tenant_id=tenant_id)
+            if needed and self._secrets is not None
+            else {}
+        )
         return ChatRun(
             messages=[m.model_dump(exclude_none=True) for m in request.messages],
             tools=tools,
@@ -71,6 +81,7 @@ class ChatService:
             max_iterations=max_iterations,
             parallel_tool_calls=request.parallel_tool_calls,
             mcp=sessions,
+            secrets=secrets,
         )
 
     async def _mcp_tools(

@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
 import httpx
 
-from app.errors import ConflictError, ForbiddenError, NotFoundError, UnprocessableError, field_error
+from app.crypto import SecretBox, UnsealError, associated_data
+from app.errors import (
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    ServiceUnavailableError,
+    UnprocessableError,
+    field_error,
+)
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub, tool_document
 from app.repositories.mcp_servers import McpServerRepository
 from app.schemas.mcp import McpServerCreate
+from app.services.secrets import ResealReport
 from app.tools.netguard import OutboundPolicy
 from app.tools.providers import Provider, shaped
+
+logger = logging.getLogger(__name__)
 
 MASK = "****"
 SHOWN_SUFFIX = 4
@@ -35,8 +47,10 @@ class McpServerService:
         operator: dict[str, McpServer],
         hub: McpHub,
         policy: OutboundPolicy,
+        box: SecretBox,
     ) -> None:
         self._servers = servers
+        self._box = box
         self._operator = operator
         self._hub = hub
         self._policy = policy
@@ -58,16 +72,35 @@ class McpServerService:
             raise ConflictError(f"'{body.name}' is the name of a server the operator provides")
         document = {
             **body.model_dump(),
+            "headers": {
+                header: self._box.seal(value, _header_aad(tenant_id, body.name, header))
+                for header, value in body.headers.items()
+            },
             "context": {k: v.model_dump(exclude_none=True) for k, v in body.context.items()},
             "revision": uuid.uuid4().hex,
         }
         stored = await self._servers.insert(document, tenant_id=tenant_id)
-        return _shown(McpServer.from_tenant_document(stored), stored.get("created_at"))
+        return _shown(self._server(stored, tenant_id), stored.get("created_at"))
+
+    def _server(self, doc: dict[str, Any], tenant_id: str) -> McpServer:
+        """A stored server with its header values opened (they are sealed at rest)."""
+        name = doc["name"]
+        opened = {}
+        for header, sealed in doc.get("headers", {}).items():
+            try:
+                opened[header] = self._box.open(sealed, _header_aad(tenant_id, name, header))
+            except UnsealError as exc:
+                logger.error("tenant %s: MCP server '%s' %s: %s", tenant_id, name, header, exc)
+                raise ServiceUnavailableError(
+                    f"the stored credentials of MCP server '{name}' cannot be decrypted "
+                    "(SECRETS_KEY changed without SECRETS_OLD_KEYS?)"
+                ) from None
+        return McpServer.from_tenant_document({**doc, "headers": opened})
 
     async def all(self, *, tenant_id: str) -> list[dict[str, Any]]:
         shown = [_shown(s) for s in self._operator_for(tenant_id).values()]
         shown += [
-            _shown(McpServer.from_tenant_document(doc), doc.get("created_at"))
+            _shown(self._server(doc, tenant_id), doc.get("created_at"))
             for doc in await self._servers.all(tenant_id=tenant_id)
         ]
         return sorted(shown, key=lambda s: s["name"])
@@ -79,7 +112,7 @@ class McpServerService:
         doc = await self._servers.get(name, tenant_id=tenant_id)
         if doc is None:
             raise NotFoundError(f"no MCP server named '{name}'")
-        return _shown(McpServer.from_tenant_document(doc), doc.get("created_at"))
+        return _shown(self._server(doc, tenant_id), doc.get("created_at"))
 
     async def delete(self, name: str, *, tenant_id: str) -> None:
         if name in self._operator_for(tenant_id):
@@ -87,7 +120,7 @@ class McpServerService:
         doc = await self._servers.delete(name, tenant_id=tenant_id)
         if doc is None:
             raise NotFoundError(f"no MCP server named '{name}'")
-        self._hub.forget(McpServer.from_tenant_document(doc))
+        self._hub.forget(McpServer.from_tenant_document({**doc, "headers": {}}))
 
     async def resolve(self, names: list[str], *, tenant_id: str, path: str) -> list[McpServer]:
         """The named servers, or a 422 naming every one the tenant cannot use."""
@@ -102,7 +135,7 @@ class McpServerService:
             if doc is None:
                 missing.append(name)
             else:
-                found.append(McpServer.from_tenant_document(doc))
+                found.append(self._server(doc, tenant_id))
         if missing:
             raise UnprocessableError(
                 "Some requested MCP servers do not exist.",
@@ -121,6 +154,32 @@ class McpServerService:
 
     async def drop_all(self, *, tenant_id: str) -> None:
         await self._servers.drop_all(tenant_id=tenant_id)
+
+
+async def reseal_mcp_headers(
+    servers: McpServerRepository, box: SecretBox, *, tenant_id: str, report: ResealReport
+) -> None:
+    """Re-seal the header values of the tenant's servers that an old key sealed."""
+    for doc in await servers.all(tenant_id=tenant_id):
+        sealed: dict[str, str] = doc.get("headers", {})
+        if not any(box.needs_resealing(v) for v in sealed.values()):
+            report.current += 1
+            continue
+        try:
+            fresh = {
+                header: box.seal(box.open(value, aad), aad)
+                for header, value in sealed.items()
+                for aad in [_header_aad(tenant_id, doc["name"], header)]
+            }
+        except UnsealError:
+            report.failed.append(f"{tenant_id}/mcp-servers/{doc['name']}")
+            continue
+        if await servers.reseal_headers(doc["name"], sealed, fresh, tenant_id=tenant_id):
+            report.resealed += 1
+
+
+def _header_aad(tenant_id: str, server: str, header: str) -> bytes:
+    return associated_data(tenant_id, "mcp", server, header.lower())
 
 
 def _url_problem(url: str, policy: OutboundPolicy) -> str | None:

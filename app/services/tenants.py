@@ -12,6 +12,7 @@ from typing import Any
 from app.errors import NotFoundError
 from app.repositories.mcp_servers import McpServerRepository
 from app.repositories.runs import RunStore
+from app.repositories.secrets import SecretRepository
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
 from app.services.catalog import ToolCatalog
@@ -36,6 +37,7 @@ class TenantService:
         catalog: ToolCatalog,
         runs: RunStore,
         mcp_servers: McpServerRepository,
+        secrets: SecretRepository,
         key_secret: bytes,
         admin_key: str,
         auth_cache_ttl_s: float = 0.0,
@@ -46,6 +48,7 @@ class TenantService:
         self._catalog = catalog
         self._runs = runs
         self._mcp_servers = mcp_servers
+        self._secrets = secrets
         self._key_secret = key_secret
         self._admin_key = admin_key.encode()
         # key hash -> (tenant id, expiry). Rotation and deletion here drop entries at once;
@@ -83,10 +86,8 @@ class TenantService:
         """Create a tenant with its tool collection and seeded tools; return it and its key."""
         api_key = new_api_key()
         tenant = await self._tenants.insert(tenant_id=tenant_id, key_hash=self._hash(api_key))
-        # A crash during an earlier delete may have left this id's tools behind: never inherit them.
-        await self._tools.drop_all(tenant_id=tenant_id)
-        await self._runs.drop_all(tenant_id=tenant_id)
-        await self._mcp_servers.drop_all(tenant_id=tenant_id)
+        # A crash during an earlier delete may have left this id's data behind: never inherit it.
+        await self._drop_data(tenant_id)
         await self._seeder.prepare_tenant(tenant_id)
         self._catalog.invalidate(tenant_id)
         return tenant, api_key
@@ -109,7 +110,13 @@ class TenantService:
         self._forget_keys_of(tenant_id)
         if not await self._tenants.delete(tenant_id=tenant_id):
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")
+        await self._drop_data(tenant_id)
+        self._catalog.invalidate(tenant_id)
+
+    async def _drop_data(self, tenant_id: str) -> None:
+        """Everything stored for the tenant apart from its record: tools, runs, MCP servers,
+        secrets."""
         await self._tools.drop_all(tenant_id=tenant_id)
         await self._runs.drop_all(tenant_id=tenant_id)
         await self._mcp_servers.drop_all(tenant_id=tenant_id)
-        self._catalog.invalidate(tenant_id)
+        await self._secrets.drop_all(tenant_id=tenant_id)

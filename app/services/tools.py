@@ -14,6 +14,7 @@ from app.tools.definitions import (
     Problem,
     endpoint_problems,
     parameter_problems,
+    secret_problems,
     signature_problems,
 )
 from app.tools.netguard import OutboundPolicy
@@ -50,6 +51,7 @@ class ToolService:
     def problems(self, tool: ToolFields) -> list[Problem]:
         problems = parameter_problems(tool.function, tool.context_parameters)
         problems += endpoint_problems(tool.type, tool.function)
+        problems += secret_problems(tool.type, tool.function, tool.context_parameters)
         if tool.type == "external" and tool.function.url and not problems:
             unsafe = self._policy.url_safety_problem(tool.function.url)
             if unsafe:

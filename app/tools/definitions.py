@@ -7,6 +7,7 @@ field and the start-up report can name the function.
 from __future__ import annotations
 
 import inspect
+import re
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -16,6 +17,23 @@ from urllib.parse import urlsplit
 from app.schemas.tools import ContextParameter, FunctionSpec, ParameterSchema
 
 Problem = tuple[str, str]
+
+SECRET_REFERENCE = re.compile(r"\{secret:([a-zA-Z0-9_-]{1,64})\}")
+# Headers the HTTP client owns: a tool setting them could smuggle or break requests.
+RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "proxy-connection",
+        "proxy-authorization",
+    }
+)
 
 _SCALAR_TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool}
 
@@ -83,6 +101,36 @@ def endpoint_problems(tool_type: str, function: FunctionSpec) -> list[Problem]:
         if reason:
             problems.append(("$.function.url", reason))
     return problems
+
+
+def secret_problems(
+    tool_type: str, function: FunctionSpec, context_parameters: Sequence[ContextParameter]
+) -> list[Problem]:
+    """Secret-backed context parameters are strings; header templates are well-formed."""
+    problems: list[Problem] = [
+        (f"$.context_parameters[{index}].type", "a parameter read from a secret is a string")
+        for index, context in enumerate(context_parameters)
+        if context.secret is not None and context.type != "string"
+    ]
+    if function.headers is None:
+        return problems
+    if tool_type != "external":
+        return [*problems, ("$.function.headers", "headers are only allowed on external tools")]
+    for name, value in function.headers.items():
+        path = f"$.function.headers.{name}"
+        if name.lower() in RESERVED_HEADERS:
+            problems.append((path, f"'{name}' is set by the HTTP client and cannot be configured"))
+        if value.count("{secret:") != len(SECRET_REFERENCE.findall(value)):
+            problems.append((path, "write a secret reference as {secret:NAME}, NAME [A-Za-z0-9_-]"))
+    return problems
+
+
+def referenced_secrets(doc: dict[str, Any]) -> set[str]:
+    """The names of the secrets a stored tool needs when it runs."""
+    names = {c["secret"] for c in doc.get("context_parameters", ()) if c.get("secret")}
+    for value in (doc["function"].get("headers") or {}).values():
+        names.update(SECRET_REFERENCE.findall(value))
+    return names
 
 
 def url_problem(url: str) -> str | None:

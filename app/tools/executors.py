@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -16,6 +17,7 @@ from typing import Any, Literal
 import httpx
 import orjson
 
+from app.tools.definitions import SECRET_REFERENCE
 from app.tools.netguard import OutboundBlockedError
 from app.tools.registry import FunctionRegistry
 
@@ -39,6 +41,33 @@ def as_text(result: Any) -> str:
     return orjson.dumps(result, default=str).decode()
 
 
+def unset_secret(name: str) -> str:
+    return f"the secret '{name}' is not set for this tenant (PUT /secrets/{name})"
+
+
+def render_headers(
+    templates: dict[str, str] | None, secrets: dict[str, str | None]
+) -> tuple[dict[str, str] | None, list[str]]:
+    """An external tool's headers with `{secret:NAME}` replaced; problems name secrets only."""
+    if not templates:
+        return None, []
+    problems: list[str] = []
+
+    def value_of(match: re.Match[str]) -> str:
+        name = match.group(1)
+        value = secrets.get(name)
+        if value is None:
+            problems.append(unset_secret(name))
+            return ""
+        if any(ch in value for ch in "\r\n\x00"):
+            problems.append(f"the secret '{name}' contains a line break and cannot go in a header")
+            return ""
+        return value
+
+    rendered = {name: SECRET_REFERENCE.sub(value_of, value) for name, value in templates.items()}
+    return rendered, problems
+
+
 class ToolRunner:
     """Runs tools with the process-wide HTTP client and thread pool built in the lifespan."""
 
@@ -60,10 +89,19 @@ class ToolRunner:
         entry = self._registry.get(tool["function"]["name"]) if tool["type"] == "function" else None
         return frozenset() if entry is None else entry.defaulted_parameters
 
-    async def run(self, tool: dict[str, Any], arguments: dict[str, Any]) -> ToolOutcome:
+    async def run(
+        self,
+        tool: dict[str, Any],
+        arguments: dict[str, Any],
+        *,
+        secrets: dict[str, str | None] | None = None,
+    ) -> ToolOutcome:
         if tool["type"] == "function":
             return await self._run_function(tool["function"]["name"], arguments)
-        return await self._run_external(tool["function"], arguments)
+        headers, problems = render_headers(tool["function"].get("headers"), secrets or {})
+        if problems:
+            return ToolOutcome.error("; ".join(problems))
+        return await self._run_external(tool["function"], arguments, headers)
 
     async def _run_function(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
         entry = self._registry.get(name)
@@ -81,7 +119,7 @@ class ToolRunner:
         return ToolOutcome("ok", as_text(result))
 
     async def _run_external(
-        self, function: dict[str, Any], arguments: dict[str, Any]
+        self, function: dict[str, Any], arguments: dict[str, Any], headers: dict[str, str] | None
     ) -> ToolOutcome:
         method = function["method"]
         as_query = method in ("GET", "DELETE")  # arrays become repeated keys
@@ -91,6 +129,7 @@ class ToolRunner:
                 function["url"],
                 params=arguments if as_query else None,
                 json=None if as_query else arguments,
+                headers=headers,
             )
             response = await self._http.send(request, stream=True, follow_redirects=False)
             try:

@@ -15,13 +15,20 @@ RECEIVED: list[dict[str, object]] = []
 
 async def echo(request: Request) -> JSONResponse:
     body = await request.body()
-    RECEIVED.append({"query": list(request.query_params.multi_items()), "body": body})
+    RECEIVED.append(
+        {
+            "query": list(request.query_params.multi_items()),
+            "body": body,
+            "headers": dict(request.headers),
+        }
+    )
     return JSONResponse(
         {
             "method": request.method,
             "query": [[k, v] for k, v in request.query_params.multi_items()],
             "json": (await request.json()) if body else None,
             "content_type": request.headers.get("content-type"),
+            "authorization": request.headers.get("authorization"),
         }
     )
 

@@ -1,0 +1,98 @@
+"""Sealing tenant credentials at rest: AES-256-GCM under a key from settings.
+
+A sealed value is `v1.<key id>.<nonce>.<ciphertext>` (base64url). The associated data binds it
+to its tenant and name, so a ciphertext copied to another tenant or name does not decrypt.
+The key id (the first bytes of the key's SHA-256) says which key sealed a value, so old keys can
+stay readable while `python -m app rotate-secrets` re-seals everything under the current one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+KEY_BYTES = 32
+NONCE_BYTES = 12
+_VERSION = "v1"
+
+
+class SecretKeyError(ValueError):
+    """A configured key is not 32 bytes of base64; the message never includes the key."""
+
+
+class UnsealError(Exception):
+    """A sealed value cannot be opened: unknown key, tampered, or bound to another owner."""
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def parse_key(text: str, *, setting: str) -> bytes:
+    """A key from its base64 (standard or url-safe) text; it must decode to 32 bytes."""
+    try:
+        key = base64.b64decode(text.strip().replace("-", "+").replace("_", "/") + "==")
+    except (binascii.Error, ValueError):
+        raise SecretKeyError(f"{setting} is not base64") from None
+    if len(key) != KEY_BYTES:
+        raise SecretKeyError(f"{setting} must decode to {KEY_BYTES} bytes, got {len(key)}")
+    return key
+
+
+def new_key() -> str:
+    """A fresh key as settings take it (what `python -m app new-secrets-key` prints)."""
+    return base64.b64encode(os.urandom(KEY_BYTES)).decode()
+
+
+def key_id(key: bytes) -> str:
+    return hashlib.sha256(key).hexdigest()[:12]
+
+
+def associated_data(tenant_id: str, *parts: str) -> bytes:
+    """What a sealed value is bound to; NUL cannot occur in ids or names, so it separates."""
+    return "\x00".join(("toolgate", tenant_id, *parts)).encode()
+
+
+class SecretBox:
+    """Seals with the current key; opens with the current key or any listed old one."""
+
+    def __init__(self, current: bytes, old: list[bytes] | None = None) -> None:
+        self._current_id = key_id(current)
+        self._current = AESGCM(current)
+        self._keys = {key_id(k): AESGCM(k) for k in [*(old or []), current]}
+
+    @property
+    def current_key_id(self) -> str:
+        return self._current_id
+
+    def seal(self, plaintext: str, aad: bytes) -> str:
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = self._current.encrypt(nonce, plaintext.encode(), aad)
+        return ".".join((_VERSION, self._current_id, _b64(nonce), _b64(sealed)))
+
+    def open(self, sealed: str, aad: bytes) -> str:
+        try:
+            version, kid, nonce, data = sealed.split(".")
+        except (AttributeError, ValueError):
+            raise UnsealError("not a sealed value") from None
+        aead = self._keys.get(kid)
+        if version != _VERSION or aead is None:
+            raise UnsealError(f"sealed under an unknown key ({kid})")
+        try:
+            return aead.decrypt(_unb64(nonce), _unb64(data), aad).decode()
+        except (InvalidTag, ValueError, binascii.Error):
+            raise UnsealError("does not decrypt: tampered, or copied from another owner") from None
+
+    def needs_resealing(self, sealed: str) -> bool:
+        """True when `sealed` was made under a key other than the current one."""
+        parts = sealed.split(".")
+        return len(parts) != 4 or parts[1] != self._current_id

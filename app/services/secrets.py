@@ -1,0 +1,103 @@
+"""Tenant secrets: sealed on the way in, opened only when a tool runs, never shown."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.crypto import SecretBox, UnsealError, associated_data
+from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
+from app.repositories.secrets import SecretRepository
+
+logger = logging.getLogger(__name__)
+
+
+def secret_aad(tenant_id: str, name: str) -> bytes:
+    return associated_data(tenant_id, "secret", name)
+
+
+@dataclass
+class ResealReport:
+    """What a key rotation did; `failed` names (never values) what could not be opened."""
+
+    resealed: int = 0
+    current: int = 0
+    failed: list[str] = field(default_factory=list)
+
+
+class SecretService:
+    def __init__(
+        self, *, secrets: SecretRepository, box: SecretBox, max_count: int, max_bytes: int
+    ) -> None:
+        self._secrets = secrets
+        self._box = box
+        self._max_count = max_count
+        self._max_bytes = max_bytes
+
+    @property
+    def box(self) -> SecretBox:
+        return self._box
+
+    async def put(self, name: str, value: str, *, tenant_id: str) -> tuple[dict[str, Any], bool]:
+        if len(value.encode()) > self._max_bytes:
+            raise UnprocessableError(
+                "The secret is too large.",
+                errors=[field_error("$.value", f"at most {self._max_bytes} bytes (UTF-8)")],
+            )
+        if "\x00" in value:
+            raise UnprocessableError(
+                "The secret is not valid.", errors=[field_error("$.value", "contains NUL")]
+            )
+        if not await self._secrets.exists(name, tenant_id=tenant_id):
+            if await self._secrets.count(tenant_id=tenant_id) >= self._max_count:
+                raise ConflictError(
+                    f"the tenant already has {self._max_count} secrets "
+                    "(MAX_SECRETS_PER_TENANT); delete one first"
+                )
+        sealed = self._box.seal(value, secret_aad(tenant_id, name))
+        return await self._secrets.put(name, sealed, tenant_id=tenant_id)
+
+    async def all(self, *, tenant_id: str) -> list[dict[str, Any]]:
+        return await self._secrets.all(tenant_id=tenant_id)
+
+    async def delete(self, name: str, *, tenant_id: str) -> None:
+        if not await self._secrets.delete(name, tenant_id=tenant_id):
+            raise NotFoundError(f"no secret named '{name}'")
+
+    async def resolve(self, names: set[str], *, tenant_id: str) -> dict[str, str | None]:
+        """The opened values of `names`; None for a secret that is absent or will not open
+        (the tool that needs it then fails with an error naming it, never with its value)."""
+        if not names:
+            return {}
+        sealed = await self._secrets.sealed(sorted(names), tenant_id=tenant_id)
+        values: dict[str, str | None] = dict.fromkeys(names)
+        for name, text in sealed.items():
+            try:
+                values[name] = self._box.open(text, secret_aad(tenant_id, name))
+            except UnsealError as exc:
+                logger.error("tenant %s: secret '%s' cannot be opened: %s", tenant_id, name, exc)
+        return values
+
+    async def drop_all(self, *, tenant_id: str) -> None:
+        await self._secrets.drop_all(tenant_id=tenant_id)
+
+
+async def reseal_secrets(
+    secrets: SecretRepository, box: SecretBox, *, tenant_id: str, report: ResealReport
+) -> None:
+    """Re-seal every secret of the tenant that an old key sealed."""
+    for name, text in (await secrets.sealed_all(tenant_id=tenant_id)).items():
+        if not box.needs_resealing(text):
+            report.current += 1
+            continue
+        aad = secret_aad(tenant_id, name)
+        try:
+            fresh = box.seal(box.open(text, aad), aad)
+        except UnsealError:
+            report.failed.append(f"{tenant_id}/secrets/{name}")
+            continue
+        if await secrets.reseal(name, text, fresh, tenant_id=tenant_id):
+            report.resealed += 1
+        else:
+            report.current += 1  # replaced by a PUT meanwhile, under the current key
