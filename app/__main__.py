@@ -99,13 +99,21 @@ def main(argv: list[str] | None = None) -> None:
         return
     import uvicorn
 
+    from app.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
     uvicorn.run(
         "app.asgi:app",
         host=args.host,
         port=args.port,
         workers=args.workers,
         log_level=settings.log_level.lower(),
+        log_config=None,  # uvicorn's lines go through our redacting JSON handler
+        access_log=False,  # our access log has the route template, tenant and request id
         proxy_headers=False,
+        # On SIGTERM: stop accepting, let in-flight chats finish up to their deadline, then
+        # run the lifespan's shutdown (clients closed, run records flushed).
+        timeout_graceful_shutdown=int(settings.chat_deadline_s) + 5,
     )
 
 

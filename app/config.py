@@ -52,6 +52,9 @@ class Settings(BaseSettings):
 
     app_env: Literal["development", "production"] = "development"
     log_level: str = "INFO"
+    log_format: Literal["json", "text"] = "json"
+    access_log: bool = True
+    metrics_token: SecretStr | None = None
 
     mongodb_url: str | None = None
     mongodb_database: str = Field(default="toolgate", pattern=r"^[A-Za-z0-9_-]{1,63}$")
@@ -76,6 +79,15 @@ class Settings(BaseSettings):
     run_retention_days: int = Field(default=30, ge=1, le=3650)
     run_store_messages: bool = False
     run_memory_limit: int = Field(default=1000, ge=10, le=1_000_000)
+
+    # Limits (README, "Limits"); 0 turns a rate limit or cap off.
+    rate_limit_chat_per_minute: int = Field(default=60, ge=0, le=1_000_000)
+    rate_limit_writes_per_minute: int = Field(default=120, ge=0, le=1_000_000)
+    max_concurrent_chats_per_tenant: int = Field(default=8, ge=0, le=10_000)
+    max_tools_per_tenant: int = Field(default=500, ge=1, le=100_000)
+    max_tool_schema_bytes: int = Field(default=32_768, ge=512, le=1_048_576)
+    max_mcp_servers_per_tenant: int = Field(default=20, ge=1, le=1000)
+    chat_token_budget: int = Field(default=200_000, ge=0, le=100_000_000)
 
     tool_timeout_s: float = Field(default=30.0, gt=0, le=600)
     tool_output_max_chars: int = Field(default=16_000, ge=100, le=1_000_000)

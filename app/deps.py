@@ -10,6 +10,9 @@ from fastapi.security import HTTPBearer
 
 from app.config import Settings
 from app.errors import ForbiddenError, UnauthorizedError
+from app.limits import TenantLimits
+from app.logs import request_context
+from app.metrics import Metrics
 from app.repositories.database import Database
 from app.services.chat import ChatService
 from app.services.mcp_servers import McpServerService
@@ -33,6 +36,8 @@ class Services:
     runs: RunService
     mcp_servers: McpServerService
     secrets: SecretService
+    limits: TenantLimits
+    metrics: Metrics
 
 
 async def get_services(request: Request) -> Services:
@@ -77,6 +82,9 @@ class TenantKeyAuth(HTTPBearer):
         tenant_id = await services.tenants.tenant_for_key(presented)
         if tenant_id is None:
             raise UnauthorizedError("The API key is not valid (unknown, malformed or rotated).")
+        log_context = request_context.get()
+        if log_context is not None:  # the request's log lines name the tenant from here on
+            log_context["tenant"] = tenant_id
         return TenantContext(tenant_id, services)
 
 
@@ -103,3 +111,11 @@ require_admin = AdminKeyAuth(
 )
 TenantDep = Annotated[TenantContext, Depends(require_tenant)]
 AdminDep = Depends(require_admin)
+
+
+async def limit_writes(tenant: TenantDep) -> None:
+    """Per-tenant rate limit on writes (RATE_LIMIT_WRITES_PER_MINUTE): 429 with Retry-After."""
+    tenant.services.limits.writes.check(tenant.id)
+
+
+WriteLimit = Depends(limit_writes)

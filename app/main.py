@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from app.api import chat, health, mcp_servers, runs, secrets, tenants, tools
-from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
+from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from app.api.problems import install_error_handlers
 from app.chat.http_client import HTTPModelClient
 from app.chat.loop import ChatLoop, LoopLimits
@@ -21,8 +21,11 @@ from app.chat.openai_sdk import OpenAISDKClient
 from app.config import Settings, get_settings
 from app.crypto import SecretBox
 from app.deps import Services
+from app.limits import ConcurrencyLimiter, RateLimiter, TenantLimits
+from app.logs import configure_logging
 from app.mcp.config import McpConfigError, McpServer, load_operator_servers
 from app.mcp.hub import McpHub, McpLimits
+from app.metrics import Metrics
 from app.repositories.database import Database
 from app.repositories.mcp_servers import McpServerRepository
 from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
@@ -42,12 +45,6 @@ from app.tools.netguard import OutboundPolicy, guarded_transport
 from app.tools.registry import FunctionDictionaryError, FunctionRegistry, load_registry
 
 logger = logging.getLogger("app")
-
-
-def configure_logging(level: str) -> None:
-    if not logging.getLogger().handlers:
-        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logger.setLevel(level.upper())
 
 
 def _load_checked_registry(
@@ -125,6 +122,7 @@ async def build_services(
     registry: FunctionRegistry,
     stack: AsyncExitStack,
     mcp_operator: dict[str, McpServer] | None = None,
+    metrics: Metrics | None = None,
 ) -> Services:
     """Connect, check indexes and seed every tenant; build the clients the routes share.
 
@@ -163,8 +161,10 @@ async def build_services(
         tool_timeout_s=settings.tool_timeout_s,
         tool_output_max_chars=settings.tool_output_max_chars,
         deadline_s=settings.chat_deadline_s,
+        token_budget=settings.chat_token_budget,
     )
-    loop = ChatLoop(model=model, runner=runner, limits=limits) if model else None
+    metrics = metrics or Metrics()
+    loop = ChatLoop(model=model, runner=runner, limits=limits, metrics=metrics) if model else None
     hub = McpHub(
         policy=policy,
         limits=McpLimits(
@@ -173,12 +173,22 @@ async def build_services(
         ),
     )
     stack.push_async_callback(hub.aclose)
+    tenant_limits = TenantLimits(
+        chats=RateLimiter(settings.rate_limit_chat_per_minute, what="chats"),
+        writes=RateLimiter(settings.rate_limit_writes_per_minute, what="writes"),
+        concurrent_chats=ConcurrencyLimiter(settings.max_concurrent_chats_per_tenant),
+    )
+    metrics.track(
+        active_chats=lambda: tenant_limits.concurrent_chats.total,
+        mcp_sessions=lambda: hub.open_sessions,
+    )
     mcp_service = McpServerService(
         servers=mcp_repo,
         operator=mcp_operator or {},
         hub=hub,
         policy=policy,
         box=secret_service.box,
+        max_servers=settings.max_mcp_servers_per_tenant,
     )
     run_repo: RunStore = (
         MemoryRunRepository(limit=settings.run_memory_limit)
@@ -204,7 +214,14 @@ async def build_services(
             admin_key=settings.effective_admin_api_key,
             auth_cache_ttl_s=settings.auth_cache_ttl_s,
         ),
-        tools=ToolService(tools=tool_repo, registry=registry, policy=policy, catalog=catalog),
+        tools=ToolService(
+            tools=tool_repo,
+            registry=registry,
+            policy=policy,
+            catalog=catalog,
+            max_tools=settings.max_tools_per_tenant,
+            max_schema_bytes=settings.max_tool_schema_bytes,
+        ),
         chat=ChatService(
             catalog=catalog,
             loop=loop,
@@ -214,10 +231,13 @@ async def build_services(
             keep_messages=settings.run_store_messages,
             mcp=mcp_service,
             secrets=secret_service,
+            metrics=metrics,
         ),
         runs=RunService(runs=run_repo),
         mcp_servers=mcp_service,
         secrets=secret_service,
+        metrics=metrics,
+        limits=tenant_limits,
     )
 
 
@@ -229,12 +249,14 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        configure_logging(settings.log_level)
+        configure_logging(settings.log_level, settings.log_format)
         checked = _load_checked_registry(settings, registry)
         operator = _load_mcp_servers(settings)
         _warn_about_development_setup(settings)
         async with AsyncExitStack() as stack:
-            app.state.services = await build_services(settings, checked, stack, operator)
+            app.state.services = await build_services(
+                settings, checked, stack, operator, app.state.metrics
+            )
             yield
 
     app = FastAPI(
@@ -248,6 +270,7 @@ def create_app(
         redoc_url="/redoc" if settings.docs_enabled else None,
         openapi_url="/openapi.json" if settings.docs_enabled else None,
     )
+    app.state.metrics = Metrics()
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.cors_allow_origins:  # browsers on other origins get nothing unless listed
         app.add_middleware(
@@ -258,7 +281,10 @@ def create_app(
             expose_headers=["X-Request-ID", "X-Run-ID", "Retry-After"],
             max_age=600,
         )
-    app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries the id
+    # Outermost: every answer carries the id, and every request is logged and counted.
+    app.add_middleware(
+        RequestContextMiddleware, metrics=app.state.metrics, access_log=settings.access_log
+    )
     install_error_handlers(app)
     # Hot routes first (matching walks routes in order); /ping stays first as the yardstick.
     for module in (health, tools, chat, runs, mcp_servers, secrets, tenants):

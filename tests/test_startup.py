@@ -14,6 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import Settings
+from app.crypto import new_key
 from tests.support.secantus import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,10 +96,11 @@ def test_production_accepts_real_secrets_and_development_falls_back() -> None:
         app_env="production",
         admin_api_key="a" * 40,  # type: ignore[call-arg]
         api_key_secret="b" * 40,
+        secrets_key=new_key(),
     )
     assert settings.development_fallbacks() == []
     dev = Settings(_env_file=None)  # type: ignore[call-arg]
-    assert dev.development_fallbacks() == ["ADMIN_API_KEY", "API_KEY_SECRET"]
+    assert dev.development_fallbacks() == ["ADMIN_API_KEY", "API_KEY_SECRET", "SECRETS_KEY"]
     assert dev.effective_admin_api_key == "dev-admin-key"
     with pytest.raises(ValidationError):
         Settings(_env_file=None, app_env="staging")  # type: ignore[call-arg]

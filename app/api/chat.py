@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -35,24 +36,47 @@ _STREAM_DOC = {
 @router.post(
     "/chat",
     response_model=ChatResponse,
-    responses={**problem_responses(400, 401, 403, 413, 422, 502, 503, 504), 200: _STREAM_DOC},
+    responses={
+        **problem_responses(400, 401, 403, 413, 422, 429, 502, 503, 504),
+        200: _STREAM_DOC,
+    },
 )
 async def chat(body: ChatRequest, tenant: TenantDep, request: Request, response: Response) -> Any:
     """Run the model with the tenant's tools until it answers; returns every step taken."""
-    service = tenant.services.chat
-    prepared = await service.prepare(body, tenant_id=tenant.id)  # 4xx/503 before any stream
-    run_id = new_run_id()
-    if body.stream or "text/event-stream" in request.headers.get("accept", ""):
-        keepalive_s = tenant.services.settings.chat_stream_keepalive_s
-        run = functools.partial(service.run, prepared, tenant_id=tenant.id, run_id=run_id)
-        return StreamingResponse(
-            chat_events(run, keepalive_s=keepalive_s),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "X-Run-ID": run_id},
-        )
-    response.headers["X-Run-ID"] = run_id
-    # A dict: FastAPI validates it against ChatResponse once while serializing.
-    return await service.run(prepared, tenant_id=tenant.id, run_id=run_id)
+    services = tenant.services
+    services.limits.chats.check(tenant.id)  # 429 before any work
+    release = services.limits.concurrent_chats.acquire(tenant.id)
+    try:
+        service = services.chat
+        prepared = await service.prepare(body, tenant_id=tenant.id)  # 4xx/503 before any stream
+        run_id = new_run_id()
+        if body.stream or "text/event-stream" in request.headers.get("accept", ""):
+            run = functools.partial(service.run, prepared, tenant_id=tenant.id, run_id=run_id)
+            events = chat_events(
+                run, keepalive_s=services.settings.chat_stream_keepalive_s, release=release
+            )
+            # The stream releases the slot when it ends; if the server drops the response before
+            # it ever starts (the client left at once), collecting the generator releases it.
+            weakref.finalize(events, release)
+            release = _held_by_stream
+            return StreamingResponse(
+                events,
+                media_type="text/event-stream",
+                headers={
+                    "Cache-Control": "no-cache",
+                    "X-Accel-Buffering": "no",
+                    "X-Run-ID": run_id,
+                },
+            )
+        response.headers["X-Run-ID"] = run_id
+        # A dict: FastAPI validates it against ChatResponse once while serializing.
+        return await service.run(prepared, tenant_id=tenant.id, run_id=run_id)
+    finally:
+        release()
+
+
+def _held_by_stream() -> None:
+    """The route's release once a stream owns the chat slot."""
 
 
 def _event(name: str, data: Any) -> bytes:
@@ -60,9 +84,13 @@ def _event(name: str, data: Any) -> bytes:
 
 
 async def chat_events(
-    run_chat: Callable[..., Awaitable[dict[str, Any]]], *, keepalive_s: float
+    run_chat: Callable[..., Awaitable[dict[str, Any]]],
+    *,
+    keepalive_s: float,
+    release: Callable[[], None] = lambda: None,
 ) -> AsyncIterator[bytes]:
-    """The run as server-sent events. If the client goes away, the run is cancelled."""
+    """The run as server-sent events. If the client goes away, the run is cancelled.
+    `release` frees the tenant's chat slot once the run has ended, however it ended."""
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
 
     async def emit(name: str, data: dict[str, Any]) -> None:
@@ -93,7 +121,10 @@ async def chat_events(
                 return
             yield item
     finally:
-        if not task.done():  # the client disconnected: cancel the model call and running tools
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        try:
+            if not task.done():  # the client disconnected: cancel the model call and tools
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        finally:
+            release()

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import hmac
 from typing import Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
 from app.deps import ServicesDep
+from app.errors import UnauthorizedError
+from app.schemas.problems import problem_responses
 
 router = APIRouter(tags=["health"])
 READY_TIMEOUT_S = 2.0
@@ -51,3 +55,25 @@ async def readyz(services: ServicesDep, response: Response) -> Health:
         return Health(status="ok", store=store)
     response.status_code = 503
     return Health(status="unavailable", store=store)
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Prometheus text format",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+        **problem_responses(401),
+    },
+)
+async def metrics(request: Request, services: ServicesDep) -> Response:
+    """Prometheus metrics; with METRICS_TOKEN set, send it as `Authorization: Bearer <token>`."""
+    token = services.settings.metrics_token
+    if token is not None and token.get_secret_value():
+        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+        expected = token.get_secret_value().encode()
+        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.encode(), expected):
+            raise UnauthorizedError("Send METRICS_TOKEN as 'Authorization: Bearer <token>'.")
+    return Response(services.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Response, status
 
 from app.api.routing import StrictJSONRoute
-from app.deps import TenantDep
+from app.deps import TenantDep, WriteLimit
 from app.mcp.config import SERVER_NAME_MAX, SERVER_NAME_PATTERN
 from app.schemas.mcp import McpServerCreate, McpServerOut, McpTool
 from app.schemas.problems import problem_responses
@@ -29,7 +29,8 @@ ServerNamePath = Annotated[
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=McpServerOut,
-    responses=problem_responses(400, 409, 413, 422),
+    dependencies=[WriteLimit],
+    responses=problem_responses(400, 409, 413, 422, 429),
 )
 async def create_mcp_server(body: McpServerCreate, tenant: TenantDep) -> Any:
     """Register an MCP server reached over HTTP; its URL must pass the outbound checks."""
@@ -49,7 +50,10 @@ async def get_mcp_server(name: ServerNamePath, tenant: TenantDep) -> Any:
 
 
 @router.delete(
-    "/{name}", status_code=status.HTTP_204_NO_CONTENT, responses=problem_responses(404, 422)
+    "/{name}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    dependencies=[WriteLimit],
+    responses=problem_responses(404, 422, 429),
 )
 async def delete_mcp_server(name: ServerNamePath, tenant: TenantDep) -> Response:
     """Delete one of the tenant's servers (the operator's cannot be deleted: 403)."""

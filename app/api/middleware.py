@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.problems import problem_response
+from app.logs import request_context
+from app.metrics import Metrics
+
+access_logger = logging.getLogger("app.access")
 
 
 class BodySizeLimitMiddleware:
@@ -49,26 +55,63 @@ _MAX_REQUEST_ID = 128
 _ID_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 
 
-class RequestIdMiddleware:
-    """Every response carries `X-Request-ID`: the caller's, when it is a sane token, else a new
-    one. It is kept in `scope["state"]["request_id"]` for whatever logs the request."""
+class RequestContextMiddleware:
+    """Outermost: gives every response `X-Request-ID` (the caller's, when it is a sane token,
+    else a new one), sets the log context (request id; authentication adds the tenant), and
+    when the response ends writes one access-log line and counts it in the metrics."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, access_log: bool = True) -> None:
         self.app = app
+        self.metrics = metrics
+        self.access_log = access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = time.perf_counter()
         given = dict(scope["headers"]).get(REQUEST_ID_HEADER, b"")
         if not (0 < len(given) <= _MAX_REQUEST_ID and _ID_CHARS.issuperset(given)):
             given = uuid.uuid4().hex.encode()
-        scope.setdefault("state", {})["request_id"] = given.decode()
+        request_id = given.decode()
+        scope.setdefault("state", {})["request_id"] = request_id
+        context = {"request_id": request_id}
+        token = request_context.set(context)
+        status = 500  # if the app fails before it answers, the server answers 500
 
         async def send_with_id(message: Message) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
+                status = message["status"]
                 headers = [h for h in message.get("headers", []) if h[0] != REQUEST_ID_HEADER]
                 message["headers"] = [*headers, (REQUEST_ID_HEADER, given)]
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            self._done(scope, status, time.perf_counter() - started)
+            request_context.reset(token)
+
+    def _done(self, scope: Scope, status: int, duration_s: float) -> None:
+        route = scope.get("route")
+        # The template, never the path: paths hold ids, and labels must stay few.
+        template = (
+            getattr(route, "path_format", None) or getattr(route, "path", None) or "unmatched"
+        )
+        method = scope["method"]
+        self.metrics.requests.labels(method, template, str(status)).inc()
+        self.metrics.request_seconds.labels(template).observe(duration_s)
+        if self.access_log:
+            access_logger.info(
+                "%s %s %d",
+                method,
+                template,
+                status,
+                extra={
+                    "method": method,
+                    "route": template,
+                    "status": status,
+                    "duration_ms": round(duration_s * 1000, 3),
+                },
+            )

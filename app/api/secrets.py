@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response, status
 
 from app.api.routing import StrictJSONRoute
-from app.deps import TenantDep
+from app.deps import TenantDep, WriteLimit
 from app.schemas.problems import problem_responses
 from app.schemas.secrets import SecretInfo, SecretPut
 from app.schemas.tools import NAME_PATTERN
@@ -31,9 +31,10 @@ SecretNamePath = Annotated[
     "/{name}",
     response_model=SecretInfo,
     status_code=status.HTTP_200_OK,
+    dependencies=[WriteLimit],
     responses={
         201: {"model": SecretInfo, "description": "Created"},
-        **problem_responses(400, 409, 413, 422),
+        **problem_responses(400, 409, 413, 422, 429),
     },
 )
 async def put_secret(
@@ -53,7 +54,10 @@ async def list_secrets(tenant: TenantDep) -> list[SecretInfo]:
 
 
 @router.delete(
-    "/{name}", status_code=status.HTTP_204_NO_CONTENT, responses=problem_responses(404, 422)
+    "/{name}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    dependencies=[WriteLimit],
+    responses=problem_responses(404, 422, 429),
 )
 async def delete_secret(name: SecretNamePath, tenant: TenantDep) -> Response:
     """Delete a secret; tools that use it then fail with an error naming it."""

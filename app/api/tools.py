@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Response, status
 
 from app.api.routing import StrictJSONRoute
-from app.deps import TenantDep
+from app.deps import TenantDep, WriteLimit
 from app.schemas.problems import problem_responses
 from app.schemas.runs import ToolStats
 from app.schemas.tools import (
@@ -37,7 +37,8 @@ ToolIdPath = Annotated[str, Path(pattern=NAME_PATTERN, description="The tool's i
     status_code=status.HTTP_201_CREATED,
     response_model=Tool,
     response_model_exclude_none=True,
-    responses=problem_responses(400, 409, 413, 422),
+    dependencies=[WriteLimit],
+    responses=problem_responses(400, 409, 413, 422, 429),
 )
 async def create_tool(body: ToolCreate, tenant: TenantDep) -> Tool:
     """Create a tool for the calling tenant."""
@@ -120,7 +121,8 @@ async def get_tool_stats(
     "/{tool_id}",
     response_model=Tool,
     response_model_exclude_none=True,
-    responses=problem_responses(400, 404, 409, 413, 422),
+    dependencies=[WriteLimit],
+    responses=problem_responses(400, 404, 409, 413, 422, 429),
 )
 async def replace_tool(tool_id: ToolIdPath, body: ToolUpdate, tenant: TenantDep) -> Tool:
     """Replace a tool's whole definition; its tool_id cannot change."""
@@ -128,7 +130,10 @@ async def replace_tool(tool_id: ToolIdPath, body: ToolUpdate, tenant: TenantDep)
 
 
 @router.delete(
-    "/{tool_id}", status_code=status.HTTP_204_NO_CONTENT, responses=problem_responses(404, 422)
+    "/{tool_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    dependencies=[WriteLimit],
+    responses=problem_responses(404, 422, 429),
 )
 async def delete_tool(tool_id: ToolIdPath, tenant: TenantDep) -> Response:
     """Delete one of the calling tenant's tools."""

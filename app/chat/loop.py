@@ -23,6 +23,7 @@ from app.chat.model import (
     malformed_answer,
 )
 from app.mcp.hub import ChatSessions
+from app.metrics import Metrics
 from app.tools.arguments import argument_problems, merge_context
 from app.tools.executors import ToolOutcome, ToolRunner, unset_secret
 from app.tools.schema import PreparedTool
@@ -31,7 +32,7 @@ REDACTED = "[redacted]"
 # Shorter context values are not scrubbed from tool output: they would match ordinary text.
 MIN_REDACTED_LENGTH = 4
 
-StopReason = Literal["completed", "max_iterations"]
+StopReason = Literal["completed", "max_iterations", "token_budget"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class LoopLimits:
     tool_timeout_s: float
     tool_output_max_chars: int
     deadline_s: float
+    token_budget: int = 0  # total tokens the model may report per chat; 0: no budget
 
 
 @dataclass
@@ -91,10 +93,18 @@ class _Run:
 
 
 class ChatLoop:
-    def __init__(self, *, model: ModelClient, runner: ToolRunner, limits: LoopLimits) -> None:
+    def __init__(
+        self,
+        *,
+        model: ModelClient,
+        runner: ToolRunner,
+        limits: LoopLimits,
+        metrics: Metrics | None = None,
+    ) -> None:
         self._model = model
         self._runner = runner
         self._limits = limits
+        self._metrics = metrics or Metrics()
 
     async def run(
         self,
@@ -127,12 +137,20 @@ class ChatLoop:
             last = iteration == chat.max_iterations
             if events:
                 await events("iteration", {"n": iteration})
-            turn = await self._call_model(run, messages, None if last else schemas)
+            started = time.perf_counter()
+            try:
+                turn = await self._call_model(run, messages, None if last else schemas)
+            finally:
+                self._metrics.model_seconds.observe(time.perf_counter() - started)
             result.iterations, result.usage = iteration, result.usage + turn.usage
             # Tool calls are read from the message, not finish_reason: some gateways say "stop".
-            if last or not turn.tool_calls:
+            over_budget = 0 < self._limits.token_budget < result.usage.total_tokens
+            if last or not turn.tool_calls or over_budget:
                 result.message = {"role": "assistant", "content": turn.content or ""}
-                result.stop_reason = "max_iterations" if last and schemas else "completed"
+                if last:
+                    result.stop_reason = "max_iterations" if schemas else "completed"
+                else:  # the answer, or tool calls the budget no longer pays for
+                    result.stop_reason = "token_budget" if turn.tool_calls else "completed"
                 messages.append(result.message)
                 return result
             messages.append(_assistant_tool_message(turn.content, turn.tool_calls))
@@ -179,15 +197,21 @@ class ChatLoop:
                 "tool_call", {"id": call.id, "name": call.name, "arguments": shown_arguments}
             )
         if not call.name:
-            outcome = ToolOutcome.error("the tool call has no function name")
+            outcome = ToolOutcome.error("the tool call has no function name", "unknown_tool")
         elif tool is None:
             outcome = ToolOutcome.error(
-                f"unknown tool '{call.name}'; available: {', '.join(sorted(run.by_name)) or 'none'}"
+                f"unknown tool '{call.name}'; "
+                f"available: {', '.join(sorted(run.by_name)) or 'none'}",
+                "unknown_tool",
             )
         elif parse_error is not None:
-            outcome = ToolOutcome.error(parse_error)
+            outcome = ToolOutcome.error(parse_error, "invalid_arguments")
         else:
             outcome = await self._check_and_run(tool, arguments, run.chat)
+        tool_type = tool["type"] if tool else "unknown"
+        self._metrics.tool_seconds.labels(tool_type).observe(time.perf_counter() - started)
+        if outcome.kind is not None:
+            self._metrics.tool_errors.labels(tool_type, outcome.kind).inc()
         content = run.scrub(self._capped(outcome.content))
         if outcome.status == "error":
             content = f"Error: {content}"
@@ -219,10 +243,12 @@ class ChatLoop:
         else:
             problems = argument_problems(arguments, tool["function"].get("parameters", {}))
             if problems:
-                return ToolOutcome.error("invalid arguments: " + "; ".join(problems))
+                return ToolOutcome.error(
+                    "invalid arguments: " + "; ".join(problems), "invalid_arguments"
+                )
             context, unset = _context_values(tool, chat)
             if unset:
-                return ToolOutcome.error("; ".join(unset))
+                return ToolOutcome.error("; ".join(unset), "missing_context")
             merged, missing = merge_context(
                 arguments,
                 tool.get("context_parameters", []),
@@ -230,7 +256,7 @@ class ChatLoop:
                 optional=self._runner.optional_context(tool),
             )
         if missing:
-            return ToolOutcome.error("; ".join(missing))
+            return ToolOutcome.error("; ".join(missing), "missing_context")
         try:
             async with asyncio.timeout(self._limits.tool_timeout_s):
                 if tool["type"] == "mcp":
@@ -239,7 +265,7 @@ class ChatLoop:
                 return await self._runner.run(tool, merged, secrets=chat.secrets)
         except TimeoutError:
             return ToolOutcome.error(
-                f"the tool did not finish within {self._limits.tool_timeout_s:g} s"
+                f"the tool did not finish within {self._limits.tool_timeout_s:g} s", "timeout"
             )
 
     def _capped(self, text: str) -> str:

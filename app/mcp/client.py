@@ -146,7 +146,7 @@ def call_outcome(result: mcp_types.CallToolResult) -> ToolOutcome:
     if not text and result.structured_content is not None:
         text = orjson.dumps(result.structured_content, default=str).decode()
     if result.is_error:
-        return ToolOutcome.error(text or "the MCP tool reported an error")
+        return ToolOutcome.error(text or "the MCP tool reported an error", "tool_error")
     return ToolOutcome("ok", text)
 
 

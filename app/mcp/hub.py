@@ -189,7 +189,8 @@ class ChatSessions:
             session = await self._session(server_name)
         except Exception as exc:
             return ToolOutcome.error(
-                f"cannot connect to MCP server '{server_name}': {failure_reason(exc)}"
+                f"cannot connect to MCP server '{server_name}': {failure_reason(exc)}",
+                "unreachable",
             )
         try:
             result = await session.call_tool(tool, arguments)
@@ -197,7 +198,8 @@ class ChatSessions:
             if not isinstance(exc, MCPError) or exc.code == CONNECTION_CLOSED:
                 self._retire(server_name)  # the session is gone: the next call reconnects
             return ToolOutcome.error(
-                f"MCP server '{server_name}' failed the call: {failure_reason(exc)}"
+                f"MCP server '{server_name}' failed the call: {failure_reason(exc)}",
+                "unreachable",
             )
         return call_outcome(result)
 

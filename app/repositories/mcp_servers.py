@@ -38,6 +38,9 @@ class McpServerRepository:
         doc: Document | None = await self._servers(tenant_id).find_one({"name": name}, _NO_ID)
         return doc
 
+    async def count(self, *, tenant_id: str) -> int:
+        return int(await self._servers(tenant_id).count_documents({}))
+
     async def all(self, *, tenant_id: str) -> list[Document]:
         cursor = self._servers(tenant_id).find({}, _NO_ID).sort("name", ASCENDING)
         return list(await cursor.to_list(None))

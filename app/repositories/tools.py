@@ -64,6 +64,9 @@ class ToolRepository:
         doc: Document | None = await self._tools(tenant_id).find_one({"tool_id": tool_id}, _NO_ID)
         return doc
 
+    async def count(self, *, tenant_id: str) -> int:
+        return int(await self._tools(tenant_id).count_documents({}))
+
     async def all(self, *, tenant_id: str) -> list[Document]:
         """Every tool of the tenant, ordered by tool_id (a tenant's tools are capped in number)."""
         cursor = self._tools(tenant_id).find({}, _NO_ID).sort("tool_id", ASCENDING)

@@ -79,7 +79,10 @@ class ChatResponse(BaseModel):
     run_id: str
     message: dict[str, Any]
     messages: list[dict[str, Any]]
-    stop_reason: Literal["completed", "max_iterations"]
+    stop_reason: Literal["completed", "max_iterations", "token_budget"] = Field(
+        description="`token_budget`: the model's reported usage passed CHAT_TOKEN_BUDGET, so "
+        "the tool calls of its last turn were not run."
+    )
     iterations: int
     tool_calls: list[ToolCallResult]
     usage: TokenUsage

@@ -25,9 +25,10 @@ _DESCRIPTIONS = {
     401: "Missing, malformed, unknown or rotated API key",
     403: "A valid key of the wrong kind (admin key on a tenant route, or the reverse)",
     404: "No such object for this tenant",
-    409: "Conflicts with an existing object",
+    409: "Conflicts with an existing object, or a per-tenant cap on stored objects is reached",
     413: "Request body larger than the configured limit",
     422: "Well-formed but invalid; `errors` lists each problem with its JSON path",
+    429: "A per-tenant rate limit or concurrency cap was hit; retry after `Retry-After` seconds",
     502: "The model endpoint or an MCP server failed (error after retries, bad credentials, "
     "malformed answer, unreachable)",
     503: "A dependency is unavailable (database, model config, model rate limit); retry later",

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-RunStatus = Literal["completed", "max_iterations", "cancelled", "error"]
+RunStatus = Literal["completed", "max_iterations", "token_budget", "cancelled", "error"]
 
 
 class RunToolCall(BaseModel):

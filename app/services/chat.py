@@ -10,8 +10,10 @@ from typing import Any
 from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
 from app.chat.model import ModelNotConfiguredError
 from app.errors import AppError, UnprocessableError, field_error
+from app.logs import hiding
 from app.mcp.config import McpServer
 from app.mcp.hub import prepared_tool, tool_document
+from app.metrics import Metrics
 from app.repositories.database import utc_now
 from app.schemas.chat import ChatRequest
 from app.services.catalog import ToolCatalog
@@ -34,6 +36,7 @@ class ChatService:
         keep_messages: bool = False,
         mcp: McpServerService | None = None,
         secrets: SecretService | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._catalog = catalog
         self._loop = loop
@@ -43,6 +46,7 @@ class ChatService:
         self._keep_messages = keep_messages
         self._mcp = mcp
         self._secrets = secrets
+        self._metrics = metrics or Metrics()
 
     async def prepare(self, request: ChatRequest, *, tenant_id: str) -> ChatRun:
         """Check the request and pick its tools: every 4xx/503 is raised here, before any run."""
@@ -116,8 +120,10 @@ class ChatService:
         progress = ChatResult(message={}, messages=[], stop_reason="completed", iterations=0)
         started = utc_now()
         status, error = "error", None
+        hidden = [*chat.context.values(), *(v for v in chat.secrets.values() if v)]
         try:
-            result = await self._loop.run(chat, events=events, progress=progress)
+            with hiding(hidden):  # no log line written during the run can carry them
+                result = await self._loop.run(chat, events=events, progress=progress)
             status = result.stop_reason
             return {**_response(result), "run_id": run_id}
         except asyncio.CancelledError:
@@ -129,6 +135,8 @@ class ChatService:
         finally:
             if chat.mcp is not None:  # end, error or disconnect: no process or session outlives it
                 await chat.mcp.aclose()
+            self._metrics.chats.labels(status).inc()
+            self._metrics.chat_iterations.observe(progress.iterations)
             record = _run_record(
                 chat,
                 progress,

@@ -48,9 +48,11 @@ class McpServerService:
         hub: McpHub,
         policy: OutboundPolicy,
         box: SecretBox,
+        max_servers: int = 20,
     ) -> None:
         self._servers = servers
         self._box = box
+        self._max_servers = max_servers
         self._operator = operator
         self._hub = hub
         self._policy = policy
@@ -70,6 +72,11 @@ class McpServerService:
             )
         if body.name in self._operator_for(tenant_id):
             raise ConflictError(f"'{body.name}' is the name of a server the operator provides")
+        if await self._servers.count(tenant_id=tenant_id) >= self._max_servers:
+            raise ConflictError(
+                f"the tenant already has {self._max_servers} MCP servers "
+                "(MAX_MCP_SERVERS_PER_TENANT); delete one first"
+            )
         document = {
             **body.model_dump(),
             "headers": {

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections import defaultdict
 from typing import Any
 
 import orjson
 
-from app.errors import NotFoundError, UnprocessableError, field_error
+from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
 from app.repositories.tools import ToolRepository
 from app.schemas.tools import Tool, ToolCreate, ToolFields, ToolUpdate
 from app.services.catalog import ToolCatalog, shown_tool
@@ -33,11 +35,17 @@ class ToolService:
         registry: FunctionRegistry,
         policy: OutboundPolicy,
         catalog: ToolCatalog,
+        max_tools: int = 500,
+        max_schema_bytes: int = 32_768,
     ) -> None:
         self._tools = tools
         self._registry = registry
         self._policy = policy
         self._catalog = catalog
+        self._max_tools = max_tools
+        self._max_schema_bytes = max_schema_bytes
+        # One create at a time per tenant, so the cap on tools holds exactly in this process.
+        self._create_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     def check(self, tool: ToolFields) -> None:
         """Raise a 422 listing every rule `tool` breaks, each with its JSON path."""
@@ -49,6 +57,15 @@ class ToolService:
             )
 
     def problems(self, tool: ToolFields) -> list[Problem]:
+        size = len(orjson.dumps(tool.function.model_dump(exclude_none=True)))
+        if size > self._max_schema_bytes:
+            return [
+                (
+                    "$.function",
+                    f"the definition is {size} bytes as JSON; the limit is "
+                    f"{self._max_schema_bytes} (MAX_TOOL_SCHEMA_BYTES)",
+                )
+            ]
         problems = parameter_problems(tool.function, tool.context_parameters)
         problems += endpoint_problems(tool.type, tool.function)
         problems += secret_problems(tool.type, tool.function, tool.context_parameters)
@@ -85,10 +102,16 @@ class ToolService:
                 ],
             )
         self.check(tool)
-        try:
-            doc = await self._tools.insert(_document(tool), tenant_id=tenant_id)
-        finally:
-            self._catalog.invalidate(tenant_id)
+        async with self._create_locks[tenant_id]:
+            if await self._tools.count(tenant_id=tenant_id) >= self._max_tools:
+                raise ConflictError(
+                    f"the tenant already has {self._max_tools} tools (MAX_TOOLS_PER_TENANT); "
+                    "delete one first"
+                )
+            try:
+                doc = await self._tools.insert(_document(tool), tenant_id=tenant_id)
+            finally:
+                self._catalog.invalidate(tenant_id)
         return shown_tool(doc)
 
     async def get_json(

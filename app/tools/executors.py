@@ -24,14 +24,28 @@ from app.tools.registry import FunctionRegistry
 UPSTREAM_ERROR_BODY_CHARS = 300
 
 
+ErrorKind = Literal[
+    "unknown_tool",
+    "invalid_arguments",
+    "missing_context",
+    "timeout",
+    "exception",
+    "blocked",
+    "unreachable",
+    "upstream_status",
+    "tool_error",
+]
+
+
 @dataclass(frozen=True)
 class ToolOutcome:
     status: Literal["ok", "error"]
     content: str
+    kind: ErrorKind | None = None  # why an error happened, for metrics
 
     @classmethod
-    def error(cls, message: str) -> ToolOutcome:
-        return cls("error", message)
+    def error(cls, message: str, kind: ErrorKind) -> ToolOutcome:
+        return cls("error", message, kind)
 
 
 def as_text(result: Any) -> str:
@@ -100,13 +114,15 @@ class ToolRunner:
             return await self._run_function(tool["function"]["name"], arguments)
         headers, problems = render_headers(tool["function"].get("headers"), secrets or {})
         if problems:
-            return ToolOutcome.error("; ".join(problems))
+            return ToolOutcome.error("; ".join(problems), "missing_context")
         return await self._run_external(tool["function"], arguments, headers)
 
     async def _run_function(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
         entry = self._registry.get(name)
         if entry is None:
-            return ToolOutcome.error(f"the server no longer has a function called '{name}'")
+            return ToolOutcome.error(
+                f"the server no longer has a function called '{name}'", "unknown_tool"
+            )
         try:
             if inspect.iscoroutinefunction(entry.func):
                 result = await entry.func(**arguments)
@@ -115,7 +131,7 @@ class ToolRunner:
                 loop = asyncio.get_running_loop()
                 result = await loop.run_in_executor(self._threads, partial(entry.func, **arguments))
         except Exception as exc:
-            return ToolOutcome.error(f"{type(exc).__name__}: {exc}")
+            return ToolOutcome.error(f"{type(exc).__name__}: {exc}", "exception")
         return ToolOutcome("ok", as_text(result))
 
     async def _run_external(
@@ -137,17 +153,20 @@ class ToolRunner:
             finally:
                 await response.aclose()
         except OutboundBlockedError as exc:
-            return ToolOutcome.error(f"blocked: {exc}")
+            return ToolOutcome.error(f"blocked: {exc}", "blocked")
         except httpx.TimeoutException:
-            return ToolOutcome.error("the tool's endpoint did not answer in time")
+            return ToolOutcome.error("the tool's endpoint did not answer in time", "timeout")
         except httpx.HTTPError as exc:
-            return ToolOutcome.error(f"cannot reach the tool's endpoint: {type(exc).__name__}")
+            return ToolOutcome.error(
+                f"cannot reach the tool's endpoint: {type(exc).__name__}", "unreachable"
+            )
         if truncated:
             text += f"\n[truncated: the response exceeded {self._response_max_bytes} bytes]"
         if response.status_code >= 300:
             return ToolOutcome.error(
                 f"the tool's endpoint answered HTTP {response.status_code}: "
-                f"{text[:UPSTREAM_ERROR_BODY_CHARS]}"
+                f"{text[:UPSTREAM_ERROR_BODY_CHARS]}",
+                "upstream_status",
             )
         return ToolOutcome("ok", text)
 

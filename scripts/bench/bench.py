@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import os
+import base64
 import secrets
 import socket
 import statistics
@@ -127,6 +128,10 @@ class Bench:
             "APP_ENV": "production",
             "ADMIN_API_KEY": admin,
             "API_KEY_SECRET": secrets.token_urlsafe(32),
+            "SECRETS_KEY": base64.b64encode(secrets.token_bytes(32)).decode(),
+            "RATE_LIMIT_CHAT_PER_MINUTE": "0",  # the benchmark measures CPU, not the limits
+            "RATE_LIMIT_WRITES_PER_MINUTE": "0",
+            "MAX_CONCURRENT_CHATS_PER_TENANT": "0",
             "LOG_LEVEL": "WARNING",
             "OPENAI_BASE_URL": f"http://127.0.0.1:{self.model_port}/v1",
             "OPENAI_API_KEY": "bench",

@@ -1,0 +1,73 @@
+"""Prometheus metrics, one registry per app (GET /metrics; METRICS_TOKEN protects it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+ITERATION_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 50, 100)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        registry = self.registry
+        self.requests = Counter(
+            "toolgate_http_requests",
+            "HTTP requests by method, route template and status.",
+            ["method", "route", "status"],
+            registry=registry,
+        )
+        self.request_seconds = Histogram(
+            "toolgate_http_request_duration_seconds",
+            "Time to the end of the response, by route template.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.chats = Counter(
+            "toolgate_chats", "Chats run, by how they ended.", ["stop_reason"], registry=registry
+        )
+        self.chat_iterations = Histogram(
+            "toolgate_chat_iterations",
+            "Model turns per chat.",
+            buckets=ITERATION_BUCKETS,
+            registry=registry,
+        )
+        self.model_seconds = Histogram(
+            "toolgate_model_call_duration_seconds",
+            "Model calls, to the end of the answer (streamed or not).",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.tool_seconds = Histogram(
+            "toolgate_tool_call_duration_seconds",
+            "Tool calls, by tool type (function, external, mcp).",
+            ["type"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.tool_errors = Counter(
+            "toolgate_tool_errors",
+            "Tool calls that failed, by tool type and kind of failure.",
+            ["type", "kind"],
+            registry=registry,
+        )
+        self.active_chats = Gauge(
+            "toolgate_active_chats", "Chats running now, all tenants.", registry=registry
+        )
+        self.mcp_sessions = Gauge(
+            "toolgate_mcp_open_sessions", "Open MCP sessions held by chats.", registry=registry
+        )
+
+    def track(
+        self, *, active_chats: Callable[[], float], mcp_sessions: Callable[[], float]
+    ) -> None:
+        """Gauges read at scrape time from the objects that own the numbers."""
+        self.active_chats.set_function(active_chats)
+        self.mcp_sessions.set_function(mcp_sessions)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
