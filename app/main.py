@@ -6,6 +6,7 @@ import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
 import httpx
 from fastapi import FastAPI
@@ -241,6 +242,26 @@ async def build_services(
     )
 
 
+def _document_configured_limits(app: FastAPI, settings: Settings) -> None:
+    """The OpenAPI document states this deployment's limits where a schema can hold them, so a
+    client (or a fuzzer) reading it knows what the server accepts."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schemas = build()["components"]["schemas"]
+            chat = schemas["ChatRequest"]["properties"]["max_iterations"]
+            for option in chat.get("anyOf", [chat]):
+                if option.get("type") == "integer":
+                    option["maximum"] = settings.chat_max_iterations
+            secret = schemas["SecretPut"]["properties"]["value"]
+            secret["maxLength"] = settings.max_secret_bytes  # characters; bytes are checked too
+        assert app.openapi_schema is not None, "FastAPI.openapi() caches what it builds"
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def create_app(
     settings: Settings | None = None, *, registry: FunctionRegistry | None = None
 ) -> FastAPI:
@@ -286,6 +307,7 @@ def create_app(
         RequestContextMiddleware, metrics=app.state.metrics, access_log=settings.access_log
     )
     install_error_handlers(app)
+    _document_configured_limits(app, settings)
     # Hot routes first (matching walks routes in order); /ping stays first as the yardstick.
     for module in (health, tools, chat, runs, mcp_servers, secrets, tenants):
         app.include_router(module.router)

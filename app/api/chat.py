@@ -29,7 +29,28 @@ _STREAM_DOC = {
     "description": "With `stream: true` or `Accept: text/event-stream`: server-sent events "
     "`iteration`, `message.delta`, `tool_call`, `tool_result`, then `done` (the same body as "
     "without streaming) or `error` (the same problem body).",
-    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    "content": {
+        "text/event-stream": {
+            "schema": {  # one server-sent event; `data` is JSON
+                "type": "object",
+                "properties": {
+                    "event": {
+                        "type": "string",
+                        "enum": [
+                            "iteration",
+                            "message.delta",
+                            "tool_call",
+                            "tool_result",
+                            "done",
+                            "error",
+                        ],
+                    },
+                    "data": {"type": "string", "contentMediaType": "application/json"},
+                },
+                "required": ["event", "data"],
+            }
+        }
+    },
 }
 
 

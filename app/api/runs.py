@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 
 from app.deps import TenantDep
 from app.schemas.problems import problem_responses
-from app.schemas.runs import Run, RunPage, RunStatus
+from app.schemas.runs import IsoDateTime, Run, RunPage, RunStatus
 from app.schemas.tools import NAME_PATTERN
 
 router = APIRouter(prefix="/runs", tags=["runs"], responses=problem_responses(401, 403, 503))
@@ -33,8 +32,10 @@ async def list_runs(
         str | None, Query(pattern=NAME_PATTERN, description="Runs that called this function")
     ] = None,
     status: Annotated[RunStatus | None, Query(description="Runs that ended this way")] = None,
-    since: Annotated[datetime | None, Query(description="Started at or after (ISO 8601)")] = None,
-    until: Annotated[datetime | None, Query(description="Started before (ISO 8601)")] = None,
+    since: Annotated[
+        IsoDateTime | None, Query(description="Started at or after (ISO 8601)")
+    ] = None,
+    until: Annotated[IsoDateTime | None, Query(description="Started before (ISO 8601)")] = None,
 ) -> Any:
     """The calling tenant's chat runs, newest first, a page at a time."""
     return await tenant.services.runs.page(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response, status
@@ -10,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Response, status
 from app.api.routing import StrictJSONRoute
 from app.deps import TenantDep, WriteLimit
 from app.schemas.problems import problem_responses
-from app.schemas.runs import ToolStats
+from app.schemas.runs import IsoDateTime, ToolStats
 from app.schemas.tools import (
     NAME_PATTERN,
     TAG_PATTERN,
@@ -106,9 +105,9 @@ async def get_tool_stats(
     tool_id: ToolIdPath,
     tenant: TenantDep,
     since: Annotated[
-        datetime | None, Query(description="Window start (default: a day ago)")
+        IsoDateTime | None, Query(description="Window start (default: a day ago)")
     ] = None,
-    until: Annotated[datetime | None, Query(description="Window end (default: now)")] = None,
+    until: Annotated[IsoDateTime | None, Query(description="Window end (default: now)")] = None,
 ) -> Any:
     """Calls, error rate and p50/p95 duration of one tool over a time window."""
     await tenant.services.tools.get_json(tool_id, tenant_id=tenant.id)  # 404 for unknown ids

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 RunStatus = Literal["completed", "max_iterations", "token_budget", "cancelled", "error"]
 
@@ -56,3 +57,14 @@ class ToolStats(BaseModel):
     error_rate: float
     p50_ms: float | None
     p95_ms: float | None
+
+
+def _iso_only(value: object) -> object:
+    """Pydantic would read `0.5` as a Unix time; the schema promises ISO 8601 date-times."""
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        raise ValueError("must be an ISO 8601 date-time, such as 2026-01-31T12:00:00Z")
+    return value
+
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+IsoDateTime = Annotated[datetime, BeforeValidator(_iso_only)]

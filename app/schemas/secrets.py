@@ -12,6 +12,7 @@ from app.schemas.tools import ClientModel
 class SecretPut(ClientModel):
     value: str = Field(
         min_length=1,
+        pattern=r"^[^\x00]*$",
         description="The secret's value; stored encrypted and never returned.",
         json_schema_extra={"writeOnly": True},
     )

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic.config import JsonDict
 
 NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 TAG_PATTERN = r"^[a-zA-Z0-9_.:-]{1,64}$"
@@ -64,7 +65,9 @@ class FunctionSpec(ClientModel):
     name: Name
     description: Description = ""
     parameters: ParametersSchema = Field(default_factory=ParametersSchema)
-    url: Annotated[str, StringConstraints(max_length=2048)] | None = None
+    url: (
+        Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+", max_length=2048)] | None
+    ) = None
     method: HttpMethod | None = None
     headers: dict[HeaderName, HeaderValue] | None = Field(
         default=None,
@@ -92,7 +95,28 @@ class ContextParameter(ClientModel):
     )
 
 
+# What the type of a tool implies for its `function`, stated in the schema so that clients (and
+# the fuzzer) see it: external tools name an endpoint and a method; function tools do not.
+_TYPE_RULES: JsonDict = {
+    "if": {"properties": {"type": {"const": "external"}}, "required": ["type"]},
+    "then": {"properties": {"function": {"required": ["url", "method"]}}},
+    "else": {
+        "properties": {
+            "function": {
+                "properties": {
+                    "url": {"type": "null"},
+                    "method": {"type": "null"},
+                    "headers": {"type": "null"},
+                }
+            }
+        }
+    },
+}
+
+
 class ToolFields(ClientModel):
+    model_config = ConfigDict(json_schema_extra=_TYPE_RULES)
+
     type: ToolType
     function: FunctionSpec
     context_parameters: list[ContextParameter] = Field(default_factory=list, max_length=32)

@@ -1,0 +1,125 @@
+"""Graceful shutdown of a real `python -m app serve` process on 127.0.0.1: on SIGTERM it stops
+accepting, lets the chat in flight finish with 200, then closes and flushes its run record."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from pymongo import AsyncMongoClient
+
+from tests.conftest import ADMIN, ADMIN_KEY, KEY_SECRET
+from tests.support import fake_model as script
+from tests.support.fake_model import FakeModel
+from tests.support.secantus import SecantusServer, free_port
+from tests.support.servers import ThreadedServer
+from tests.test_startup import _env
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL_DELAY_S = 2.0
+
+
+def start_service(port: int, **env: str) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+            return process
+        except httpx.TransportError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"the service did not start:\n{process.communicate()[0]}")
+            time.sleep(0.1)
+
+
+async def test_sigterm_lets_the_chat_in_flight_finish(
+    fake_model_server: tuple[FakeModel, ThreadedServer],
+    fake: FakeModel,
+    secantus_server: SecantusServer,
+) -> None:
+    slow = script.text("finished after the signal")
+    fake.reset(lambda request: dataclasses.replace(slow(request), delay_s=MODEL_DELAY_S))
+    port, database = free_port(), f"test_{uuid.uuid4().hex[:12]}"
+    process = start_service(
+        port,
+        OPENAI_BASE_URL=f"{fake_model_server[1].url}/v1",
+        OPENAI_API_KEY="sk-test",
+        MONGODB_URL=secantus_server.url,
+        MONGODB_DATABASE=database,
+        ADMIN_API_KEY=ADMIN_KEY,
+        API_KEY_SECRET=KEY_SECRET,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            key = (await client.post("/tenants", json={"tenant_id": "acme"}, headers=ADMIN)).json()
+            headers = {"Authorization": f"Bearer {key['api_key']}"}
+            chat = asyncio.create_task(
+                client.post(
+                    "/chat",
+                    json={"messages": [{"role": "user", "content": "hi"}], "tool_ids": []},
+                    headers=headers,
+                )
+            )
+            async with asyncio.timeout(10):  # until the chat is waiting on the model
+                while not fake.requests:  # noqa: ASYNC110 - another thread serves the model
+                    await asyncio.sleep(0.02)
+            process.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            await asyncio.sleep(0.3)
+            # No longer accepting: a new connection is refused while the chat still runs.
+            with pytest.raises(httpx.ConnectError):
+                async with httpx.AsyncClient(timeout=2) as fresh:
+                    await fresh.get(f"{base}/healthz")
+            assert not chat.done()
+            response = await chat
+        assert response.status_code == 200, response.text
+        assert response.json()["message"]["content"] == "finished after the signal"
+        assert time.monotonic() - signalled >= MODEL_DELAY_S - 0.5
+        output, _ = process.communicate(timeout=30)
+        # uvicorn re-raises the signal once shut down, so the exit status says "SIGTERM".
+        assert process.returncode in (0, -signal.SIGTERM), output
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    # The run record was written before the process exited.
+    run_id = response.json()["run_id"]
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(secantus_server.url)
+    try:
+        runs = client[database]["tenant.acme.runs"]
+        stored = await runs.find_one({"run_id": run_id})
+        assert stored is not None and stored["stop_reason"] == "completed"
+        await client.drop_database(database)
+    finally:
+        await client.close()
+    # Its log is JSON lines, shutdown included.
+    lines = [orjson.loads(line) for line in output.splitlines() if line.startswith("{")]
+    messages = [line["message"] for line in lines]
+    assert "Shutting down" in messages and "Application shutdown complete." in messages, output
+    # The chat's access line came after the signal and before the shutdown completed.
+    chat_line = next(i for i, line in enumerate(lines) if line.get("route") == "/chat")
+    assert (
+        messages.index("Shutting down")
+        < chat_line
+        < messages.index("Application shutdown complete.")
+    )
+    assert any(line.get("route") == "/chat" and line.get("status") == 200 for line in lines), output
