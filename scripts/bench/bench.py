@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
-import base64
 import secrets
 import socket
 import statistics
@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import aiohttp
 
@@ -38,14 +38,20 @@ def free_port() -> int:
 class Process:
     """A server process on 127.0.0.1 whose CPU time and RSS we read from /proc."""
 
-    def __init__(self, args: list[str], port: int, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        port: int,
+        env: dict[str, str] | None = None,
+        stderr: IO[str] | int = subprocess.PIPE,
+    ) -> None:
         self.port = port
         self.popen = subprocess.Popen(
             args,
             cwd=ROOT,
             env={**os.environ, **(env or {})},
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=stderr,
         )
         deadline = time.monotonic() + 30
         while True:
@@ -54,7 +60,7 @@ class Process:
                 return
             except OSError:
                 if self.popen.poll() is not None or time.monotonic() > deadline:
-                    error = self.popen.stderr.read() if self.popen.stderr else b""
+                    error = self.popen.stderr.read() if self.popen.stderr else "see its log"
                     raise RuntimeError(f"{args} did not start: {error!r}") from None
                 time.sleep(0.05)
 
