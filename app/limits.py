@@ -6,8 +6,10 @@ concurrency (README, "Limits"); exact global limits need a shared store (Redis, 
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -107,6 +109,16 @@ class ConcurrencyLimiter:
                 del self._active[key]
 
         return release
+
+
+class TenantLocks:
+    """One lock per tenant: a count-then-insert cap holds exactly within this process."""
+
+    def __init__(self) -> None:
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    def __call__(self, tenant_id: str) -> asyncio.Lock:
+        return self._locks[tenant_id]
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,9 @@ _MAX_REQUEST_ID = 128
 _ID_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 
 
+_FIXED_PATHS = frozenset({"/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
+
+
 class RequestContextMiddleware:
     """Outermost: gives every response `X-Request-ID` (the caller's, when it is a sane token,
     else a new one), sets the log context (request id; authentication adds the tenant), and
@@ -94,10 +97,11 @@ class RequestContextMiddleware:
             request_context.reset(token)
 
     def _done(self, scope: Scope, status: int, duration_s: float) -> None:
+        # The template, never the path: paths hold ids, and labels must stay few. The docs
+        # routes set no template (they are fixed paths); anything else unrouted is "unmatched".
         route = scope.get("route")
-        # The template, never the path: paths hold ids, and labels must stay few.
-        template = (
-            getattr(route, "path_format", None) or getattr(route, "path", None) or "unmatched"
+        template = getattr(route, "path_format", None) or (
+            scope["path"] if scope["path"] in _FIXED_PATHS else "unmatched"
         )
         method = scope["method"]
         self.metrics.requests.labels(method, template, str(status)).inc()

@@ -17,6 +17,7 @@ from app.errors import (
     UnprocessableError,
     field_error,
 )
+from app.limits import TenantLocks
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub, tool_document
 from app.repositories.mcp_servers import McpServerRepository
@@ -53,6 +54,7 @@ class McpServerService:
         self._servers = servers
         self._box = box
         self._max_servers = max_servers
+        self._create_lock = TenantLocks()
         self._operator = operator
         self._hub = hub
         self._policy = policy
@@ -72,11 +74,7 @@ class McpServerService:
             )
         if body.name in self._operator_for(tenant_id):
             raise ConflictError(f"'{body.name}' is the name of a server the operator provides")
-        if await self._servers.count(tenant_id=tenant_id) >= self._max_servers:
-            raise ConflictError(
-                f"the tenant already has {self._max_servers} MCP servers "
-                "(MAX_MCP_SERVERS_PER_TENANT); delete one first"
-            )
+
         document = {
             **body.model_dump(),
             "headers": {
@@ -86,7 +84,13 @@ class McpServerService:
             "context": {k: v.model_dump(exclude_none=True) for k, v in body.context.items()},
             "revision": uuid.uuid4().hex,
         }
-        stored = await self._servers.insert(document, tenant_id=tenant_id)
+        async with self._create_lock(tenant_id):  # the cap holds exactly in this process
+            if await self._servers.count(tenant_id=tenant_id) >= self._max_servers:
+                raise ConflictError(
+                    f"the tenant already has {self._max_servers} MCP servers "
+                    "(MAX_MCP_SERVERS_PER_TENANT); delete one first"
+                )
+            stored = await self._servers.insert(document, tenant_id=tenant_id)
         return _shown(self._server(stored, tenant_id), stored.get("created_at"))
 
     def _server(self, doc: dict[str, Any], tenant_id: str) -> McpServer:

@@ -8,6 +8,7 @@ from typing import Any
 
 from app.crypto import SecretBox, UnsealError, associated_data
 from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
+from app.limits import TenantLocks
 from app.repositories.secrets import SecretRepository
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ class SecretService:
         self._box = box
         self._max_count = max_count
         self._max_bytes = max_bytes
+        self._write_lock = TenantLocks()
 
     @property
     def box(self) -> SecretBox:
@@ -49,14 +51,15 @@ class SecretService:
             raise UnprocessableError(
                 "The secret is not valid.", errors=[field_error("$.value", "contains NUL")]
             )
-        if not await self._secrets.exists(name, tenant_id=tenant_id):
-            if await self._secrets.count(tenant_id=tenant_id) >= self._max_count:
-                raise ConflictError(
-                    f"the tenant already has {self._max_count} secrets "
-                    "(MAX_SECRETS_PER_TENANT); delete one first"
-                )
         sealed = self._box.seal(value, secret_aad(tenant_id, name))
-        return await self._secrets.put(name, sealed, tenant_id=tenant_id)
+        async with self._write_lock(tenant_id):  # the cap holds exactly in this process
+            if not await self._secrets.exists(name, tenant_id=tenant_id):
+                if await self._secrets.count(tenant_id=tenant_id) >= self._max_count:
+                    raise ConflictError(
+                        f"the tenant already has {self._max_count} secrets "
+                        "(MAX_SECRETS_PER_TENANT); delete one first"
+                    )
+            return await self._secrets.put(name, sealed, tenant_id=tenant_id)
 
     async def all(self, *, tenant_id: str) -> list[dict[str, Any]]:
         return await self._secrets.all(tenant_id=tenant_id)

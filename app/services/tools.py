@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections import defaultdict
 from typing import Any
 
 import orjson
 
 from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
+from app.limits import TenantLocks
 from app.repositories.tools import ToolRepository
 from app.schemas.tools import Tool, ToolCreate, ToolFields, ToolUpdate
 from app.services.catalog import ToolCatalog, shown_tool
@@ -44,8 +43,7 @@ class ToolService:
         self._catalog = catalog
         self._max_tools = max_tools
         self._max_schema_bytes = max_schema_bytes
-        # One create at a time per tenant, so the cap on tools holds exactly in this process.
-        self._create_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._create_lock = TenantLocks()  # the cap on tools holds exactly in this process
 
     def check(self, tool: ToolFields) -> None:
         """Raise a 422 listing every rule `tool` breaks, each with its JSON path."""
@@ -102,7 +100,7 @@ class ToolService:
                 ],
             )
         self.check(tool)
-        async with self._create_locks[tenant_id]:
+        async with self._create_lock(tenant_id):
             if await self._tools.count(tenant_id=tenant_id) >= self._max_tools:
                 raise ConflictError(
                     f"the tenant already has {self._max_tools} tools (MAX_TOOLS_PER_TENANT); "

@@ -3,6 +3,7 @@ per tenant, tool-schema size, MCP servers per tenant, body size."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
@@ -23,8 +24,10 @@ from tests.support.functions import registry as test_functions
 SEEDED = len(test_functions)
 
 
-async def limited_client(**overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
-    settings = make_settings(None, **overrides)
+async def limited_client(
+    mongo_url: str | None = None, **overrides: Any
+) -> AsyncIterator[httpx.AsyncClient]:
+    settings = make_settings(mongo_url, **overrides)
     async with running_app(settings, test_functions) as app, http_client(app) as client:
         yield client
 
@@ -60,9 +63,12 @@ async def test_write_rate_limit_allows_the_limit_then_429_with_retry_after(
 
 
 @pytest.fixture
-async def small_caps() -> AsyncIterator[httpx.AsyncClient]:
+async def small_caps(mongo_url: str | None) -> AsyncIterator[httpx.AsyncClient]:
     async for client in limited_client(
-        max_tools_per_tenant=SEEDED + 2, max_mcp_servers_per_tenant=2, max_tool_schema_bytes=1024
+        mongo_url,
+        max_tools_per_tenant=SEEDED + 2,
+        max_mcp_servers_per_tenant=2,
+        max_tool_schema_bytes=1024,
     ):
         yield client
 
@@ -156,3 +162,28 @@ async def test_body_size_limit_at_the_limit_and_one_byte_more(
     assert (await put(2048)).status_code in (200, 201)
     over = await put(2049)
     assert over.status_code == 413 and "2048 bytes" in over.json()["detail"]
+
+
+@pytest.mark.all_stores  # a real database interleaves the count and the insert
+async def test_caps_hold_under_concurrent_creates(small_caps: httpx.AsyncClient) -> None:
+    """Ten creates at once against a cap with room for two: two succeed, eight are 409."""
+    client = small_caps
+    acme = await create_tenant(client, "acme")
+    tools = await asyncio.gather(
+        *(
+            client.post("/tools/create", json=external_tool(f"t{i}"), headers=acme.headers)
+            for i in range(10)
+        )
+    )
+    assert sorted(r.status_code for r in tools) == [201] * 2 + [409] * 8
+    servers = await asyncio.gather(
+        *(
+            client.post(
+                "/mcp-servers",
+                json={"name": f"s{i}", "type": "sse", "url": f"https://s{i}.example.com/sse"},
+                headers=acme.headers,
+            )
+            for i in range(10)
+        )
+    )
+    assert sorted(r.status_code for r in servers) == [201] * 2 + [409] * 8

@@ -3,6 +3,7 @@ tool definitions refer to them; `python -m app rotate-secrets` re-seals under a 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import subprocess
@@ -128,6 +129,12 @@ async def test_caps_on_count_and_size_hold_at_the_limit_and_refuse_one_more(
     assert again.status_code == 200
     too_big = await client.put("/secrets/s0", json={"value": "y" * 65}, headers=acme.headers)
     assert too_big.status_code == 422 and too_big.json()["errors"][0]["path"] == "$.value"
+    # Concurrent first writes of new names cannot pass the cap together.
+    await client.delete("/secrets/s2", headers=acme.headers)
+    racing = await asyncio.gather(
+        *(client.put(f"/secrets/r{i}", json={"value": "x"}, headers=acme.headers) for i in range(8))
+    )
+    assert sorted(r.status_code for r in racing) == [201] + [409] * 7
     # Another tenant has its own count.
     globex = await create_tenant(client, "globex")
     assert (
