@@ -211,18 +211,20 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "RATE_LIMIT_WRITES_PER_MINUTE": "0",
         "MAX_CONCURRENT_CHATS_PER_TENANT": "0",
     }
-    with log_path.open("w") as log:
-        service = Process(
-            [sys.executable, "-m", "app", "serve", "--port", str(service_port)],
-            service_port,
-            env,
-            stderr=log,
-        )
-        try:
-            return await _drive(args, f"http://127.0.0.1:{service_port}", admin, service)
-        finally:
-            service.stop()
-            model.stop()
+    try:
+        with log_path.open("w") as log:
+            service = Process(
+                [sys.executable, "-m", "app", "serve", "--port", str(service_port)],
+                service_port,
+                env,
+                stderr=log,
+            )
+            try:
+                return await _drive(args, f"http://127.0.0.1:{service_port}", admin, service)
+            finally:
+                service.stop()
+    finally:
+        model.stop()  # also when the service failed to start
 
 
 async def _drive(

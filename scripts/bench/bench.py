@@ -123,27 +123,8 @@ class Bench:
     def record(self, name: str, **figures: float) -> None:
         self.results.setdefault(name, []).append(figures)
 
-    async def setup(self) -> None:
-        self.model_port, self.service_port = free_port(), free_port()
-        self.fake = Process(
-            [sys.executable, str(HERE / "fake_model.py"), "--port", str(self.model_port)],
-            self.model_port,
-        )
-        admin = secrets.token_urlsafe(32)
-        env = {
-            "APP_ENV": "production",
-            "ADMIN_API_KEY": admin,
-            "API_KEY_SECRET": secrets.token_urlsafe(32),
-            "SECRETS_KEY": base64.b64encode(secrets.token_bytes(32)).decode(),
-            "RATE_LIMIT_CHAT_PER_MINUTE": "0",  # the benchmark measures CPU, not the limits
-            "RATE_LIMIT_WRITES_PER_MINUTE": "0",
-            "MAX_CONCURRENT_CHATS_PER_TENANT": "0",
-            "LOG_LEVEL": "WARNING",
-            "OPENAI_BASE_URL": f"http://127.0.0.1:{self.model_port}/v1",
-            "OPENAI_API_KEY": "bench",
-            "MONGODB_URL": "",
-        }
-        self.service = Process(
+    def _start_service(self, env: dict[str, str]) -> Process:
+        return Process(
             [
                 sys.executable,
                 "-m",
@@ -164,6 +145,32 @@ class Bench:
             self.service_port,
             env,
         )
+
+    async def setup(self) -> None:
+        self.model_port, self.service_port = free_port(), free_port()
+        self.fake = Process(
+            [sys.executable, str(HERE / "fake_model.py"), "--port", str(self.model_port)],
+            self.model_port,
+        )
+        admin = secrets.token_urlsafe(32)
+        env = {
+            "APP_ENV": "production",
+            "ADMIN_API_KEY": admin,
+            "API_KEY_SECRET": secrets.token_urlsafe(32),
+            "SECRETS_KEY": base64.b64encode(secrets.token_bytes(32)).decode(),
+            "RATE_LIMIT_CHAT_PER_MINUTE": "0",  # the benchmark measures CPU, not the limits
+            "RATE_LIMIT_WRITES_PER_MINUTE": "0",
+            "MAX_CONCURRENT_CHATS_PER_TENANT": "0",
+            "LOG_LEVEL": "WARNING",
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{self.model_port}/v1",
+            "OPENAI_API_KEY": "bench",
+            "MONGODB_URL": "",
+        }
+        try:
+            self.service = self._start_service(env)
+        except Exception:
+            self.fake.stop()  # never leave the fake model behind when the service fails
+            raise
         self.base = f"http://127.0.0.1:{self.service_port}"
         # Idle connections are dropped by the driver before the service's keep-alive (30 s) ends.
         connector = aiohttp.TCPConnector(limit=200, keepalive_timeout=10)

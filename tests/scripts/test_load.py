@@ -1,0 +1,51 @@
+"""The load script runs end to end: every operation is sent and reported (figures not judged)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_short_load_run_reports_every_operation(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "scripts/load.py",
+            "--duration",
+            "6",
+            "--rate",
+            "25",
+            "--tenants",
+            "2",
+            "--sample-s",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((tmp_path / "load.json").read_text())
+    assert report["unexpected_errors"] == 0 and report["requests"] >= 100
+    assert set(report["operations"]) == {
+        "get_tool",
+        "list_tools",
+        "create_tool",
+        "update_tool",
+        "delete_tool",
+        "put_secret",
+        "chat",
+        "chat_stream",
+    }
+    assert len(report["rss_mb"]["samples"]) >= 3
+    # The service's JSON log was kept, one access line per request.
+    lines = (tmp_path / "service.log").read_text().splitlines()
+    assert sum('"logger":"app.access"' in line for line in lines) >= report["requests"]
+    assert (tmp_path / "load.md").read_text().startswith("Load: 6.0 s at 25.0/s")
