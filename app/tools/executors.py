@@ -7,6 +7,7 @@ for a tool's own failure. Timeouts are enforced by the caller around `run`.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -129,7 +130,10 @@ class ToolRunner:
             else:
                 # A plain function runs in a worker thread so it never blocks the event loop.
                 loop = asyncio.get_running_loop()
-                result = await loop.run_in_executor(self._threads, partial(entry.func, **arguments))
+                # In the caller's context: its log lines keep the request id, tenant and the
+                # chat's hidden values (run_in_executor alone would drop them).
+                call = partial(contextvars.copy_context().run, entry.func, **arguments)
+                result = await loop.run_in_executor(self._threads, call)
         except Exception as exc:
             return ToolOutcome.error(f"{type(exc).__name__}: {exc}", "exception")
         return ToolOutcome("ok", as_text(result))

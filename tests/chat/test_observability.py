@@ -108,6 +108,19 @@ async def test_no_key_context_value_or_secret_reaches_any_log_line(
         assert canary not in text, canary
 
 
+async def test_a_thread_run_function_logs_in_its_request_context(
+    chat: ChatClient, fake: FakeModel, json_logs: JsonLines
+) -> None:
+    """Plain functions run in worker threads; their log lines still carry the request id and
+    tenant, and the chat's context values are redacted from them."""
+    fake.reset(script.tool_calls(("leak_token", {})), script.text("done"))
+    response = await chat.chat(context_arguments={"api_token": CONTEXT_CANARY})
+    assert response.status_code == 200, response.text
+    [line] = [e for e in json_logs.entries() if e["logger"] == "tests.tools"]
+    assert line["message"] == "debug: called with token [redacted]"
+    assert line["request_id"] == response.headers["x-request-id"] and line["tenant"] == "acme"
+
+
 def test_redaction_rules() -> None:
     cases = {
         "Authorization: Bearer abc.def-123": "Authorization: Bearer [redacted]",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -31,7 +32,8 @@ def get_profile(user_id: str, api_token: str, field: str = "name") -> dict[str, 
 
 @registry.register(tool_id="leaky", context_parameters=["api_token"])
 def leak_token(api_token: str) -> str:
-    """A careless tool that echoes its secret."""
+    """A careless tool that echoes its secret, and logs it too."""
+    logging.getLogger("tests.tools").warning("debug: called with token %s", api_token)
     return f"debug: called with token {api_token}"
 
 
