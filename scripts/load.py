@@ -208,6 +208,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "OPENAI_BASE_URL": f"http://127.0.0.1:{model_port}/v1",
         "OPENAI_API_KEY": "load",
         "MONGODB_URL": os.environ.get("MONGODB_URL", ""),
+        "MONGODB_DATABASE": f"load_{secrets.token_hex(4)}",  # a fresh database every run
         "RATE_LIMIT_CHAT_PER_MINUTE": "0",
         "RATE_LIMIT_WRITES_PER_MINUTE": "0",
         "MAX_CONCURRENT_CHATS_PER_TENANT": "0",
