@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
@@ -83,9 +83,13 @@ def _redacted_field(key: str, value: Any) -> Any:
     return redact(str(value))
 
 
-@contextmanager
-def hiding(values: Iterable[Any]) -> Iterator[None]:
+def hiding(values: list[Any]) -> AbstractContextManager[None]:
     """Within the block (and tasks it starts), these values never appear in a log line."""
+    return _hiding(values) if values else nullcontext()
+
+
+@contextmanager
+def _hiding(values: list[Any]) -> Iterator[None]:
     texts = {str(v) for v in values if not isinstance(v, bool | list | dict)}
     texts |= {str(i) for v in values if isinstance(v, list) for i in v}
     hidden = tuple(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -61,6 +62,42 @@ class Metrics:
         self.mcp_sessions = Gauge(
             "toolgate_mcp_open_sessions", "Open MCP sessions held by chats.", registry=registry
         )
+
+        # Labelled children looked up once: `labels()` takes a lock and builds a key each call.
+        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._tool_children: dict[str, Any] = {}
+        self._error_children: dict[tuple[str, str], Any] = {}
+        self._chat_children: dict[str, Any] = {}
+
+    def request_done(self, method: str, route: str, status: int, seconds: float) -> None:
+        key = (method, route, status)
+        children = self._request_children.get(key)
+        if children is None:
+            children = self._request_children[key] = (
+                self.requests.labels(method, route, str(status)),
+                self.request_seconds.labels(route),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def tool_done(self, tool_type: str, seconds: float, error_kind: str | None) -> None:
+        child = self._tool_children.get(tool_type)
+        if child is None:
+            child = self._tool_children[tool_type] = self.tool_seconds.labels(tool_type)
+        child.observe(seconds)
+        if error_kind is not None:
+            key = (tool_type, error_kind)
+            errors = self._error_children.get(key)
+            if errors is None:
+                errors = self._error_children[key] = self.tool_errors.labels(*key)
+            errors.inc()
+
+    def chat_done(self, stop_reason: str, iterations: int) -> None:
+        child = self._chat_children.get(stop_reason)
+        if child is None:
+            child = self._chat_children[stop_reason] = self.chats.labels(stop_reason)
+        child.inc()
+        self.chat_iterations.observe(iterations)
 
     def track(
         self, *, active_chats: Callable[[], float], mcp_sessions: Callable[[], float]

@@ -104,9 +104,8 @@ class RequestContextMiddleware:
             scope["path"] if scope["path"] in _FIXED_PATHS else "unmatched"
         )
         method = scope["method"]
-        self.metrics.requests.labels(method, template, str(status)).inc()
-        self.metrics.request_seconds.labels(template).observe(duration_s)
-        if self.access_log:
+        self.metrics.request_done(method, template, status, duration_s)
+        if self.access_log and access_logger.isEnabledFor(logging.INFO):
             access_logger.info(
                 "%s %s %d",
                 method,

@@ -208,10 +208,9 @@ class ChatLoop:
             outcome = ToolOutcome.error(parse_error, "invalid_arguments")
         else:
             outcome = await self._check_and_run(tool, arguments, run.chat)
-        tool_type = tool["type"] if tool else "unknown"
-        self._metrics.tool_seconds.labels(tool_type).observe(time.perf_counter() - started)
-        if outcome.kind is not None:
-            self._metrics.tool_errors.labels(tool_type, outcome.kind).inc()
+        self._metrics.tool_done(
+            tool["type"] if tool else "unknown", time.perf_counter() - started, outcome.kind
+        )
         content = run.scrub(self._capped(outcome.content))
         if outcome.status == "error":
             content = f"Error: {content}"

@@ -135,8 +135,7 @@ class ChatService:
         finally:
             if chat.mcp is not None:  # end, error or disconnect: no process or session outlives it
                 await chat.mcp.aclose()
-            self._metrics.chats.labels(status).inc()
-            self._metrics.chat_iterations.observe(progress.iterations)
+            self._metrics.chat_done(status, progress.iterations)
             record = _run_record(
                 chat,
                 progress,
