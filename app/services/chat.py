@@ -20,7 +20,6 @@ from app.services.catalog import ToolCatalog
 from app.services.mcp_servers import McpServerService
 from app.services.runs import RunRecorder
 from app.services.secrets import SecretService
-from app.tools.definitions import referenced_secrets
 from app.tools.schema import PreparedTool
 
 
@@ -71,7 +70,7 @@ class ChatService:
             )
             tools = tools + await self._mcp_tools(servers, context, taken={t.name for t in tools})
             sessions = self._mcp.hub.chat_sessions(servers, context)
-        needed = set().union(*(referenced_secrets(t.doc) for t in tools))
+        needed = set().union(*(t.secrets for t in tools))  # computed when the catalog loads
         secrets = (
             await self._secrets.resolve(needed, tenant_id=tenant_id)
             if needed and self._secrets is not None

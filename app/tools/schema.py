@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app.tools.definitions import referenced_secrets
+
 _RENAMED = {"min_items": "minItems", "max_items": "maxItems"}
 
 
@@ -51,6 +53,7 @@ class PreparedTool:
 
     doc: dict[str, Any]
     schema: dict[str, Any]
+    secrets: frozenset[str] = frozenset()  # names of the tenant secrets it needs to run
 
     @property
     def name(self) -> str:
@@ -58,4 +61,4 @@ class PreparedTool:
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> PreparedTool:
-        return cls(doc, openai_tool(doc))
+        return cls(doc, openai_tool(doc), frozenset(referenced_secrets(doc)))
