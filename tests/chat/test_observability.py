@@ -113,7 +113,7 @@ async def test_a_thread_run_function_logs_in_its_request_context(
 ) -> None:
     """Plain functions run in worker threads; their log lines still carry the request id and
     tenant, and the chat's context values are redacted from them."""
-    fake.reset(script.tool_calls(("leak_token", {})), script.text("done"))
+    fake.reset(script.tool_calls(("log_token", {})), script.text("done"))
     response = await chat.chat(context_arguments={"api_token": CONTEXT_CANARY})
     assert response.status_code == 200, response.text
     [line] = [e for e in json_logs.entries() if e["logger"] == "tests.tools"]

@@ -32,9 +32,15 @@ def get_profile(user_id: str, api_token: str, field: str = "name") -> dict[str, 
 
 @registry.register(tool_id="leaky", context_parameters=["api_token"])
 def leak_token(api_token: str) -> str:
-    """A careless tool that echoes its secret, and logs it too."""
-    logging.getLogger("tests.tools").warning("debug: called with token %s", api_token)
+    """A careless tool that echoes its secret."""
     return f"debug: called with token {api_token}"
+
+
+@registry.register(tool_id="chatty", context_parameters=["api_token"])
+def log_token(api_token: str) -> str:
+    """A careless tool that logs its secret (the service's log formatter must redact it)."""
+    logging.getLogger("tests.tools").warning("debug: called with token %s", api_token)
+    return "logged"
 
 
 @registry.register(tool_id="greeter", context_parameters=["locale"])
