@@ -67,6 +67,7 @@ async def chat(body: ChatRequest, tenant: TenantDep, request: Request, response:
     services = tenant.services
     services.limits.chats.check(tenant.id)  # 429 before any work
     release = services.limits.concurrent_chats.acquire(tenant.id)
+    streaming = False  # once a stream owns the slot, the stream releases it
     try:
         service = services.chat
         prepared = await service.prepare(body, tenant_id=tenant.id)  # 4xx/503 before any stream
@@ -79,7 +80,7 @@ async def chat(body: ChatRequest, tenant: TenantDep, request: Request, response:
             # The stream releases the slot when it ends; if the server drops the response before
             # it ever starts (the client left at once), collecting the generator releases it.
             weakref.finalize(events, release)
-            release = _held_by_stream
+            streaming = True
             return StreamingResponse(
                 events,
                 media_type="text/event-stream",
@@ -93,11 +94,8 @@ async def chat(body: ChatRequest, tenant: TenantDep, request: Request, response:
         # A dict: FastAPI validates it against ChatResponse once while serializing.
         return await service.run(prepared, tenant_id=tenant.id, run_id=run_id)
     finally:
-        release()
-
-
-def _held_by_stream() -> None:
-    """The route's release once a stream owns the chat slot."""
+        if not streaming:
+            release()
 
 
 def _event(name: str, data: Any) -> bytes:
