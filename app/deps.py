@@ -1,4 +1,7 @@
-"""Request dependencies: the services, the admin check and the tenant behind a key."""
+"""Request dependencies: the services, the admin check and the tenant behind a key.
+
+Only resolution lives here; what is built once is built in `app/container.py`.
+"""
 
 from __future__ import annotations
 
@@ -8,36 +11,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 
-from app.config import Settings
+from app.container import Services
 from app.errors import ForbiddenError, UnauthorizedError
-from app.limits import TenantLimits
 from app.logs import request_context
-from app.metrics import Metrics
-from app.repositories.database import Database
-from app.services.chat import ChatService
-from app.services.mcp_servers import McpServerService
-from app.services.runs import RunService
-from app.services.secrets import SecretService
-from app.services.tenants import TenantService
-from app.services.tools import ToolService
-from app.tools.registry import FunctionRegistry
-
-
-@dataclass(frozen=True)
-class Services:
-    """Everything the lifespan builds once and the routes share."""
-
-    settings: Settings
-    database: Database
-    registry: FunctionRegistry
-    tenants: TenantService
-    tools: ToolService
-    chat: ChatService
-    runs: RunService
-    mcp_servers: McpServerService
-    secrets: SecretService
-    limits: TenantLimits
-    metrics: Metrics
 
 
 async def get_services(request: Request) -> Services:

@@ -14,6 +14,25 @@ def status_title(status: int) -> str:
     return _RFC9110_TITLES.get(status) or HTTPStatus(status).phrase
 
 
+def problem_body(
+    status: int,
+    detail: str,
+    *,
+    title: str | None = None,
+    errors: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The one JSON error shape (RFC 9457 problem details)."""
+    body: dict[str, Any] = {
+        "type": "about:blank",
+        "title": title or status_title(status),
+        "status": status,
+        "detail": detail,
+    }
+    if errors:
+        body["errors"] = errors
+    return body
+
+
 class AppError(Exception):
     """Base of every error a service raises; the handler turns it into a problem response."""
 
@@ -37,6 +56,10 @@ class AppError(Exception):
     @property
     def title(self) -> str:
         return status_title(self.status_code)
+
+    def body(self) -> dict[str, Any]:
+        """The problem details (RFC 9457) this error is answered with."""
+        return problem_body(self.status_code, self.message, title=self.title, errors=self.errors)
 
 
 class BadRequestError(AppError):

@@ -15,7 +15,6 @@ from app.errors import UnauthorizedError
 from app.schemas.problems import problem_responses
 
 router = APIRouter(tags=["health"])
-READY_TIMEOUT_S = 2.0
 
 
 class Health(BaseModel):
@@ -33,7 +32,7 @@ async def ping() -> str:
 @router.get("/healthz", response_model=Health, response_model_exclude_none=True)
 async def healthz(services: ServicesDep) -> Health:
     """The process is up; says which store it uses (the in-memory one loses data on restart)."""
-    if services.database.in_memory:
+    if services.health.store == "memory":
         return Health(
             status="ok",
             store="memory",
@@ -50,8 +49,8 @@ async def healthz(services: ServicesDep) -> Health:
 )
 async def readyz(services: ServicesDep, response: Response) -> Health:
     """Ready to serve: the database answers within 2 seconds (503 otherwise)."""
-    store: Literal["memory", "mongodb"] = "memory" if services.database.in_memory else "mongodb"
-    if await services.database.ping(timeout_s=READY_TIMEOUT_S):
+    store = services.health.store
+    if await services.health.ready():
         return Health(status="ok", store=store)
     response.status_code = 503
     return Health(status="unavailable", store=store)

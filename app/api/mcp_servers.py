@@ -8,10 +8,9 @@ from fastapi import APIRouter, Path, Query, Response, status
 
 from app.api.routing import StrictJSONRoute
 from app.deps import TenantDep, WriteLimit
-from app.mcp.config import SERVER_NAME_MAX, SERVER_NAME_PATTERN
+from app.schemas.fields import SERVER_NAME_MAX, SERVER_NAME_PATTERN
 from app.schemas.mcp import McpServerCreate, McpServerOut, McpTool
 from app.schemas.problems import problem_responses
-from app.services.mcp_servers import mcp_provider_tool
 from app.tools.providers import Provider
 
 router = APIRouter(
@@ -75,7 +74,6 @@ async def list_mcp_server_tools(
     ] = None,
 ) -> Any:
     """The server's tools as they join a chat (`{server}__{tool}`); connects unless cached."""
-    docs = await tenant.services.mcp_servers.tools(name, tenant_id=tenant.id)
-    if tool_format is not None:
-        return [mcp_provider_tool(doc, tool_format) for doc in docs]
-    return docs
+    return await tenant.services.mcp_servers.tools_json(
+        name, tenant_id=tenant.id, provider=tool_format
+    )

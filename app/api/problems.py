@@ -12,33 +12,11 @@ from fastapi.exceptions import RequestValidationError
 from pymongo.errors import ConnectionFailure, ExecutionTimeout, PyMongoError, WaitQueueTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import AppError, field_error, status_title
+from app.errors import AppError, field_error, problem_body, status_title
 
 logger = logging.getLogger(__name__)
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
-
-
-def problem_body(
-    status: int,
-    detail: str,
-    *,
-    title: str | None = None,
-    errors: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "type": "about:blank",
-        "title": title or status_title(status),
-        "status": status,
-        "detail": detail,
-    }
-    if errors:
-        body["errors"] = errors
-    return body
-
-
-def app_error_body(exc: AppError) -> dict[str, Any]:
-    return problem_body(exc.status_code, exc.message, title=exc.title, errors=exc.errors)
 
 
 def problem_response(

@@ -7,9 +7,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query
 
 from app.deps import TenantDep
+from app.schemas.fields import NAME_PATTERN
 from app.schemas.problems import problem_responses
 from app.schemas.runs import IsoDateTime, Run, RunPage, RunStatus
-from app.schemas.tools import NAME_PATTERN
 
 router = APIRouter(prefix="/runs", tags=["runs"], responses=problem_responses(401, 403, 503))
 

@@ -8,9 +8,9 @@ from fastapi import APIRouter, Path, Response, status
 
 from app.api.routing import StrictJSONRoute
 from app.deps import TenantDep, WriteLimit
+from app.schemas.fields import NAME_PATTERN
 from app.schemas.problems import problem_responses
 from app.schemas.secrets import SecretInfo, SecretPut
-from app.schemas.tools import NAME_PATTERN
 
 router = APIRouter(
     prefix="/secrets",

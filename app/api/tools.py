@@ -8,11 +8,11 @@ from fastapi import APIRouter, Path, Query, Response, status
 
 from app.api.routing import StrictJSONRoute
 from app.deps import TenantDep, WriteLimit
+from app.schemas.fields import NAME_PATTERN, TAG_PATTERN
+from app.schemas.invocations import InvokeRequest, InvokeResult
 from app.schemas.problems import problem_responses
 from app.schemas.runs import IsoDateTime, ToolStats
 from app.schemas.tools import (
-    NAME_PATTERN,
-    TAG_PATTERN,
     Tool,
     ToolCreate,
     ToolId,
@@ -78,7 +78,7 @@ async def list_tools(
     return Response(page, media_type="application/json")  # pre-serialized
 
 
-@router.get("/ids", response_model=list[ToolId])
+@router.get("/ids", response_model=list[ToolId], response_model_exclude_none=True)
 async def list_tool_ids(tenant: TenantDep) -> list[ToolId]:
     """List the calling tenant's tool ids with their function names."""
     return [
@@ -114,6 +114,38 @@ async def get_tool_stats(
     return await tenant.services.runs.tool_stats(
         tool_id, tenant_id=tenant.id, since=since, until=until
     )
+
+
+@router.post(
+    "/{tool_id}/invoke",
+    response_model=InvokeResult,
+    responses=problem_responses(400, 404, 409, 413, 422, 429, 502, 504),
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "application/json": {
+                    "examples": {
+                        "function": {
+                            "summary": "The seeded dice roller",
+                            "value": {"arguments": {"sides": 6}},
+                        },
+                        "with_context": {
+                            "summary": "A tool with a context parameter",
+                            "value": {
+                                "arguments": {"city": "Lisbon"},
+                                "context_arguments": {"user_id": "u-42"},
+                            },
+                        },
+                    }
+                }
+            }
+        }
+    },
+)
+async def invoke_tool(tool_id: ToolIdPath, body: InvokeRequest, tenant: TenantDep) -> Any:
+    """Run one tool as a model would, without a model; disabled tools run too (test before
+    enabling). Tool failures are answered 200 with `status: "error"`; every call is a run."""
+    return await tenant.services.invocations.invoke(tool_id, body, tenant_id=tenant.id)
 
 
 @router.put(

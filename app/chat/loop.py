@@ -22,23 +22,16 @@ from app.chat.model import (
     Usage,
     malformed_answer,
 )
-from app.mcp.hub import ChatSessions
 from app.metrics import Metrics
-from app.tools.arguments import argument_problems, merge_context
-from app.tools.executors import ToolOutcome, ToolRunner, unset_secret
-from app.tools.schema import PreparedTool
-
-REDACTED = "[redacted]"
-# Shorter context values are not scrubbed from tool output: they would match ordinary text.
-MIN_REDACTED_LENGTH = 4
+from app.tools.executors import CallScope
+from app.tools.invocation import Invocation, ToolInvoker, visible_arguments
+from app.tools.typed import TypedTool
 
 StopReason = Literal["completed", "max_iterations", "token_budget"]
 
 
 @dataclass(frozen=True)
 class LoopLimits:
-    tool_timeout_s: float
-    tool_output_max_chars: int
     deadline_s: float
     token_budget: int = 0  # total tokens the model may report per chat; 0: no budget
 
@@ -65,17 +58,15 @@ class ChatResult:
 
 @dataclass(frozen=True)
 class ChatRun:
-    """One chat's inputs, already authorised and resolved to tool documents."""
+    """One chat's inputs, already authorised and resolved to typed tools."""
 
     messages: list[dict[str, Any]]
-    tools: list[PreparedTool]
-    context: dict[str, Any]
+    tools: list[TypedTool]
     model: str
     max_iterations: int
     parallel_tool_calls: bool
-    mcp: ChatSessions | None = None  # the chat's MCP sessions, opened on first use
-    # The tenant secrets the chat's tools refer to; None for one that is unset or unreadable.
-    secrets: dict[str, str | None] = field(default_factory=dict)
+    # The caller's context values, the secrets its tools read and its MCP sessions.
+    call: CallScope = field(default_factory=CallScope)
 
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -87,8 +78,7 @@ class _Run:
     """One chat's working state, shared by the steps of the loop."""
 
     chat: ChatRun
-    by_name: dict[str, dict[str, Any]]
-    scrub: _Scrubber
+    by_name: dict[str, TypedTool]
     emit: EventSink | None
 
 
@@ -97,12 +87,12 @@ class ChatLoop:
         self,
         *,
         model: ModelClient,
-        runner: ToolRunner,
+        invoker: ToolInvoker,
         limits: LoopLimits,
         metrics: Metrics | None = None,
     ) -> None:
         self._model = model
-        self._runner = runner
+        self._invoker = invoker
         self._limits = limits
         self._metrics = metrics or Metrics()
 
@@ -129,8 +119,7 @@ class ChatLoop:
 
     async def _run(self, chat: ChatRun, events: EventSink | None, result: ChatResult) -> ChatResult:
         schemas = [tool.schema for tool in chat.tools] or None
-        hidden = [*chat.context.values(), *(v for v in chat.secrets.values() if v)]
-        run = _Run(chat, {tool.name: tool.doc for tool in chat.tools}, _Scrubber(hidden), events)
+        run = _Run(chat, {tool.name: tool for tool in chat.tools}, events)
         messages = result.messages
         messages.extend(chat.messages)
         for iteration in range(1, chat.max_iterations + 1):
@@ -191,37 +180,24 @@ class ChatLoop:
     async def _run_call(self, call: ModelToolCall, run: _Run) -> tuple[ToolCallRecord, str]:
         started = time.perf_counter()
         tool = run.by_name.get(call.name)
-        arguments, shown_arguments, parse_error = _parsed(call, tool)
+        arguments, parse_error = _parsed(call, tool)
+        shown = arguments if parse_error is None else call.arguments
         if run.emit:
-            await run.emit(
-                "tool_call", {"id": call.id, "name": call.name, "arguments": shown_arguments}
+            await run.emit("tool_call", {"id": call.id, "name": call.name, "arguments": shown})
+        scope = run.chat.call
+        if tool is None:
+            known = ", ".join(sorted(run.by_name)) or "none"
+            problem = (
+                f"unknown tool '{call.name}'; available: {known}"
+                if call.name
+                else "the tool call has no function name"
             )
-        if not call.name:
-            outcome = ToolOutcome.error("the tool call has no function name", "unknown_tool")
-        elif tool is None:
-            outcome = ToolOutcome.error(
-                f"unknown tool '{call.name}'; "
-                f"available: {', '.join(sorted(run.by_name)) or 'none'}",
-                "unknown_tool",
-            )
+            result = self._invoker.refused(problem, "unknown_tool", scope)
         elif parse_error is not None:
-            outcome = ToolOutcome.error(parse_error, "invalid_arguments")
+            result = self._invoker.refused(parse_error, "invalid_arguments", scope, tool)
         else:
-            outcome = await self._check_and_run(tool, arguments, run.chat)
-        self._metrics.tool_done(
-            tool["type"] if tool else "unknown", time.perf_counter() - started, outcome.kind
-        )
-        content = run.scrub(self._capped(outcome.content))
-        if outcome.status == "error":
-            content = f"Error: {content}"
-        record = ToolCallRecord(
-            id=call.id,
-            name=call.name,
-            arguments=shown_arguments,
-            status=outcome.status,
-            error=content if outcome.status == "error" else None,
-            duration_ms=round((time.perf_counter() - started) * 1000, 3),
-        )
+            result = await self._invoker.invoke(tool, arguments, scope)
+        record, content = _recorded(call, shown, result, time.perf_counter() - started)
         if run.emit:
             await run.emit(
                 "tool_result",
@@ -234,96 +210,33 @@ class ChatLoop:
             )
         return record, content
 
-    async def _check_and_run(
-        self, tool: dict[str, Any], arguments: dict[str, Any], chat: ChatRun
-    ) -> ToolOutcome:
-        if tool["type"] == "mcp":  # its JSON Schema is the MCP server's to enforce
-            merged, missing = merge_mcp_context(arguments, tool["context_parameters"], chat.context)
-        else:
-            problems = argument_problems(arguments, tool["function"].get("parameters", {}))
-            if problems:
-                return ToolOutcome.error(
-                    "invalid arguments: " + "; ".join(problems), "invalid_arguments"
-                )
-            context, unset = _context_values(tool, chat)
-            if unset:
-                return ToolOutcome.error("; ".join(unset), "missing_context")
-            merged, missing = merge_context(
-                arguments,
-                tool.get("context_parameters", []),
-                context,
-                optional=self._runner.optional_context(tool),
-            )
-        if missing:
-            return ToolOutcome.error("; ".join(missing), "missing_context")
-        try:
-            async with asyncio.timeout(self._limits.tool_timeout_s):
-                if tool["type"] == "mcp":
-                    assert chat.mcp is not None, "MCP tools come with the chat's sessions"
-                    return await chat.mcp.call(tool["server"], tool["mcp_tool"], merged)
-                return await self._runner.run(tool, merged, secrets=chat.secrets)
-        except TimeoutError:
-            return ToolOutcome.error(
-                f"the tool did not finish within {self._limits.tool_timeout_s:g} s", "timeout"
-            )
 
-    def _capped(self, text: str) -> str:
-        limit = self._limits.tool_output_max_chars
-        if len(text) <= limit:
-            return text
-        return f"{text[:limit]}\n[truncated: {len(text) - limit} more characters]"
+def _recorded(
+    call: ModelToolCall, shown: Any, result: Invocation, seconds: float
+) -> tuple[ToolCallRecord, str]:
+    """The call's record and the tool message the model reads (errors say so)."""
+    content = result.content if result.status == "ok" else f"Error: {result.content}"
+    record = ToolCallRecord(
+        id=call.id,
+        name=call.name,
+        arguments=shown,
+        status=result.status,
+        error=content if result.status == "error" else None,
+        duration_ms=round(seconds * 1000, 3),
+    )
+    return record, content
 
 
-def _parsed(
-    call: ModelToolCall, tool: dict[str, Any] | None
-) -> tuple[dict[str, Any], Any, str | None]:
-    """The call's arguments, what may be shown of them, and why they are unusable (or None).
-
-    A model-supplied value for a context parameter is dropped: the server's value wins, and
-    nothing named like a context parameter is ever shown.
-    """
+def _parsed(call: ModelToolCall, tool: TypedTool | None) -> tuple[dict[str, Any], str | None]:
+    """The call's arguments (without any named like a context parameter: the server's value
+    wins, and nothing named like one is ever shown), and why they are unusable (or None)."""
     try:
         arguments = orjson.loads(call.arguments or "{}")
     except orjson.JSONDecodeError as exc:
-        return {}, call.arguments, f"the arguments are not valid JSON: {exc}"
+        return {}, f"the arguments are not valid JSON: {exc}"
     if not isinstance(arguments, dict):
-        return {}, call.arguments, "the arguments must be a JSON object"
-    context_names = {
-        name
-        for c in (tool or {}).get("context_parameters", [])
-        for name in (c["name"], c.get("argument"))
-        if name
-    }
-    arguments = {k: v for k, v in arguments.items() if k not in context_names}
-    return arguments, arguments, None
-
-
-def _context_values(tool: dict[str, Any], chat: ChatRun) -> tuple[dict[str, Any], list[str]]:
-    """The context values this tool sees: a secret-backed parameter never takes the caller's
-    value, only its secret's; the problems name unset secrets (never a value)."""
-    parameters = tool.get("context_parameters", ())
-    from_secrets = {c["name"]: c["secret"] for c in parameters if c.get("secret")}
-    if not from_secrets:
-        return chat.context, []
-    unset = [unset_secret(s) for s in from_secrets.values() if chat.secrets.get(s) is None]
-    # Secret values replace whatever the caller sent under those names.
-    return {**chat.context, **{n: chat.secrets.get(s) for n, s in from_secrets.items()}}, unset
-
-
-def merge_mcp_context(
-    arguments: dict[str, Any], mappings: list[dict[str, Any]], context: dict[str, Any]
-) -> tuple[dict[str, Any], list[str]]:
-    """Context values onto the MCP tool arguments they map to; the server's value wins."""
-    merged, missing = dict(arguments), []
-    for mapping in mappings:
-        if mapping["name"] in context:
-            merged[mapping["argument"]] = context[mapping["name"]]
-        elif mapping["required"]:
-            missing.append(
-                f"missing context argument '{mapping['name']}': the caller must supply it "
-                "in context_arguments"
-            )
-    return merged, missing
+        return {}, "the arguments must be a JSON object"
+    return visible_arguments(tool, arguments), None
 
 
 def _assistant_tool_message(content: str | None, calls: list[ModelToolCall]) -> dict[str, Any]:
@@ -335,20 +248,3 @@ def _assistant_tool_message(content: str | None, calls: list[ModelToolCall]) -> 
             for c in calls
         ],
     }
-
-
-class _Scrubber:
-    """Replaces context values in text headed for the model (a tool may echo what it received)."""
-
-    def __init__(self, hidden: list[Any]) -> None:
-        values = {str(v) for v in hidden if not isinstance(v, bool | list)}
-        values |= {str(i) for v in hidden if isinstance(v, list) for i in v}
-        self._values = sorted(
-            (v for v in values if len(v) >= MIN_REDACTED_LENGTH), key=len, reverse=True
-        )
-
-    def __call__(self, text: str) -> str:
-        for value in self._values:
-            if value in text:
-                text = text.replace(value, REDACTED)
-        return text

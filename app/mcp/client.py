@@ -21,8 +21,8 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from app.mcp.config import McpServer
-from app.tools.executors import ToolOutcome
 from app.tools.netguard import OutboundBlockedError, OutboundPolicy, guarded_transport
+from app.tools.outcome import ToolOutcome
 
 MAX_LIST_PAGES = 20
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+")

@@ -28,60 +28,13 @@ from pydantic import (
     model_validator,
 )
 
-from app.schemas.tools import Name
+from app.outbound import reserved_header_problems
+from app.schemas.fields import HeaderName, HeaderValue, Name, ServerName
+from app.schemas.mcp import ContextMapping, Transport
 
-# No double underscore and no trailing underscore: `{server}__{tool}` must split one way.
-SERVER_NAME_PATTERN = r"^[a-zA-Z0-9-]+(_[a-zA-Z0-9-]+)*$"
-SERVER_NAME_MAX = 32
-ServerName = Annotated[
-    str, StringConstraints(pattern=SERVER_NAME_PATTERN, min_length=1, max_length=SERVER_NAME_MAX)
-]
-HEADER_NAME_PATTERN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$"
-HeaderName = Annotated[str, StringConstraints(pattern=HEADER_NAME_PATTERN)]
-HeaderValue = Annotated[str, StringConstraints(pattern=r"^[^\r\n\x00]*$", max_length=8192)]
-# Headers the transport owns: a server entry may not set them.
-RESERVED_HEADERS = frozenset(
-    {
-        "host",
-        "content-length",
-        "content-type",
-        "transfer-encoding",
-        "connection",
-        "accept",
-        "mcp-session-id",
-        "mcp-protocol-version",
-        "last-event-id",
-    }
-)
-Transport = Literal["stdio", "sse", "streamable-http"]
 SEPARATOR = "__"
 MAX_TOOL_NAME = 64
 _UNSAFE_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
-
-
-class ContextMapping(BaseModel):
-    """Where a chat's context argument goes: an argument of every tool that has it, or a header."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    argument: Name | None = None
-    header: HeaderName | None = None
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> ContextMapping:
-        if (self.argument is None) == (self.header is None):
-            raise ValueError("give exactly one of 'argument' or 'header'")
-        if self.header is not None and self.header.lower() in RESERVED_HEADERS:
-            raise ValueError(f"header '{self.header}' is set by the transport")
-        return self
-
-
-def reserved_header_problems(headers: dict[str, str]) -> list[str]:
-    return [
-        f"header '{name}' is set by the transport"
-        for name in headers
-        if name.lower() in RESERVED_HEADERS
-    ]
 
 
 class OperatorServerEntry(BaseModel):
@@ -115,7 +68,7 @@ class OperatorServerEntry(BaseModel):
                 raise ValueError("a stdio server needs 'command' and no 'url'")
         elif not self.url or self.command:
             raise ValueError(f"a {self.type} server needs 'url' and no 'command'")
-        problems = reserved_header_problems(self.headers)
+        problems = reserved_header_problems(self.headers, mcp=True)
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -26,10 +26,9 @@ from mcp_types import CONNECTION_CLOSED
 from app.errors import AppError
 from app.mcp.client import call_outcome, failure_reason, list_all_tools, open_session
 from app.mcp.config import McpServer, exposed_tool_name
-from app.tools.executors import ToolOutcome
 from app.tools.netguard import OutboundPolicy
-from app.tools.providers import shaped
-from app.tools.schema import PreparedTool
+from app.tools.outcome import ToolOutcome
+from app.tools.typed import ContextSlot, McpServerTool
 
 logger = logging.getLogger(__name__)
 
@@ -258,18 +257,16 @@ class ChatSessions:
             self._hub.chats.discard(self)
 
 
-def tool_document(server: McpServer, tool: mcp_types.Tool) -> dict[str, Any]:
-    """An MCP tool as one of our tool documents: context-mapped arguments hidden from the model."""
+def mcp_server_tool(server: McpServer, tool: mcp_types.Tool) -> McpServerTool:
+    """An MCP tool as a typed tool: context-mapped arguments hidden from the model."""
     schema = dict(tool.input_schema or {})
     properties = dict(schema.get("properties") or {})
     required = list(schema.get("required") or [])
-    context_parameters = []
+    context = []
     for context_name, argument in server.argument_mappings().items():
         if argument in properties:
             del properties[argument]
-            context_parameters.append(
-                {"name": context_name, "argument": argument, "required": argument in required}
-            )
+            context.append(ContextSlot(context_name, argument, required=argument in required))
             required = [r for r in required if r != argument]
     visible = {**schema, "type": "object", "properties": properties}
     visible.pop("title", None)
@@ -278,20 +275,35 @@ def tool_document(server: McpServer, tool: mcp_types.Tool) -> dict[str, Any]:
     else:
         visible.pop("required", None)
     name = exposed_tool_name(server.name, tool.name)
+    return McpServerTool(
+        tool_id=name,
+        name=name,
+        description=tool.description or tool.title or "",
+        parameters=None,  # the server checks its own schema
+        json_parameters=visible,
+        context=tuple(context),
+        incompatible_providers=schema_incompatibilities(name, visible),
+        server=server.name,
+        mcp_tool=tool.name,
+    )
+
+
+def mcp_tool_document(tool: McpServerTool) -> dict[str, Any]:
+    """What GET /mcp-servers/{name}/tools shows of a tool."""
     return {
-        "tool_id": name,
+        "tool_id": tool.tool_id,
         "type": "mcp",
-        "server": server.name,
-        "mcp_tool": tool.name,
-        "enabled": True,
-        "tags": [],
+        "server": tool.server,
+        "mcp_tool": tool.mcp_tool,
         "function": {
-            "name": name,
-            "description": tool.description or tool.title or "",
-            "parameters": visible,
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.json_parameters,
         },
-        "context_parameters": context_parameters,
-        "incompatible_providers": schema_incompatibilities(name, visible),
+        "context_parameters": [
+            {"name": c.name, "argument": c.argument, "required": c.required} for c in tool.context
+        ],
+        "incompatible_providers": tool.incompatible_providers,
     }
 
 
@@ -342,9 +354,3 @@ def _keywords(schema: Any) -> set[str]:
         for item in schema:
             found |= _keywords(item)
     return found
-
-
-def prepared_tool(doc: dict[str, Any]) -> PreparedTool:
-    function = doc["function"]
-    schema = shaped("openai", function["name"], function["description"], function["parameters"])
-    return PreparedTool(doc, schema)

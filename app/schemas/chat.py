@@ -6,10 +6,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints
 
-from app.mcp.config import ServerName
-from app.schemas.tools import ClientModel, Name, Tag
+from app.schemas.fields import ClientModel, Name, ServerName, Tag
 
 ContextValue = str | int | float | bool | list[str]
+# Keys are context parameter names; the schema says so (no other key is accepted).
+ContextArguments = Annotated[
+    dict[Name, ContextValue],
+    Field(max_length=64, json_schema_extra={"additionalProperties": False}),
+]
 
 
 class FunctionCall(ClientModel):
@@ -35,9 +39,8 @@ class ChatMessage(ClientModel):
 
 class ChatRequest(ClientModel):
     messages: list[ChatMessage] = Field(min_length=1, max_length=1000)
-    context_arguments: dict[Name, ContextValue] = Field(
+    context_arguments: ContextArguments = Field(
         default_factory=dict,
-        max_length=64,
         description="Values for the tools' context parameters; never shown to the model.",
     )
     tool_ids: list[Name] | None = Field(

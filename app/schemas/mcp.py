@@ -5,20 +5,46 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
-from app.mcp.config import (
-    ContextMapping,
+from app.outbound import reserved_header_problems
+from app.schemas.fields import (
+    ClientModel,
+    Description,
     HeaderName,
     HeaderValue,
+    Name,
     ServerName,
-    Transport,
-    reserved_header_problems,
 )
-from app.schemas.tools import ClientModel, Description, Name
 
+Transport = Literal["stdio", "sse", "streamable-http"]
 MAX_HEADERS = 32
 MAX_CONTEXT_MAPPINGS = 32
+
+
+class ContextMapping(BaseModel):
+    """Where a chat's context argument goes: an argument of every tool that has it, or a header."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    argument: Name | None = None
+    header: HeaderName | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ContextMapping:
+        if (self.argument is None) == (self.header is None):
+            raise ValueError("give exactly one of 'argument' or 'header'")
+        problems = reserved_header_problems([self.header] if self.header else [], mcp=True)
+        if problems:
+            raise ValueError(problems[0])
+        return self
 
 
 class McpServerCreate(ClientModel):
@@ -42,7 +68,7 @@ class McpServerCreate(ClientModel):
     @field_validator("headers")
     @classmethod
     def _not_transport_headers(cls, headers: dict[str, str]) -> dict[str, str]:
-        problems = reserved_header_problems(headers)
+        problems = reserved_header_problems(headers, mcp=True)
         if problems:
             raise ValueError("; ".join(problems))
         return headers

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field
 
+RunKind = Literal["chat", "invoke"]
 RunStatus = Literal["completed", "max_iterations", "token_budget", "cancelled", "error"]
 
 
@@ -28,9 +29,13 @@ class RunUsage(BaseModel):
 
 class Run(BaseModel):
     run_id: str
+    kind: RunKind = Field(
+        default="chat",
+        description="`chat`: POST /chat; `invoke`: one tool run by POST /tools/{tool_id}/invoke.",
+    )
     started_at: datetime
     ended_at: datetime
-    model: str
+    model: str | None = Field(default=None, description="The model of a chat; None otherwise.")
     stop_reason: RunStatus
     error: str | None = Field(default=None, exclude_if=lambda value: value is None)
     iterations: int

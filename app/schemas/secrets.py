@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from app.schemas.tools import ClientModel
+from app.schemas.fields import ClientModel
 
 
 class SecretPut(ClientModel):

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, StringConstraints
 
-from app.schemas.tools import ClientModel
+from app.schemas.fields import ClientModel
 
 TENANT_ID_PATTERN = r"^[a-z0-9_-]{2,63}$"
 TenantId = Annotated[str, StringConstraints(pattern=TENANT_ID_PATTERN)]

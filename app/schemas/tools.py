@@ -8,12 +8,15 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 from pydantic.config import JsonDict
 
-NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
-TAG_PATTERN = r"^[a-zA-Z0-9_.:-]{1,64}$"
+from app.schemas.fields import (
+    ClientModel,
+    Description,
+    HeaderName,
+    HeaderValue,
+    Name,
+    Tag,
+)
 
-Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
-Tag = Annotated[str, StringConstraints(pattern=TAG_PATTERN)]
-Description = Annotated[str, StringConstraints(max_length=4096)]
 EnumValue = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 ParameterType = Literal["string", "integer", "number", "boolean", "array"]
@@ -21,20 +24,9 @@ ItemType = Literal["string", "integer", "number", "boolean"]
 ToolType = Literal["function", "external"]
 HttpMethod = Literal["GET", "POST", "PUT", "DELETE"]
 
-# An HTTP field name (RFC 9110 token) and a value without control characters.
-HeaderName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")]
-HeaderValue = Annotated[
-    str, StringConstraints(max_length=4096, pattern=r"^[^\x00-\x08\x0a-\x1f\x7f]*$")
-]
 
 # Arrays may be long, but a bound keeps every integer inside BSON's 64 bits and schemas sane.
 MAX_ARRAY_BOUND = 100_000
-
-
-class ClientModel(BaseModel):
-    """What clients send: unknown fields are rejected, types are not coerced."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ItemsSchema(ClientModel):
@@ -136,6 +128,17 @@ class ToolUpdate(ToolFields):
     tool_id: Name | None = None
 
 
+class StoredTool(ToolFields):
+    """A tool document as read back from the database: checked again, since anything may have
+    written it; fields this version does not know are ignored."""
+
+    model_config = ConfigDict(extra="ignore", strict=False)
+
+    tool_id: Name
+    created_at: datetime
+    updated_at: datetime
+
+
 class Tool(BaseModel):
     """A stored tool, as returned to admins."""
 
@@ -153,10 +156,20 @@ class Tool(BaseModel):
     )
 
 
+class UnreadableTool(BaseModel):
+    """A stored tool this server cannot read (written by another version, or by hand): listed so
+    it can be fixed (PUT) or deleted, but never offered to a model."""
+
+    tool_id: str
+    type: str | None = None
+    enabled: bool | None = None
+    problems: list[str] = Field(description="Why the stored document cannot be used.")
+
+
 class ToolPage(BaseModel):
     """One page of a tenant's tools."""
 
-    items: list[Tool]
+    items: list[Tool | UnreadableTool]
     total: int
     limit: int
     offset: int
@@ -164,6 +177,9 @@ class ToolPage(BaseModel):
 
 class ToolId(BaseModel):
     tool_id: str
-    name: str
-    type: ToolType
+    name: str | None = Field(default=None, description="Absent for a tool that cannot be read.")
+    type: ToolType | None = None
     enabled: bool
+    problems: list[str] | None = Field(
+        default=None, description="Why the stored document cannot be read (see GET /tools/{id})."
+    )

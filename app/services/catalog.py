@@ -1,68 +1,154 @@
-"""Each tenant's tools, loaded once and kept ready: API JSON and model schemas built once.
+"""Each tenant's tools, loaded once and kept ready: parsed into typed tools, API JSON built once.
 
 Loading a tenant's tools, validating them and building their schemas on every request was the
 largest cost after the model call (profile in the performance issue). A snapshot is reused for
 `ttl_s` (TOOL_CACHE_TTL_S; 0 turns caching off). Writes through this process invalidate the
 tenant at once; another replica's writes are seen within `ttl_s`.
+
+A stored document that does not parse never breaks the tenant's other tools: it is left out of
+chats (one warning per process), and the CRUD routes list it with its `problems`.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from app.repositories.tools import ToolRepository
-from app.schemas.tools import Tool
-from app.tools.providers import incompatibilities
-from app.tools.schema import PreparedTool
+from app.schemas.tools import Tool, UnreadableTool
+from app.tools.registry import FunctionRegistry
+from app.tools.typed import (
+    DefaultsOf,
+    ExternalTool,
+    FunctionTool,
+    UnreadableToolError,
+    parse_stored_tool,
+)
+
+logger = logging.getLogger(__name__)
+MAX_WARNED = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    """One stored tool: typed, or the reasons it cannot be (`tool` is None then)."""
+
+    tool_id: str
+    tool: FunctionTool | ExternalTool | None
+    json: bytes  # as the CRUD routes show it
+    problems: tuple[str, ...] = ()
+    stored_type: Any = None  # the document's `type`, whatever it holds
+    enabled: bool = False
+
+    @property
+    def name(self) -> str | None:
+        return self.tool.name if self.tool else None
 
 
 @dataclass(frozen=True)
 class ToolSnapshot:
     """One tenant's tools, ordered by tool_id."""
 
-    docs: list[dict[str, Any]]
-    json_by_id: dict[str, bytes]
-    enabled: list[PreparedTool] = field(default_factory=list)
+    entries: list[CatalogEntry]
+    by_id: dict[str, CatalogEntry]
+    enabled: list[FunctionTool | ExternalTool]
 
     @classmethod
-    def build(cls, docs: list[dict[str, Any]]) -> ToolSnapshot:
+    def build(
+        cls, docs: list[dict[str, Any]], *, defaults_of: DefaultsOf | None = None
+    ) -> ToolSnapshot:
+        entries = [entry for doc in docs if (entry := catalog_entry(doc, defaults_of))]
         return cls(
-            docs=docs,
-            json_by_id={
-                doc["tool_id"]: shown_tool(doc).model_dump_json(exclude_none=True).encode()
-                for doc in docs
-            },
-            enabled=[PreparedTool.from_doc(doc) for doc in docs if doc.get("enabled")],
+            entries=entries,
+            by_id={entry.tool_id: entry for entry in entries},
+            enabled=[e.tool for e in entries if e.tool is not None and e.tool.enabled],
         )
 
+    @property
+    def unreadable(self) -> list[CatalogEntry]:
+        return [entry for entry in self.entries if entry.tool is None]
 
-def shown_tool(doc: dict[str, Any]) -> Tool:
-    """A stored tool as admins see it, with the providers that cannot express it."""
-    return Tool.model_validate({**doc, "incompatible_providers": incompatibilities(doc) or None})
+
+def catalog_entry(doc: dict[str, Any], defaults_of: DefaultsOf | None) -> CatalogEntry | None:
+    """The entry for a stored document; None for one without a usable tool_id (no route could
+    reach it)."""
+    tool_id = doc.get("tool_id")
+    if not isinstance(tool_id, str):
+        return None
+    try:
+        stored, tool = parse_stored_tool(doc, defaults_of=defaults_of)
+    except UnreadableToolError as exc:
+        enabled = doc.get("enabled") is True
+        stored_type = doc.get("type")
+        shown = UnreadableTool(
+            tool_id=tool_id,
+            type=stored_type if isinstance(stored_type, str) else None,
+            enabled=enabled,
+            problems=exc.problems,
+        )
+        return CatalogEntry(
+            tool_id,
+            None,
+            shown.model_dump_json(exclude_none=True).encode(),
+            tuple(exc.problems),
+            stored_type,
+            enabled,
+        )
+    shown_tool = Tool.model_validate(
+        {**stored.model_dump(), "incompatible_providers": tool.incompatible_providers or None}
+    )
+    json = shown_tool.model_dump_json(exclude_none=True).encode()
+    return CatalogEntry(tool_id, tool, json, (), stored.type, stored.enabled)
 
 
 class ToolCatalog:
-    def __init__(self, *, tools: ToolRepository, ttl_s: float) -> None:
+    def __init__(
+        self, *, tools: ToolRepository, ttl_s: float, registry: FunctionRegistry | None = None
+    ) -> None:
         self._tools = tools
         self._ttl_s = ttl_s
+        self._registry = registry
         self._entries: dict[str, tuple[float, ToolSnapshot]] = {}
         self._generations: dict[str, int] = {}
+        self._warned: set[tuple[str, str, tuple[str, ...]]] = set()
+
+    def _defaults_of(self, name: str) -> frozenset[str]:
+        entry = self._registry.get(name) if self._registry is not None else None
+        return frozenset() if entry is None else entry.defaulted_parameters
 
     async def snapshot(self, *, tenant_id: str) -> ToolSnapshot:
         cached = self._entries.get(tenant_id)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
         generation = self._generations.get(tenant_id, 0)
-        snapshot = ToolSnapshot.build(await self._tools.all(tenant_id=tenant_id))
+        docs = await self._tools.all(tenant_id=tenant_id)
+        snapshot = ToolSnapshot.build(docs, defaults_of=self._defaults_of)
+        self._warn_unreadable(snapshot, tenant_id)
         # Store only if no write invalidated the tenant while we were reading.
         if self._ttl_s > 0 and self._generations.get(tenant_id, 0) == generation:
             self._entries[tenant_id] = (time.monotonic() + self._ttl_s, snapshot)
         return snapshot
 
-    async def enabled(self, *, tenant_id: str) -> list[PreparedTool]:
-        """The tenant's enabled tools with their model schemas, ordered by tool_id."""
+    def _warn_unreadable(self, snapshot: ToolSnapshot, tenant_id: str) -> None:
+        """One warning per process for each unreadable document (and each new set of reasons)."""
+        for entry in snapshot.unreadable:
+            key = (tenant_id, entry.tool_id, entry.problems)
+            if key in self._warned:
+                continue
+            if len(self._warned) >= MAX_WARNED:
+                self._warned.clear()
+            self._warned.add(key)
+            logger.warning(
+                "tenant %s: stored tool %r cannot be read and is left out of chats: %s",
+                tenant_id,
+                entry.tool_id,
+                "; ".join(entry.problems),
+            )
+
+    async def enabled(self, *, tenant_id: str) -> list[FunctionTool | ExternalTool]:
+        """The tenant's enabled, readable tools, ordered by tool_id."""
         return (await self.snapshot(tenant_id=tenant_id)).enabled
 
     def invalidate(self, tenant_id: str) -> None:

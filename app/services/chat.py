@@ -1,26 +1,37 @@
-"""POST /chat: pick the tenant's tools, run the loop, shape the result."""
+"""POST /chat: limits, pick the tenant's tools, run the loop (whole or as events), record it."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import uuid
+import weakref
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
 from app.chat.model import ModelNotConfiguredError
-from app.errors import AppError, UnprocessableError, field_error
+from app.errors import AppError, UnprocessableError, field_error, problem_body
+from app.limits import TenantLimits
 from app.logs import hiding
 from app.mcp.config import McpServer
-from app.mcp.hub import prepared_tool, tool_document
+from app.mcp.hub import ChatSessions, mcp_server_tool
 from app.metrics import Metrics
 from app.repositories.database import utc_now
-from app.schemas.chat import ChatRequest
+from app.schemas.chat import ChatRequest, ChatResponse
 from app.services.catalog import ToolCatalog
 from app.services.mcp_servers import McpServerService
-from app.services.runs import RunRecorder
+from app.services.runs import RunRecorder, run_record
 from app.services.secrets import SecretService
-from app.tools.schema import PreparedTool
+from app.tools.executors import CallScope
+from app.tools.scrub import Scrubber
+from app.tools.typed import TypedTool
+
+logger = logging.getLogger(__name__)
+# One server-sent event (name, data), or None for a keep-alive comment.
+ChatEvent = tuple[str, dict[str, Any]] | None
 
 
 class ChatService:
@@ -32,6 +43,7 @@ class ChatService:
         default_model: str,
         max_iterations_cap: int,
         recorder: RunRecorder,
+        limits: TenantLimits,
         keep_messages: bool = False,
         mcp: McpServerService | None = None,
         secrets: SecretService | None = None,
@@ -42,10 +54,23 @@ class ChatService:
         self._default_model = default_model
         self._cap = max_iterations_cap
         self._recorder = recorder
+        self._limits = limits
         self._keep_messages = keep_messages
         self._mcp = mcp
         self._secrets = secrets
         self._metrics = metrics or Metrics()
+
+    async def start(self, request: ChatRequest, *, tenant_id: str) -> StartedChat:
+        """Take a chat slot and prepare the chat: every 429/4xx/503 is raised here, before any
+        run. The started chat holds the slot until it ends, however it ends."""
+        self._limits.chats.check(tenant_id)
+        release = self._limits.concurrent_chats.acquire(tenant_id)
+        try:
+            prepared = await self.prepare(request, tenant_id=tenant_id)
+        except BaseException:
+            release()
+            raise
+        return StartedChat(self, prepared, tenant_id=tenant_id, release=release)
 
     async def prepare(self, request: ChatRequest, *, tenant_id: str) -> ChatRun:
         """Check the request and pick its tools: every 4xx/503 is raised here, before any run."""
@@ -59,7 +84,7 @@ class ChatService:
             raise ModelNotConfiguredError(
                 "No model is configured: set OPENAI_BASE_URL and/or OPENAI_API_KEY."
             )
-        tools = _selected(
+        tools: list[TypedTool] = _selected(
             await self._catalog.enabled(tenant_id=tenant_id), request.tool_ids, request.tags
         )
         context = dict(request.context_arguments)
@@ -79,37 +104,39 @@ class ChatService:
         return ChatRun(
             messages=[m.model_dump(exclude_none=True) for m in request.messages],
             tools=tools,
-            context=context,
             model=request.model or self._default_model,
             max_iterations=max_iterations,
             parallel_tool_calls=request.parallel_tool_calls,
-            mcp=sessions,
-            secrets=secrets,
+            call=CallScope(
+                context=context,
+                secrets=secrets,
+                mcp=sessions,
+                scrub=Scrubber(hidden_values(context, secrets)),
+            ),
         )
 
     async def _mcp_tools(
         self, servers: list[McpServer], context: dict[str, Any], *, taken: set[str]
-    ) -> list[PreparedTool]:
+    ) -> list[TypedTool]:
         """The servers' tools (listed concurrently); 422 if a name would be offered twice."""
         assert self._mcp is not None
-        prepared = []
+        found: list[TypedTool] = []
         for server, tools in await self._mcp.hub.tools(servers, context):
-            for tool in tools:
-                doc = tool_document(server, tool)
-                if doc["function"]["name"] in taken:
+            for listed in tools:
+                tool = mcp_server_tool(server, listed)
+                if tool.name in taken:
                     raise UnprocessableError(
                         "Two tools of this chat would have the same name.",
                         errors=[
                             field_error(
                                 "$.mcp_servers",
-                                f"'{doc['function']['name']}' is offered twice; "
-                                "rename or deselect one",
+                                f"'{tool.name}' is offered twice; rename or deselect one",
                             )
                         ],
                     )
-                taken.add(doc["function"]["name"])
-                prepared.append(prepared_tool(doc))
-        return prepared
+                taken.add(tool.name)
+                found.append(tool)
+        return found
 
     async def run(
         self, chat: ChatRun, *, tenant_id: str, run_id: str, events: EventSink | None = None
@@ -119,7 +146,8 @@ class ChatService:
         progress = ChatResult(message={}, messages=[], stop_reason="completed", iterations=0)
         started = utc_now()
         status, error = "error", None
-        hidden = [*chat.context.values(), *(v for v in chat.secrets.values() if v)]
+        call = chat.call
+        hidden = hidden_values(call.context, call.secrets)
         try:
             with hiding(hidden):  # no log line written during the run can carry them
                 result = await self._loop.run(chat, events=events, progress=progress)
@@ -132,8 +160,8 @@ class ChatService:
             error = exc.message
             raise
         finally:
-            if chat.mcp is not None:  # end, error or disconnect: no process or session outlives it
-                await chat.mcp.aclose()
+            if isinstance(call.mcp, ChatSessions):  # end, error or disconnect: nothing outlives it
+                await call.mcp.aclose()
             self._metrics.chat_done(status, progress.iterations)
             record = _run_record(
                 chat,
@@ -147,14 +175,20 @@ class ChatService:
             self._recorder.record(record, tenant_id=tenant_id)
 
 
+def hidden_values(context: Mapping[str, Any], secrets: Mapping[str, str | None]) -> list[Any]:
+    """What a run must never show or log: its context values and the secrets its tools read."""
+    return [*context.values(), *(value for value in secrets.values() if value)]
+
+
 def _selected(
-    tools: list[PreparedTool], tool_ids: list[str] | None, tags: list[str] | None
-) -> list[PreparedTool]:
+    tools: Sequence[TypedTool], tool_ids: list[str] | None, tags: list[str] | None
+) -> list[TypedTool]:
     """The tools a request asks for; 422 naming any requested id that is not available."""
+    tools = list(tools)
     if tool_ids is not None:
         wanted = set(tool_ids)
-        tools = [t for t in tools if t.doc["tool_id"] in wanted]
-        missing = sorted(wanted - {t.doc["tool_id"] for t in tools})
+        tools = [t for t in tools if t.tool_id in wanted]
+        missing = sorted(wanted - {t.tool_id for t in tools})
         if missing:
             raise UnprocessableError(
                 "Some requested tools do not exist or are disabled.",
@@ -162,7 +196,7 @@ def _selected(
             )
     if tags is not None:
         wanted_tags = set(tags)
-        tools = [t for t in tools if wanted_tags.intersection(t.doc.get("tags", ()))]
+        tools = [t for t in tools if not wanted_tags.isdisjoint(t.tags)]
     return tools
 
 
@@ -180,23 +214,23 @@ def _run_record(
     error: str | None,
     keep_messages: bool,
 ) -> dict[str, Any]:
-    """What is kept of a run: never context values; message contents only if configured."""
-    tool_ids = {tool.name: tool.doc["tool_id"] for tool in chat.tools}
+    """What is kept of a chat: never context values; message contents only if configured."""
+    tool_ids = {tool.name: tool.tool_id for tool in chat.tools}
     usage = progress.usage
-    record: dict[str, Any] = {
-        "run_id": run_id,
-        "started_at": started,
-        "ended_at": utc_now(),
-        "model": chat.model,
-        "stop_reason": status,
-        "error": error,
-        "iterations": progress.iterations,
-        "usage": {
+    record = run_record(
+        run_id=run_id,
+        kind="chat",
+        started=started,
+        status=status,
+        error=error,
+        model=chat.model,
+        iterations=progress.iterations,
+        usage={
             "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens,
             "total_tokens": usage.total_tokens,
         },
-        "tool_calls": [
+        tool_calls=[
             {
                 "id": call.id,
                 "name": call.name,
@@ -207,7 +241,7 @@ def _run_record(
             }
             for call in progress.tool_calls
         ],
-    }
+    )
     if keep_messages:
         record["messages"] = progress.messages
     return record
@@ -227,3 +261,80 @@ def _response(result: ChatResult) -> dict[str, Any]:
             "total_tokens": usage.total_tokens,
         },
     }
+
+
+class StartedChat:
+    """A prepared chat holding one of its tenant's concurrent-chat slots: run it whole with
+    `result()` or as events with `events()`; either frees the slot when the run ends."""
+
+    def __init__(
+        self,
+        service: ChatService,
+        chat: ChatRun,
+        *,
+        tenant_id: str,
+        release: Callable[[], None],
+    ) -> None:
+        self._service = service
+        self._chat = chat
+        self._tenant_id = tenant_id
+        self._release = release
+        self.run_id = new_run_id()
+
+    async def result(self) -> dict[str, Any]:
+        try:
+            return await self._service.run(
+                self._chat, tenant_id=self._tenant_id, run_id=self.run_id
+            )
+        finally:
+            self._release()
+
+    def events(self, *, keepalive_s: float) -> AsyncGenerator[ChatEvent, None]:
+        """The run as events: `iteration`, `message.delta`, `tool_call`, `tool_result`, then
+        `done` (the whole answer) or `error` (a problem body); None while nothing happens for
+        `keepalive_s`. If the consumer stops early (the client left), the run is cancelled."""
+        events = self._events(keepalive_s)
+        # If the response is dropped before it ever starts, collecting the generator frees the slot.
+        weakref.finalize(events, self._release)
+        return events
+
+    async def _events(self, keepalive_s: float) -> AsyncGenerator[ChatEvent, None]:
+        queue: asyncio.Queue[ChatEvent | StopAsyncIteration] = asyncio.Queue()
+
+        async def emit(name: str, data: dict[str, Any]) -> None:
+            await queue.put((name, data))
+
+        async def run() -> None:
+            try:
+                result = await self._service.run(
+                    self._chat, tenant_id=self._tenant_id, run_id=self.run_id, events=emit
+                )
+                done = ChatResponse.model_validate(result).model_dump(mode="json")
+                await queue.put(("done", done))
+            except AppError as exc:
+                await queue.put(("error", exc.body()))
+            except Exception:
+                logger.exception("chat stream failed")
+                await queue.put(("error", problem_body(500, "An unexpected error occurred.")))
+            finally:
+                await queue.put(StopAsyncIteration())
+
+        task = asyncio.create_task(run())
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), keepalive_s)
+                except TimeoutError:
+                    yield None  # so proxies do not cut a stream waiting on a tool
+                    continue
+                if isinstance(item, StopAsyncIteration):
+                    return
+                yield item
+        finally:
+            try:
+                if not task.done():  # the consumer left: cancel the model call and tools
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            finally:
+                self._release()

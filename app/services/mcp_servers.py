@@ -6,8 +6,6 @@ import logging
 import uuid
 from typing import Any
 
-import httpx
-
 from app.crypto import SecretBox, UnsealError, associated_data
 from app.errors import (
     ConflictError,
@@ -19,12 +17,14 @@ from app.errors import (
 )
 from app.limits import TenantLocks
 from app.mcp.config import McpServer
-from app.mcp.hub import McpHub, tool_document
+from app.mcp.hub import McpHub, mcp_server_tool, mcp_tool_document
+from app.outbound import url_problem
 from app.repositories.mcp_servers import McpServerRepository
 from app.schemas.mcp import McpServerCreate
 from app.services.secrets import ResealReport
 from app.tools.netguard import OutboundPolicy
-from app.tools.providers import Provider, shaped
+from app.tools.providers import Provider
+from app.tools.typed import McpServerTool
 
 logger = logging.getLogger(__name__)
 
@@ -154,14 +154,24 @@ class McpServerService:
             )
         return found
 
-    async def tools(self, name: str, *, tenant_id: str) -> list[dict[str, Any]]:
-        """The server's tools as tool documents (connects unless the list is cached)."""
+    async def tools(self, name: str, *, tenant_id: str) -> list[McpServerTool]:
+        """The server's tools, typed (connects unless the list is cached); 404 for a server the
+        tenant cannot use."""
         try:
             [server] = await self.resolve([name], tenant_id=tenant_id, path="name")
         except UnprocessableError:
             raise NotFoundError(f"no MCP server named '{name}'") from None
         tools = await self._hub.server_tools(server, {})
-        return [tool_document(server, tool) for tool in tools]
+        return [mcp_server_tool(server, tool) for tool in tools]
+
+    async def tools_json(
+        self, name: str, *, tenant_id: str, provider: Provider | None
+    ) -> list[dict[str, Any]]:
+        """The server's tools as documents, or in a provider's tool format."""
+        tools = await self.tools(name, tenant_id=tenant_id)
+        if provider is not None:
+            return [tool.in_format(provider) for tool in tools]
+        return [mcp_tool_document(tool) for tool in tools]
 
     async def drop_all(self, *, tenant_id: str) -> None:
         await self._servers.drop_all(tenant_id=tenant_id)
@@ -194,13 +204,7 @@ def _header_aad(tenant_id: str, server: str, header: str) -> bytes:
 
 
 def _url_problem(url: str, policy: OutboundPolicy) -> str | None:
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        return f"not a valid URL: {exc}"
-    if parsed.userinfo:
-        return "credentials in the URL are not allowed; send them as headers"
-    return policy.url_safety_problem(url)
+    return url_problem(url) or policy.url_safety_problem(url)
 
 
 def _shown(server: McpServer, created_at: Any = None) -> dict[str, Any]:
@@ -217,16 +221,3 @@ def _shown(server: McpServer, created_at: Any = None) -> dict[str, Any]:
         shown["headers"] = {k: masked(v) for k, v in server.headers.items()}
         shown["created_at"] = created_at
     return shown
-
-
-def mcp_provider_tool(doc: dict[str, Any], provider: Provider) -> dict[str, Any]:
-    """An MCP tool document in a provider's format; its JSON Schema is passed through (for
-    Gemini: converted, unless the document reports that Gemini cannot take it)."""
-    function = doc["function"]
-    return shaped(
-        provider,
-        function["name"],
-        function["description"],
-        function["parameters"],
-        gemini_convert="gemini" not in doc["incompatible_providers"],
-    )

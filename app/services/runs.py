@@ -82,6 +82,33 @@ class RunRecorder:
                 )
 
 
+def run_record(
+    *,
+    run_id: str,
+    kind: str,
+    started: datetime,
+    status: str,
+    error: str | None,
+    tool_calls: list[dict[str, Any]],
+    model: str | None = None,
+    iterations: int = 0,
+    usage: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """What is kept of a run (a chat, or one invocation): never context values."""
+    return {
+        "run_id": run_id,
+        "kind": kind,
+        "started_at": started,
+        "ended_at": datetime.now(UTC),
+        "model": model,
+        "stop_reason": status,
+        "error": error,
+        "iterations": iterations,
+        "usage": usage or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "tool_calls": tool_calls,
+    }
+
+
 class RunService:
     """What admins read: runs, newest first, and per-tool aggregates."""
 

@@ -10,17 +10,18 @@ from app.errors import ConflictError, NotFoundError, UnprocessableError, field_e
 from app.limits import TenantLocks
 from app.repositories.tools import ToolRepository
 from app.schemas.tools import Tool, ToolCreate, ToolFields, ToolUpdate
-from app.services.catalog import ToolCatalog, shown_tool
-from app.tools.definitions import (
+from app.services.catalog import CatalogEntry, ToolCatalog, catalog_entry
+from app.tools.netguard import OutboundPolicy
+from app.tools.providers import Provider
+from app.tools.registry import FunctionRegistry
+from app.tools.rules import (
     Problem,
     endpoint_problems,
     parameter_problems,
     secret_problems,
     signature_problems,
 )
-from app.tools.netguard import OutboundPolicy
-from app.tools.providers import Provider, provider_tool
-from app.tools.registry import FunctionRegistry
+from app.tools.typed import ExternalTool, FunctionTool
 
 # Literal routes under /tools/ that a tool with this id could never be fetched past.
 RESERVED_TOOL_IDS = frozenset({"ids", "create"})
@@ -110,20 +111,24 @@ class ToolService:
                 doc = await self._tools.insert(_document(tool), tenant_id=tenant_id)
             finally:
                 self._catalog.invalidate(tenant_id)
-        return shown_tool(doc)
+        return _shown(doc)
+
+    async def entry(self, tool_id: str, *, tenant_id: str) -> CatalogEntry:
+        """One stored tool, readable or not; 404 if the tenant has none with this id."""
+        snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
+        found = snapshot.by_id.get(tool_id)
+        if found is None:
+            raise NotFoundError(f"tool '{tool_id}' does not exist")
+        return found
 
     async def get_json(
         self, tool_id: str, *, tenant_id: str, provider: Provider | None = None
     ) -> bytes:
         """One tool as API JSON, or in a provider's tool format."""
-        snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
-        found = snapshot.json_by_id.get(tool_id)
-        if found is None:
-            raise NotFoundError(f"tool '{tool_id}' does not exist")
+        entry = await self.entry(tool_id, tenant_id=tenant_id)
         if provider is None:
-            return found
-        doc = next(d for d in snapshot.docs if d["tool_id"] == tool_id)
-        return orjson.dumps(provider_tool(doc, provider))
+            return entry.json
+        return orjson.dumps(readable(entry).in_format(provider))
 
     async def page_json(
         self,
@@ -135,21 +140,22 @@ class ToolService:
         tag: str | None,
         provider: Provider | None = None,
     ) -> bytes:
-        """A page of tools as API JSON (a ToolPage), or a provider's `tools` list."""
+        """A page of tools as API JSON (a ToolPage), or a provider's `tools` list (which leaves
+        out stored tools that cannot be read)."""
         snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
-        docs = [
-            doc
-            for doc in snapshot.docs
-            if (tool_type is None or doc["type"] == tool_type)
-            and (tag is None or tag in doc.get("tags", ()))
+        entries = [
+            entry
+            for entry in snapshot.entries
+            if (tool_type is None or entry.stored_type == tool_type)
+            and (tag is None or (entry.tool is not None and tag in entry.tool.tags))
         ]
-        page = docs[offset : offset + limit]
+        page = entries[offset : offset + limit]
         if provider is not None:
-            return orjson.dumps([provider_tool(doc, provider) for doc in page])
-        items = b",".join(snapshot.json_by_id[d["tool_id"]] for d in page)
+            return orjson.dumps([e.tool.in_format(provider) for e in page if e.tool is not None])
+        items = b",".join(entry.json for entry in page)
         return b'{"items":[%b],"total":%d,"limit":%d,"offset":%d}' % (
             items,
-            len(docs),
+            len(entries),
             limit,
             offset,
         )
@@ -158,12 +164,13 @@ class ToolService:
         snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
         return [
             {
-                "tool_id": d["tool_id"],
-                "name": d["function"]["name"],
-                "type": d["type"],
-                "enabled": d["enabled"],
+                "tool_id": entry.tool_id,
+                "name": entry.name,
+                "type": entry.tool.kind if entry.tool else None,
+                "enabled": entry.enabled,
+                "problems": list(entry.problems) or None,
             }
-            for d in snapshot.docs
+            for entry in snapshot.entries
         ]
 
     async def replace(self, tool_id: str, tool: ToolUpdate, *, tenant_id: str) -> Tool:
@@ -184,13 +191,30 @@ class ToolService:
             self._catalog.invalidate(tenant_id)
         if doc is None:
             raise NotFoundError(f"tool '{tool_id}' does not exist")
-        return shown_tool(doc)
+        return _shown(doc)
 
     async def delete(self, tool_id: str, *, tenant_id: str) -> None:
         deleted = await self._tools.delete(tool_id, tenant_id=tenant_id)
         self._catalog.invalidate(tenant_id)
         if not deleted:
             raise NotFoundError(f"tool '{tool_id}' does not exist")
+
+
+def readable(entry: CatalogEntry) -> FunctionTool | ExternalTool:
+    """The entry's typed tool; 409 naming the problems when the stored document is unreadable."""
+    if entry.tool is None:
+        raise ConflictError(
+            f"tool '{entry.tool_id}' is stored in a form this server cannot read "
+            f"({'; '.join(entry.problems)}); replace it (PUT) or delete it"
+        )
+    return entry.tool
+
+
+def _shown(doc: dict[str, Any]) -> Tool:
+    """A tool just written, as the create and replace routes answer."""
+    entry = catalog_entry(doc, None)
+    assert entry is not None and entry.tool is not None, "what was written was validated"
+    return Tool.model_validate_json(entry.json)
 
 
 def _document(tool: ToolFields) -> dict[str, Any]:

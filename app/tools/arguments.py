@@ -5,7 +5,11 @@ Messages name parameters and types but never echo context values: they go back t
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from app.tools.outcome import unset_secret
+from app.tools.typed import ContextSlot
 
 _SCALAR_CHECKS = {
     "string": lambda v: isinstance(v, str),
@@ -56,30 +60,36 @@ def value_problems(name: str, value: Any, schema: dict[str, Any]) -> list[str]:
 
 def merge_context(
     arguments: dict[str, Any],
-    context_parameters: list[dict[str, Any]],
-    context_values: dict[str, Any],
-    *,
-    optional: frozenset[str] = frozenset(),
+    slots: Sequence[ContextSlot],
+    context: Mapping[str, Any],
+    secrets: Mapping[str, str | None],
 ) -> tuple[dict[str, Any], list[str]]:
     """The call's arguments with context values merged in, and the context problems.
 
-    The server's value always wins: a model-supplied key with a context parameter's name was
-    already dropped by the caller. A context parameter in `optional` may be absent.
+    The server's value always wins: a caller-supplied key with a context parameter's name was
+    already dropped. A secret-backed slot takes its secret's value, never the caller's.
     """
     merged = dict(arguments)
     problems = []
-    for context in context_parameters:
-        name = context["name"]
-        if name not in context_values:
-            if name not in optional:
+    for slot in slots:
+        if slot.secret is not None:
+            value = secrets.get(slot.secret)
+            if value is None:
+                problems.append(unset_secret(slot.secret))
+                continue
+        elif slot.name in context:
+            value = context[slot.name]
+        else:
+            if slot.required:
                 problems.append(
-                    f"missing context argument '{name}': the caller must supply it "
+                    f"missing context argument '{slot.name}': the caller must supply it "
                     "in context_arguments"
                 )
             continue
-        value = context_values[name]
-        if value_problems(name, value, context):
-            problems.append(f"context argument '{name}' must be of type {context.get('type')}")
+        if slot.schema is not None and value_problems(slot.name, value, slot.schema):
+            problems.append(
+                f"context argument '{slot.name}' must be of type {slot.schema.get('type')}"
+            )
             continue
-        merged[name] = value
+        merged[slot.argument] = value
     return merged, problems

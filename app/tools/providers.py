@@ -14,18 +14,9 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from app.tools.schema import parameters_json_schema
-
 Provider = Literal["openai", "openai-responses", "anthropic", "gemini"]
 PROVIDERS: tuple[Provider, ...] = ("openai", "openai-responses", "anthropic", "gemini")
 _GEMINI_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
-
-
-def provider_tool(doc: dict[str, Any], provider: Provider) -> dict[str, Any]:
-    """The tool `doc` as `provider`'s API expects it."""
-    function = doc["function"]
-    parameters = parameters_json_schema(function.get("parameters", {}))
-    return shaped(provider, function["name"], function.get("description", ""), parameters)
 
 
 def shaped(
@@ -78,9 +69,8 @@ def gemini_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return converted  # additionalProperties has no Gemini equivalent: dropped
 
 
-def incompatibilities(doc: dict[str, Any]) -> dict[str, list[str]]:
-    """Providers that cannot take this tool as it is, with the reasons (empty when all can)."""
-    name = doc["function"]["name"]
+def incompatibilities(name: str) -> dict[str, list[str]]:
+    """Providers that cannot take a tool of this name, with the reasons (empty when all can)."""
     problems: dict[str, list[str]] = {}
     if not _GEMINI_NAME.match(name):
         problems["gemini"] = [f"function name '{name}' must start with a letter or an underscore"]

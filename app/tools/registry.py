@@ -20,7 +20,7 @@ from typing import Any, TypedDict, TypeVar, Unpack, overload
 from pydantic import ValidationError
 
 from app.schemas.tools import ContextParameter, FunctionSpec, ParametersSchema
-from app.tools.definitions import parameter_problems, signature_problems
+from app.tools.rules import parameter_problems, signature_problems
 
 F = TypeVar("F", bound=Callable[..., Any])
 

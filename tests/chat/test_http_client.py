@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.chat.http_client import HTTPModelClient
+from app.chat.http_model_client import HTTPModelClient
 from tests.support import fake_model as script
 
 ANSWER = script.text("hi")({}).body

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from app.chat.http_client import HTTPModelClient
+from app.chat.http_model_client import HTTPModelClient
 from app.chat.model import ModelClient, ModelTurn, ModelUpstreamError, TurnAssembler
 from app.chat.openai_sdk import OpenAISDKClient
 from tests.support import fake_model as script

@@ -12,29 +12,13 @@ import types
 import typing
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
+from app.outbound import reserved_header_problems, url_problem
 from app.schemas.tools import ContextParameter, FunctionSpec, ParameterSchema
 
 Problem = tuple[str, str]
 
 SECRET_REFERENCE = re.compile(r"\{secret:([a-zA-Z0-9_-]{1,64})\}")
-# Headers the HTTP client owns: a tool setting them could smuggle or break requests.
-RESERVED_HEADERS = frozenset(
-    {
-        "host",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "upgrade",
-        "te",
-        "trailer",
-        "proxy-connection",
-        "proxy-authorization",
-    }
-)
-
 _SCALAR_TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool}
 
 
@@ -118,37 +102,10 @@ def secret_problems(
         return [*problems, ("$.function.headers", "headers are only allowed on external tools")]
     for name, value in function.headers.items():
         path = f"$.function.headers.{name}"
-        if name.lower() in RESERVED_HEADERS:
-            problems.append((path, f"'{name}' is set by the HTTP client and cannot be configured"))
+        problems += [(path, problem) for problem in reserved_header_problems([name])]
         if value.count("{secret:") != len(SECRET_REFERENCE.findall(value)):
             problems.append((path, "write a secret reference as {secret:NAME}, NAME [A-Za-z0-9_-]"))
     return problems
-
-
-def referenced_secrets(doc: dict[str, Any]) -> set[str]:
-    """The names of the secrets a stored tool needs when it runs."""
-    names = {c["secret"] for c in doc.get("context_parameters", ()) if c.get("secret")}
-    for value in (doc["function"].get("headers") or {}).values():
-        names.update(SECRET_REFERENCE.findall(value))
-    return names
-
-
-def url_problem(url: str) -> str | None:
-    """Why `url` cannot be an external tool's endpoint, or None."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError as exc:
-        return f"not a valid URL: {exc}"
-    if parts.scheme not in ("http", "https"):
-        return "must be an absolute http or https URL"
-    if not parts.hostname:
-        return "must name a host"
-    if parts.username is not None or parts.password is not None:
-        return "must not contain credentials (user:password@); use a context parameter or secret"
-    if any(ch.isspace() or ord(ch) < 0x20 for ch in url):
-        return "must not contain whitespace or control characters"
-    return None
 
 
 def signature_problems(

@@ -1,0 +1,297 @@
+"""The composition root: every client, repository and service, built once in the lifespan.
+
+`build_services` connects, seeds and wires; each builder below makes one part. Everything built
+is registered on the exit stack, which closes it when the app stops (in reverse order: the run
+recorder flushes before the database closes).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+import httpx
+
+from app.chat.http_model_client import HTTPModelClient
+from app.chat.loop import ChatLoop, LoopLimits
+from app.chat.model import ModelClient
+from app.chat.openai_sdk import OpenAISDKClient
+from app.config import Settings
+from app.crypto import SecretBox
+from app.limits import ConcurrencyLimiter, RateLimiter, TenantLimits
+from app.mcp.config import McpServer
+from app.mcp.executor import McpExecutor
+from app.mcp.hub import McpHub, McpLimits
+from app.metrics import Metrics
+from app.repositories.database import Database
+from app.repositories.mcp_servers import McpServerRepository
+from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
+from app.repositories.secrets import SecretRepository
+from app.repositories.tenants import TenantRepository
+from app.repositories.tools import ToolRepository
+from app.services.catalog import ToolCatalog
+from app.services.chat import ChatService
+from app.services.health import HealthService
+from app.services.invocations import InvocationService
+from app.services.mcp_servers import McpServerService
+from app.services.runs import RunRecorder, RunService
+from app.services.secrets import SecretService
+from app.services.seeding import Seeder
+from app.services.tenants import TenantService
+from app.services.tools import ToolService
+from app.tools.executors.external import ExternalExecutor
+from app.tools.executors.function import FunctionExecutor
+from app.tools.invocation import InvocationLimits, ToolInvoker
+from app.tools.netguard import OutboundPolicy, guarded_transport
+from app.tools.registry import FunctionRegistry
+
+logger = logging.getLogger("app")
+
+
+@dataclass(frozen=True)
+class Services:
+    """Everything the lifespan builds once and the routes share."""
+
+    settings: Settings
+    database: Database  # for tests and operator commands; routes go through services
+    registry: FunctionRegistry
+    health: HealthService
+    tenants: TenantService
+    tools: ToolService
+    chat: ChatService
+    invocations: InvocationService
+    runs: RunService
+    mcp_servers: McpServerService
+    secrets: SecretService
+    limits: TenantLimits
+    metrics: Metrics
+
+
+@dataclass(frozen=True)
+class _Stores:
+    """The repositories over one database, and the caches in front of them."""
+
+    database: Database
+    tenants: TenantRepository
+    tools: ToolRepository
+    mcp_servers: McpServerRepository
+    secrets: SecretRepository
+    runs: RunStore
+    catalog: ToolCatalog
+
+
+def build_model_client(settings: Settings) -> ModelClient | None:
+    """The model client, or None when no model endpoint is configured (chats then get 503)."""
+    if not settings.model_configured:
+        return None
+    api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "unused"
+    client = HTTPModelClient if settings.model_client == "http" else OpenAISDKClient
+    return client(
+        base_url=settings.openai_base_url,
+        api_key=api_key,
+        timeout_s=settings.model_timeout_s,
+        max_retries=settings.model_max_retries,
+    )
+
+
+def build_tool_http_client(settings: Settings, policy: OutboundPolicy) -> httpx.AsyncClient:
+    """The one HTTP client of external tools: guarded connections, no redirects, no env proxies."""
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
+    return httpx.AsyncClient(
+        transport=guarded_transport(policy, limits=limits),
+        timeout=httpx.Timeout(settings.tool_timeout_s, connect=min(5.0, settings.tool_timeout_s)),
+        follow_redirects=False,
+        trust_env=False,
+        headers={"User-Agent": "toolgate/0.1"},
+    )
+
+
+def build_secret_service(settings: Settings, repository: SecretRepository) -> SecretService:
+    current, old = settings.secret_keys()
+    return SecretService(
+        secrets=repository,
+        box=SecretBox(current, old),
+        max_count=settings.max_secrets_per_tenant,
+        max_bytes=settings.max_secret_bytes,
+    )
+
+
+def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExitStack) -> _Stores:
+    database = Database.from_settings(settings)
+    stack.push_async_callback(database.close)
+    tools = ToolRepository(database)
+    runs: RunStore = (
+        MemoryRunRepository(limit=settings.run_memory_limit)
+        if database.in_memory
+        else RunRepository(database, retention_days=settings.run_retention_days)
+    )
+    return _Stores(
+        database=database,
+        tenants=TenantRepository(database),
+        tools=tools,
+        mcp_servers=McpServerRepository(database),
+        secrets=SecretRepository(database),
+        runs=runs,
+        catalog=ToolCatalog(tools=tools, ttl_s=settings.tool_cache_ttl_s, registry=registry),
+    )
+
+
+def build_limits(settings: Settings) -> TenantLimits:
+    return TenantLimits(
+        chats=RateLimiter(settings.rate_limit_chat_per_minute, what="chats"),
+        writes=RateLimiter(settings.rate_limit_writes_per_minute, what="writes"),
+        concurrent_chats=ConcurrencyLimiter(settings.max_concurrent_chats_per_tenant),
+    )
+
+
+def build_invoker(
+    settings: Settings,
+    registry: FunctionRegistry,
+    policy: OutboundPolicy,
+    metrics: Metrics,
+    stack: AsyncExitStack,
+) -> ToolInvoker:
+    """The one tool-invocation path, with an executor per kind of tool."""
+    http = build_tool_http_client(settings, policy)
+    stack.push_async_callback(http.aclose)
+    threads = ThreadPoolExecutor(max_workers=settings.tool_threads, thread_name_prefix="tool")
+    stack.callback(threads.shutdown, wait=False, cancel_futures=True)
+    return ToolInvoker(
+        executors={
+            "function": FunctionExecutor(registry=registry, threads=threads),
+            "external": ExternalExecutor(
+                http=http, response_max_bytes=settings.tool_response_max_bytes
+            ),
+            "mcp": McpExecutor(),
+        },
+        limits=InvocationLimits(
+            timeout_s=settings.tool_timeout_s, output_max_chars=settings.tool_output_max_chars
+        ),
+        metrics=metrics,
+    )
+
+
+def build_chat_loop(
+    settings: Settings, invoker: ToolInvoker, metrics: Metrics, stack: AsyncExitStack
+) -> ChatLoop | None:
+    model = build_model_client(settings)
+    if model is None:
+        logger.warning(
+            "no model endpoint configured (OPENAI_BASE_URL/OPENAI_API_KEY): POST /chat answers 503"
+        )
+        return None
+    stack.push_async_callback(model.close)
+    limits = LoopLimits(
+        deadline_s=settings.chat_deadline_s, token_budget=settings.chat_token_budget
+    )
+    return ChatLoop(model=model, invoker=invoker, limits=limits, metrics=metrics)
+
+
+def build_mcp_service(
+    settings: Settings,
+    stores: _Stores,
+    policy: OutboundPolicy,
+    box: SecretBox,
+    operator: dict[str, McpServer],
+    stack: AsyncExitStack,
+) -> McpServerService:
+    hub = McpHub(
+        policy=policy,
+        limits=McpLimits(
+            connect_timeout_s=settings.mcp_connect_timeout_s,
+            cache_ttl_s=settings.mcp_tools_cache_ttl_s,
+        ),
+    )
+    stack.push_async_callback(hub.aclose)
+    return McpServerService(
+        servers=stores.mcp_servers,
+        operator=operator,
+        hub=hub,
+        policy=policy,
+        box=box,
+        max_servers=settings.max_mcp_servers_per_tenant,
+    )
+
+
+def build_tenant_service(settings: Settings, stores: _Stores, seeder: Seeder) -> TenantService:
+    return TenantService(
+        tenants=stores.tenants,
+        tools=stores.tools,
+        seeder=seeder,
+        catalog=stores.catalog,
+        runs=stores.runs,
+        mcp_servers=stores.mcp_servers,
+        secrets=stores.secrets,
+        key_secret=settings.effective_api_key_secret,
+        admin_key=settings.effective_admin_api_key,
+        auth_cache_ttl_s=settings.auth_cache_ttl_s,
+    )
+
+
+async def build_services(
+    settings: Settings,
+    registry: FunctionRegistry,
+    stack: AsyncExitStack,
+    mcp_operator: dict[str, McpServer] | None = None,
+    metrics: Metrics | None = None,
+) -> Services:
+    """Connect, check indexes and seed every tenant; build the clients the routes share."""
+    metrics = metrics or Metrics()
+    stores = build_stores(settings, registry, stack)
+    seeder = Seeder(registry=registry, tenants=stores.tenants, tools=stores.tools)
+    prepared = await seeder.prepare_all()
+    logger.info("seeded %d function tool(s) into %d tenant(s)", len(registry), prepared)
+    policy = OutboundPolicy(settings.outbound_allow)
+    secrets = build_secret_service(settings, stores.secrets)
+    invoker = build_invoker(settings, registry, policy, metrics, stack)
+    mcp = build_mcp_service(settings, stores, policy, secrets.box, mcp_operator or {}, stack)
+    limits = build_limits(settings)
+    metrics.track(
+        active_chats=lambda: limits.concurrent_chats.total,
+        mcp_sessions=lambda: mcp.hub.open_sessions,
+    )
+    recorder = RunRecorder(stores.runs)
+    recorder.start()
+    stack.push_async_callback(recorder.close)  # closed before the database: records flushed
+    return Services(
+        settings=settings,
+        database=stores.database,
+        registry=registry,
+        health=HealthService(database=stores.database),
+        tenants=build_tenant_service(settings, stores, seeder),
+        tools=ToolService(
+            tools=stores.tools,
+            registry=registry,
+            policy=policy,
+            catalog=stores.catalog,
+            max_tools=settings.max_tools_per_tenant,
+            max_schema_bytes=settings.max_tool_schema_bytes,
+        ),
+        chat=ChatService(
+            catalog=stores.catalog,
+            loop=build_chat_loop(settings, invoker, metrics, stack),
+            default_model=settings.openai_model,
+            max_iterations_cap=settings.chat_max_iterations,
+            recorder=recorder,
+            limits=limits,
+            keep_messages=settings.run_store_messages,
+            mcp=mcp,
+            secrets=secrets,
+            metrics=metrics,
+        ),
+        invocations=InvocationService(
+            catalog=stores.catalog,
+            invoker=invoker,
+            recorder=recorder,
+            limits=limits,
+            secrets=secrets,
+            mcp=mcp,
+        ),
+        runs=RunService(runs=stores.runs),
+        mcp_servers=mcp,
+        secrets=secrets,
+        metrics=metrics,
+        limits=limits,
+    )

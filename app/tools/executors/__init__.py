@@ -1,0 +1,40 @@
+"""One executor per kind of tool, behind one small protocol.
+
+An executor runs an already checked call: arguments validated, context merged. It returns a
+`ToolOutcome` for the tool's own failures; anything it lets through is turned into an error
+outcome by the invoker (`app/tools/invocation.py`), which also enforces the timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from app.tools.outcome import ToolOutcome
+from app.tools.scrub import Scrubber
+from app.tools.typed import TypedTool
+
+ToolT_contra = TypeVar("ToolT_contra", bound=TypedTool, contravariant=True)
+
+
+class McpCaller(Protocol):
+    """The MCP sessions of one chat or invocation (`app/mcp/hub.py`, ChatSessions)."""
+
+    async def call(self, server_name: str, tool: str, arguments: dict[str, Any]) -> ToolOutcome: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CallScope:
+    """What one chat or invocation gives each of its tool calls."""
+
+    context: Mapping[str, Any] = field(default_factory=dict)  # the caller's context_arguments
+    secrets: Mapping[str, str | None] = field(default_factory=dict)  # None: unset or unreadable
+    mcp: McpCaller | None = None
+    scrub: Scrubber = field(default_factory=Scrubber)  # hides context values and secrets
+
+
+class ToolExecutor(Protocol[ToolT_contra]):
+    async def run(
+        self, tool: ToolT_contra, arguments: dict[str, Any], call: CallScope
+    ) -> ToolOutcome: ...

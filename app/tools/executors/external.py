@@ -1,0 +1,102 @@
+"""External tools: an HTTP endpoint called through the guarded, shared httpx client.
+
+GET and DELETE send the arguments as query parameters (arrays as repeated keys); POST and PUT
+as a JSON body. Redirects are never followed; the response is read up to a cap.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from app.tools.executors import CallScope
+from app.tools.netguard import OutboundBlockedError
+from app.tools.outcome import ToolOutcome, unset_secret
+from app.tools.rules import SECRET_REFERENCE
+from app.tools.typed import ExternalTool
+
+UPSTREAM_ERROR_BODY_CHARS = 300
+
+
+def render_headers(
+    templates: dict[str, str] | None, secrets: Mapping[str, str | None]
+) -> tuple[dict[str, str] | None, list[str]]:
+    """An external tool's headers with `{secret:NAME}` replaced; problems name secrets only."""
+    if not templates:
+        return None, []
+    problems: list[str] = []
+
+    def value_of(match: re.Match[str]) -> str:
+        name = match.group(1)
+        value = secrets.get(name)
+        if value is None:
+            problems.append(unset_secret(name))
+            return ""
+        if any(ch in value for ch in "\r\n\x00"):
+            problems.append(f"the secret '{name}' contains a line break and cannot go in a header")
+            return ""
+        return value
+
+    rendered = {name: SECRET_REFERENCE.sub(value_of, value) for name, value in templates.items()}
+    return rendered, problems
+
+
+class ExternalExecutor:
+    def __init__(self, *, http: httpx.AsyncClient, response_max_bytes: int) -> None:
+        self._http = http
+        self._response_max_bytes = response_max_bytes
+
+    async def run(
+        self, tool: ExternalTool, arguments: dict[str, Any], call: CallScope
+    ) -> ToolOutcome:
+        headers, problems = render_headers(tool.headers, call.secrets)
+        if problems:
+            return ToolOutcome.error("; ".join(problems), "missing_context")
+        as_query = tool.method in ("GET", "DELETE")
+        try:
+            request = self._http.build_request(
+                tool.method,
+                tool.url,
+                params=arguments if as_query else None,
+                json=None if as_query else arguments,
+                headers=headers,
+            )
+            response = await self._http.send(request, stream=True, follow_redirects=False)
+            try:
+                text, truncated = await self._read_capped(response)
+            finally:
+                await response.aclose()
+        except OutboundBlockedError as exc:
+            return ToolOutcome.error(f"blocked: {exc}", "blocked")
+        except httpx.TimeoutException:
+            return ToolOutcome.error("the tool's endpoint did not answer in time", "timeout")
+        except httpx.InvalidURL:  # a stored URL this client cannot use; never repeated
+            return ToolOutcome.error("the tool's URL is not valid", "unreachable")
+        except httpx.HTTPError as exc:
+            return ToolOutcome.error(
+                f"cannot reach the tool's endpoint: {type(exc).__name__}", "unreachable"
+            )
+        if truncated:
+            text += f"\n[truncated: the response exceeded {self._response_max_bytes} bytes]"
+        if response.status_code >= 300:
+            return ToolOutcome.error(
+                f"the tool's endpoint answered HTTP {response.status_code}: "
+                f"{text[:UPSTREAM_ERROR_BODY_CHARS]}",
+                "upstream_status",
+            )
+        return ToolOutcome("ok", text)
+
+    async def _read_capped(self, response: httpx.Response) -> tuple[str, bool]:
+        """Read at most the cap of decoded bytes: a gzip bomb stops at the cap, not in memory."""
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > self._response_max_bytes:
+                data = b"".join(chunks)[: self._response_max_bytes]
+                return data.decode(response.encoding or "utf-8", errors="replace"), True
+        return b"".join(chunks).decode(response.encoding or "utf-8", errors="replace"), False

@@ -1,0 +1,112 @@
+"""The one path every tool call takes, from a chat, POST /tools/{id}/invoke or an MCP client.
+
+Check the arguments against the schema, merge context values and secrets (the server's value
+wins), run the kind's executor under the tool timeout, turn anything it lets through into an
+error result, cap and scrub the output, and count it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from app.metrics import Metrics
+from app.tools.arguments import argument_problems, merge_context
+from app.tools.executors import CallScope, ToolExecutor
+from app.tools.outcome import ErrorKind, ToolOutcome
+from app.tools.typed import ToolKind, TypedTool
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class InvocationLimits:
+    timeout_s: float
+    output_max_chars: int
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """A finished call: `content` is capped and scrubbed, ready for a model or a caller."""
+
+    status: Literal["ok", "error"]
+    content: str
+    kind: ErrorKind | None
+    duration_ms: float
+
+
+def visible_arguments(tool: TypedTool | None, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments without any named like a context parameter: a caller (or its model) never
+    sets those, and nothing named like one is shown or recorded."""
+    if tool is None or not tool.hidden_names:
+        return arguments
+    return {k: v for k, v in arguments.items() if k not in tool.hidden_names}
+
+
+class ToolInvoker:
+    def __init__(
+        self,
+        *,
+        executors: Mapping[ToolKind, ToolExecutor[Any]],
+        limits: InvocationLimits,
+        metrics: Metrics,
+    ) -> None:
+        self._executors = executors
+        self._limits = limits
+        self._metrics = metrics
+
+    async def invoke(
+        self, tool: TypedTool, arguments: dict[str, Any], call: CallScope
+    ) -> Invocation:
+        """Run one call; `arguments` are the caller's, already without hidden names."""
+        started = time.perf_counter()
+        outcome = await self._checked_run(tool, arguments, call)
+        elapsed = time.perf_counter() - started
+        self._metrics.tool_done(tool.kind, elapsed, outcome.kind)
+        content = self._capped(outcome.content)
+        if call.scrub:
+            content = call.scrub(content)
+        return Invocation(outcome.status, content, outcome.kind, round(elapsed * 1000, 3))
+
+    def refused(
+        self, message: str, kind: ErrorKind, call: CallScope, tool: TypedTool | None = None
+    ) -> Invocation:
+        """A call that never reached a tool (unknown name, unreadable arguments), counted."""
+        self._metrics.tool_done(tool.kind if tool else "unknown", 0.0, kind)
+        return Invocation("error", call.scrub(self._capped(message)), kind, 0.0)
+
+    async def _checked_run(
+        self, tool: TypedTool, arguments: dict[str, Any], call: CallScope
+    ) -> ToolOutcome:
+        if tool.parameters is not None:  # None: the tool's own server checks (MCP)
+            problems = argument_problems(arguments, tool.parameters)
+            if problems:
+                return ToolOutcome.error(
+                    "invalid arguments: " + "; ".join(problems), "invalid_arguments"
+                )
+        merged, problems = merge_context(arguments, tool.context, call.context, call.secrets)
+        if problems:
+            return ToolOutcome.error("; ".join(problems), "missing_context")
+        executor = self._executors[tool.kind]
+        try:
+            async with asyncio.timeout(self._limits.timeout_s):
+                return await executor.run(tool, merged, call)
+        except TimeoutError:
+            return ToolOutcome.error(
+                f"the tool did not finish within {self._limits.timeout_s:g} s", "timeout"
+            )
+        except Exception as exc:  # an executor's bug or an unforeseen library error
+            logger.warning("tool %s failed unexpectedly", tool.tool_id, exc_info=True)
+            return ToolOutcome.error(
+                f"the tool failed unexpectedly ({type(exc).__name__})", "exception"
+            )
+
+    def _capped(self, text: str) -> str:
+        limit = self._limits.output_max_chars
+        if len(text) <= limit:
+            return text
+        return f"{text[:limit]}\n[truncated: {len(text) - limit} more characters]"

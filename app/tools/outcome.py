@@ -1,0 +1,25 @@
+"""What running a tool gave: text for the model, or an error it can read and correct."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from app.schemas.invocations import ErrorKind
+
+__all__ = ["ErrorKind", "ToolOutcome", "unset_secret"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    status: Literal["ok", "error"]
+    content: str
+    kind: ErrorKind | None = None  # why an error happened (metrics, API answers)
+
+    @classmethod
+    def error(cls, message: str, kind: ErrorKind) -> ToolOutcome:
+        return cls("error", message, kind)
+
+
+def unset_secret(name: str) -> str:
+    return f"the secret '{name}' is not set for this tenant (PUT /secrets/{name})"

@@ -1,0 +1,158 @@
+"""Typed tools: each stored document parsed once, when a tenant's catalog is loaded.
+
+A typed tool carries everything a call needs that does not change between calls: the schema the
+model sees, the context slots, the secrets it reads and its executor's settings. The hot path
+reads attributes; nothing here is looked up per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from pydantic import ValidationError
+
+from app.schemas.tools import StoredTool
+from app.tools.providers import Provider, incompatibilities, shaped
+from app.tools.rules import (
+    SECRET_REFERENCE,
+    endpoint_problems,
+    parameter_problems,
+    secret_problems,
+)
+from app.tools.schema import parameters_json_schema
+
+ToolKind = Literal["function", "external", "mcp"]
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSlot:
+    """A value the server supplies at run time, and the argument it fills."""
+
+    name: str  # the key in the caller's context_arguments
+    argument: str  # the argument it becomes (the same name, but for mapped MCP arguments)
+    required: bool
+    schema: dict[str, Any] | None = None  # checks the value; None: the tool's server checks
+    secret: str | None = None  # the value comes from this tenant secret, never the caller
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TypedTool:
+    tool_id: str
+    name: str
+    description: str
+    enabled: bool = True
+    tags: frozenset[str] = frozenset()
+    # The model-visible parameters in the stored vocabulary, checked before a run; None when the
+    # tool's own server checks them (MCP).
+    parameters: dict[str, Any] | None
+    json_parameters: dict[str, Any]  # the same as JSON Schema, as models and clients see it
+    context: tuple[ContextSlot, ...] = ()
+    secrets: frozenset[str] = frozenset()  # tenant secrets it reads when it runs
+    incompatible_providers: dict[str, list[str]] = field(default_factory=dict)
+    schema: dict[str, Any] = field(init=False)  # the chat-completions `tools` entry
+    hidden_names: frozenset[str] = field(init=False)  # arguments a caller's model may not set
+
+    kind: ClassVar[ToolKind]
+
+    def __post_init__(self) -> None:
+        schema = shaped("openai", self.name, self.description, self.json_parameters)
+        object.__setattr__(self, "schema", schema)
+        hidden = {c.name for c in self.context} | {c.argument for c in self.context}
+        object.__setattr__(self, "hidden_names", frozenset(hidden))
+
+    def in_format(self, provider: Provider) -> dict[str, Any]:
+        """This tool in `provider`'s tool format (for Gemini, converted where it can be)."""
+        return shaped(
+            provider,
+            self.name,
+            self.description,
+            self.json_parameters,
+            # A passed-through MCP schema that Gemini cannot take is sent as it is.
+            gemini_convert=self.kind != "mcp" or "gemini" not in self.incompatible_providers,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FunctionTool(TypedTool):
+    kind: ClassVar[ToolKind] = "function"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExternalTool(TypedTool):
+    url: str
+    method: str
+    headers: dict[str, str] | None = None  # templates: `{secret:NAME}` filled at run time
+
+    kind: ClassVar[ToolKind] = "external"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class McpServerTool(TypedTool):
+    server: str
+    mcp_tool: str  # its name on the server
+
+    kind: ClassVar[ToolKind] = "mcp"
+
+
+class UnreadableToolError(Exception):
+    """A stored document this version cannot run; `problems` says why, field by field."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+DefaultsOf = Callable[[str], frozenset[str]]
+
+
+def parse_stored_tool(
+    doc: dict[str, Any], *, defaults_of: DefaultsOf | None = None
+) -> tuple[StoredTool, FunctionTool | ExternalTool]:
+    """The stored document checked and typed; `defaults_of(function name)` names the parameters
+    a server function gives a default (its context ones may be absent)."""
+    try:
+        stored = StoredTool.model_validate(doc)
+    except ValidationError as exc:
+        raise UnreadableToolError(
+            [f"{'.'.join(map(str, e['loc'])) or 'document'}: {e['msg']}" for e in exc.errors()]
+        ) from None
+    function = stored.function
+    found = parameter_problems(function, stored.context_parameters)
+    found += endpoint_problems(stored.type, function)
+    found += secret_problems(stored.type, function, stored.context_parameters)
+    if found:
+        raise UnreadableToolError([f"{path}: {message}" for path, message in found])
+    optional = defaults_of(function.name) if defaults_of and stored.type == "function" else None
+    context = tuple(
+        ContextSlot(
+            name=c.name,
+            argument=c.name,
+            required=optional is None or c.name not in optional,
+            schema=c.model_dump(exclude_none=True, exclude={"name", "description", "secret"}),
+            secret=c.secret,
+        )
+        for c in stored.context_parameters
+    )
+    parameters = function.parameters.model_dump(exclude_none=True)
+    secrets = {c.secret for c in context if c.secret}
+    for value in (function.headers or {}).values():
+        secrets.update(SECRET_REFERENCE.findall(value))
+    common: dict[str, Any] = {
+        "tool_id": stored.tool_id,
+        "name": function.name,
+        "description": function.description,
+        "enabled": stored.enabled,
+        "tags": frozenset(stored.tags),
+        "parameters": parameters,
+        "json_parameters": parameters_json_schema(parameters),
+        "context": context,
+        "secrets": frozenset(secrets),
+        "incompatible_providers": incompatibilities(function.name),
+    }
+    if stored.type == "function":
+        return stored, FunctionTool(**common)
+    assert function.url is not None and function.method is not None  # endpoint_problems
+    headers = dict(function.headers) if function.headers else None
+    return stored, ExternalTool(**common, url=function.url, method=function.method, headers=headers)
