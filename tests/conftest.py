@@ -22,6 +22,7 @@ from tests.support import functions
 from tests.support.fake_model import FakeModel
 from tests.support.secantus import SecantusServer, executable
 from tests.support.servers import ThreadedServer
+from tests.support.upstream import upstream_app
 
 ADMIN_KEY = "test-admin-key-0123456789abcdef0123456789"
 KEY_SECRET = "test-key-secret-0123456789abcdef0123456789"
@@ -190,6 +191,14 @@ def external_tool(tool_id: str = "weather-api", **overrides: Any) -> dict[str, A
         "tags": ["weather"],
         **overrides,
     }
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Iterator[ThreadedServer]:
+    """A real HTTP API on 127.0.0.1 for external tools (tests/support/upstream.py)."""
+    server = ThreadedServer(upstream_app).start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -127,7 +127,7 @@ async def get_tool_stats(
                     "examples": {
                         "function": {
                             "summary": "The seeded dice roller",
-                            "value": {"arguments": {"sides": 6}},
+                            "value": {"arguments": {"d": 6}},
                         },
                         "with_context": {
                             "summary": "A tool with a context parameter",

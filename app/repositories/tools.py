@@ -85,6 +85,12 @@ class ToolRepository:
             )
         except DuplicateKeyError as exc:
             raise _conflict(exc, update) from exc
+        if doc is not None and "created_at" not in doc:  # a document written by other means
+            doc["created_at"] = update["updated_at"]
+            await self._tools(tenant_id).update_one(
+                {"tool_id": tool_id, "created_at": {"$exists": False}},
+                {"$set": {"created_at": doc["created_at"]}},
+            )
         return doc
 
     async def delete(self, tool_id: str, *, tenant_id: str) -> bool:

@@ -37,7 +37,7 @@ class InvokeRequest(ClientModel):
 
     model_config = ConfigDict(
         json_schema_extra={
-            "examples": [{"arguments": {"sides": 6}, "context_arguments": {"user_id": "u-42"}}]
+            "examples": [{"arguments": {"d": 6}, "context_arguments": {"user_id": "u-42"}}]
         }
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,14 +14,6 @@ from tests.conftest import TenantCredentials, create_tenant, http_client, make_s
 from tests.support import functions
 from tests.support.fake_model import FakeModel
 from tests.support.servers import ThreadedServer
-from tests.support.upstream import upstream_app
-
-
-@pytest.fixture(scope="session")
-def upstream() -> Iterator[ThreadedServer]:
-    server = ThreadedServer(upstream_app).start()
-    yield server
-    server.stop()
 
 
 @dataclass

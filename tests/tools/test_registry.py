@@ -8,9 +8,9 @@ from app.tools.registry import (
     FunctionDictionaryError,
     FunctionRegistry,
     load_registry,
-    parse_docstring,
     validate_registry,
 )
+from app.tools.signature import parse_docstring
 
 
 def test_definition_from_signature_and_google_docstring() -> None:

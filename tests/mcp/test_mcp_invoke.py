@@ -1,0 +1,40 @@
+"""POST /tools/{server}__{tool}/invoke: an MCP tool run through the invocation path."""
+
+from __future__ import annotations
+
+from tests.mcp.conftest import McpChat
+from tests.support import mcp_demo
+
+
+async def test_an_mcp_tool_gets_its_mapped_context_and_its_session_is_closed(
+    mcp_chat: McpChat,
+) -> None:
+    context = {"user_id": "user-mcp-4411", "x_user": "header-user-9"}
+    for tool_id in ("demo-http__whoami", "demo__whoami"):  # streamable HTTP, then stdio
+        response = await mcp_chat.http.post(
+            f"/tools/{tool_id}/invoke",
+            json={"arguments": {}, "context_arguments": context},
+            headers=mcp_chat.tenant.headers,
+        )
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["status"] == "ok", body
+        # The server got the values; what comes back to the caller has them redacted.
+        assert body["content"].startswith("user=[redacted]")
+        assert "user-mcp-4411" not in response.text and "header-user-9" not in response.text
+    assert mcp_demo.RECEIVED[0] == {"user_id": "user-mcp-4411", "x-user": "header-user-9"}
+    assert mcp_chat.hub.open_sessions == 0  # each invocation closes what it opened
+    assert mcp_chat.new_children() == []  # the stdio server's process is gone too
+
+
+async def test_mcp_tool_errors_and_unknown_tools(mcp_chat: McpChat) -> None:
+    headers = mcp_chat.tenant.headers
+    failed = await mcp_chat.http.post(
+        "/tools/demo-http__fail/invoke", json={"arguments": {"reason": "r"}}, headers=headers
+    )
+    assert failed.json()["error"]["kind"] == "tool_error"
+    assert "fail" in failed.json()["error"]["message"]  # the MCP server says how
+    unknown = await mcp_chat.http.post("/tools/demo-http__nope/invoke", json={}, headers=headers)
+    assert unknown.status_code == 404
+    other = await mcp_chat.http.post("/tools/globex-only__add/invoke", json={}, headers=headers)
+    assert other.status_code == 404  # an operator server of another tenant

@@ -1,0 +1,119 @@
+"""The invocation path below the HTTP layer: executors' failures become error results."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from app.mcp.executor import McpExecutor
+from app.metrics import Metrics
+from app.tools.executors import CallScope
+from app.tools.executors.external import ExternalExecutor
+from app.tools.invocation import InvocationLimits, ToolInvoker
+from app.tools.outcome import ToolOutcome
+from app.tools.scrub import Scrubber
+from app.tools.typed import ContextSlot, ExternalTool, FunctionTool, McpServerTool
+
+
+def _external(url: str) -> ExternalTool:
+    return ExternalTool(
+        tool_id="bad-url",
+        name="bad_url",
+        description="",
+        parameters={"properties": {}, "required": []},
+        json_parameters={"type": "object", "properties": {}},
+        url=url,
+        method="GET",
+    )
+
+
+def _function(**extra: Any) -> FunctionTool:
+    return FunctionTool(
+        tool_id="f",
+        name="f",
+        description="",
+        parameters={"properties": {"x": {"type": "integer"}}, "required": []},
+        json_parameters={"type": "object", "properties": {"x": {"type": "integer"}}},
+        **extra,
+    )
+
+
+class Raising:
+    """An executor with a bug: it lets an exception through."""
+
+    async def run(self, tool: Any, arguments: dict[str, Any], call: CallScope) -> ToolOutcome:
+        raise KeyError("a bug")
+
+
+class Sleeping:
+    async def run(self, tool: Any, arguments: dict[str, Any], call: CallScope) -> ToolOutcome:
+        await asyncio.sleep(5)
+        return ToolOutcome("ok", "late")
+
+
+class Echoing:
+    async def run(self, tool: Any, arguments: dict[str, Any], call: CallScope) -> ToolOutcome:
+        return ToolOutcome("ok", repr(sorted(arguments.items())))
+
+
+def _invoker(executor: Any, metrics: Metrics | None = None) -> ToolInvoker:
+    return ToolInvoker(
+        executors={"function": executor, "external": executor, "mcp": executor},
+        limits=InvocationLimits(timeout_s=0.2, output_max_chars=50),
+        metrics=metrics or Metrics(),
+    )
+
+
+async def test_an_invalid_stored_url_is_an_error_result() -> None:
+    async with httpx.AsyncClient() as http:  # the real client raises httpx.InvalidURL
+        executor = ExternalExecutor(http=http, response_max_bytes=1000)
+        outcome = await executor.run(_external("https://[::1/x"), {}, CallScope())
+    assert outcome == ToolOutcome.error("the tool's URL is not valid", "unreachable")
+
+
+async def test_an_exception_an_executor_lets_through_is_an_error_result() -> None:
+    metrics = Metrics()
+    result = await _invoker(Raising(), metrics).invoke(_function(), {}, CallScope())
+    assert (result.status, result.kind) == ("error", "exception")
+    assert result.content == "the tool failed unexpectedly (KeyError)"
+    assert b'toolgate_tool_errors_total{kind="exception",type="function"} 1.0' in (
+        metrics.exposition()
+    )
+
+
+async def test_timeout_cap_and_scrub_apply_to_every_kind() -> None:
+    timed_out = await _invoker(Sleeping()).invoke(_function(), {}, CallScope())
+    assert (timed_out.kind, timed_out.content) == (
+        "timeout",
+        "the tool did not finish within 0.2 s",
+    )
+    tool = _function(context=(ContextSlot("user", "user", required=True),))
+    scope = CallScope(context={"user": "hidden-user-value"}, scrub=Scrubber(["hidden-user-value"]))
+    result = await _invoker(Echoing()).invoke(tool, {"x": 1}, scope)
+    # The context value reached the executor, and came back redacted and capped at 50.
+    assert result.content.startswith("[('user', '[redacted]'), ('x', 1)]"[:50])
+    assert "hidden-user-value" not in result.content
+
+
+async def test_arguments_are_checked_before_any_executor_runs() -> None:
+    result = await _invoker(Raising()).invoke(_function(), {"x": "one"}, CallScope())
+    assert (result.kind, result.content) == (
+        "invalid_arguments",
+        "invalid arguments: 'x' must be an integer",
+    )
+
+
+async def test_an_mcp_tool_without_a_session_is_an_error_result() -> None:
+    tool = McpServerTool(
+        tool_id="s__t",
+        name="s__t",
+        description="",
+        parameters=None,
+        json_parameters={"type": "object", "properties": {}},
+        server="s",
+        mcp_tool="t",
+    )
+    outcome = await McpExecutor().run(tool, {}, CallScope())
+    assert outcome.status == "error" and outcome.kind == "unreachable"
