@@ -85,16 +85,18 @@ def _redacted_field(key: str, value: Any) -> Any:
 
 def hiding(values: list[Any]) -> AbstractContextManager[None]:
     """Within the block (and tasks it starts), these values never appear in a log line."""
-    return _hiding(values) if values else nullcontext()
-
-
-@contextmanager
-def _hiding(values: list[Any]) -> Iterator[None]:
+    if not values:
+        return nullcontext()
     texts = {str(v) for v in values if not isinstance(v, bool | list | dict)}
     texts |= {str(i) for v in values if isinstance(v, list) for i in v}
     hidden = tuple(
         sorted((t for t in texts if len(t) >= _MIN_HIDDEN_LENGTH), key=len, reverse=True)
     )
+    return _hiding(hidden) if hidden else nullcontext()
+
+
+@contextmanager
+def _hiding(hidden: tuple[str, ...]) -> Iterator[None]:
     token = _hidden_values.set(_hidden_values.get() + hidden)
     try:
         yield

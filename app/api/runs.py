@@ -1,4 +1,4 @@
-"""Tenant routes: the record of every chat run."""
+"""Tenant routes: the record of every run (chats, tool invocations)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ async def list_runs(
     ] = None,
     until: Annotated[IsoDateTime | None, Query(description="Started before (ISO 8601)")] = None,
 ) -> Any:
-    """The calling tenant's chat runs, newest first, a page at a time."""
+    """The calling tenant's runs (chats and tool invocations), newest first, a page at a time."""
     return await tenant.services.runs.page(
         tenant_id=tenant.id,
         limit=limit,
@@ -59,5 +59,5 @@ async def list_runs(
 async def get_run(
     run_id: Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")], tenant: TenantDep
 ) -> Any:
-    """One chat run of the calling tenant."""
+    """One run (a chat or a tool invocation) of the calling tenant."""
     return await tenant.services.runs.get(run_id, tenant_id=tenant.id)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Response, status
+import orjson
+from fastapi import APIRouter, Path, Query, Request, Response, status
 
-from app.api.routing import StrictJSONRoute
+from app.api.routing import StrictJSONRoute, parsed_body
 from app.deps import TenantDep, WriteLimit
 from app.schemas.fields import NAME_PATTERN, TAG_PATTERN
 from app.schemas.invocations import InvokeRequest, InvokeResult
@@ -29,6 +30,43 @@ router = APIRouter(
     responses=problem_responses(401, 403, 503),
 )
 ToolIdPath = Annotated[str, Path(pattern=NAME_PATTERN, description="The tool's id")]
+# Routes match in the order they are declared: the hot POST route comes first.
+
+
+@router.post(
+    "/{tool_id}/invoke",
+    response_model=InvokeResult,
+    responses=problem_responses(400, 404, 409, 413, 422, 429, 502, 504),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": InvokeRequest.model_json_schema(),
+                    "examples": {
+                        "function": {
+                            "summary": "The seeded dice roller",
+                            "value": {"arguments": {"d": 6}},
+                        },
+                        "with_context": {
+                            "summary": "A tool with a context parameter",
+                            "value": {
+                                "arguments": {"city": "Lisbon"},
+                                "context_arguments": {"user_id": "u-42"},
+                            },
+                        },
+                    },
+                }
+            },
+        }
+    },
+)
+async def invoke_tool(tool_id: ToolIdPath, tenant: TenantDep, request: Request) -> Response:
+    """Run one tool as a model would, without a model; disabled tools run too (test before
+    enabling). Tool failures are answered 200 with `status: "error"`; every call is a run."""
+    body = await parsed_body(request, InvokeRequest)
+    result = await tenant.services.invocations.invoke(tool_id, body, tenant_id=tenant.id)
+    return Response(orjson.dumps(result), media_type="application/json")  # pre-serialized
 
 
 @router.post(
@@ -114,38 +152,6 @@ async def get_tool_stats(
     return await tenant.services.runs.tool_stats(
         tool_id, tenant_id=tenant.id, since=since, until=until
     )
-
-
-@router.post(
-    "/{tool_id}/invoke",
-    response_model=InvokeResult,
-    responses=problem_responses(400, 404, 409, 413, 422, 429, 502, 504),
-    openapi_extra={
-        "requestBody": {
-            "content": {
-                "application/json": {
-                    "examples": {
-                        "function": {
-                            "summary": "The seeded dice roller",
-                            "value": {"arguments": {"d": 6}},
-                        },
-                        "with_context": {
-                            "summary": "A tool with a context parameter",
-                            "value": {
-                                "arguments": {"city": "Lisbon"},
-                                "context_arguments": {"user_id": "u-42"},
-                            },
-                        },
-                    }
-                }
-            }
-        }
-    },
-)
-async def invoke_tool(tool_id: ToolIdPath, body: InvokeRequest, tenant: TenantDep) -> Any:
-    """Run one tool as a model would, without a model; disabled tools run too (test before
-    enabling). Tool failures are answered 200 with `status: "error"`; every call is a run."""
-    return await tenant.services.invocations.invoke(tool_id, body, tenant_id=tenant.id)
 
 
 @router.put(

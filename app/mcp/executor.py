@@ -10,6 +10,9 @@ from app.tools.typed import McpServerTool
 
 
 class McpExecutor:
+    def inline(self, tool: McpServerTool) -> bool:
+        return False
+
     async def run(
         self, tool: McpServerTool, arguments: dict[str, Any], call: CallScope
     ) -> ToolOutcome:

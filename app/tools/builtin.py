@@ -20,7 +20,7 @@ MAX_EXPONENT = 1_000
 MAX_MAGNITUDE = 1e100
 
 
-@registry.register(tool_id="rolldice", tags=["games"])
+@registry.register(tool_id="rolldice", tags=["games"], blocking=False)
 def roll_dice(d: int) -> int:
     """Roll a fair die and return the number it shows.
 
@@ -46,7 +46,7 @@ def current_time(timezone: str = "UTC") -> str:
     return datetime.now(zone).isoformat(timespec="seconds")
 
 
-@registry.register(tool_id="calculator", tags=["math"])
+@registry.register(tool_id="calculator", tags=["math"], blocking=False)
 def calculate(expression: str) -> float | int:
     """Evaluate an arithmetic expression exactly as written, e.g. "(2 + 3) * 4 / 7".
 

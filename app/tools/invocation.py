@@ -93,9 +93,11 @@ class ToolInvoker:
             return ToolOutcome.error("; ".join(problems), "missing_context")
         executor = self._executors[tool.kind]
         try:
+            if executor.inline(tool):
+                return await executor.run(tool, merged, call)
             async with asyncio.timeout(self._limits.timeout_s):
                 return await executor.run(tool, merged, call)
-        except TimeoutError:
+        except TimeoutError:  # asyncio.timeout's, or a tool's own: both are "did not finish"
             return ToolOutcome.error(
                 f"the tool did not finish within {self._limits.timeout_s:g} s", "timeout"
             )

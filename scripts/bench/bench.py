@@ -27,6 +27,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+INVOKE = "POST /tools/{tool_id}/invoke (function tool)"
 
 
 def free_port() -> int:
@@ -278,11 +279,24 @@ class Bench:
             "p99_ms": 1000 * percentile(data["latencies"], 0.99),
         }
 
-    async def endpoint(self, path: str, headers: dict[str, str] | None) -> dict[str, float]:
+    async def endpoint(
+        self,
+        path: str,
+        headers: dict[str, str] | None,
+        *,
+        method: str = "GET",
+        body: dict[str, Any] | None = None,
+    ) -> dict[str, float]:
         count = self.args.requests
         cpu = self.service.cpu_s()
         _, wall = await drive(
-            self.session, "GET", f"{self.base}{path}", count=count, concurrency=10, headers=headers
+            self.session,
+            method,
+            f"{self.base}{path}",
+            count=count,
+            concurrency=10,
+            headers=headers,
+            body=body,
         )
         cpu = self.service.cpu_s() - cpu
         return {"requests_per_s": count / wall, "cpu_ms_per_request": 1000 * cpu / count}
@@ -312,6 +326,13 @@ class Bench:
             )
             self.record(
                 "GET /tools/ (50 tools)", **await self.endpoint("/tools/?limit=50", self.list_key)
+            )
+            invoke = {"arguments": {"d": 6}, "context_arguments": {"user_id": "u-1"}}
+            self.record(
+                INVOKE,
+                **await self.endpoint(
+                    "/tools/rolldice/invoke", self.key, method="POST", body=invoke
+                ),
             )
         await self.slow_model()
 
@@ -370,7 +391,7 @@ def headline(summary: dict[str, dict[str, list[float]]]) -> list[str]:
                 f"{naive['cpu_ms_per_iteration'][0]:.3f} ms = {ratio:.2f}x"
             )
     ping = summary["GET /ping"]["requests_per_s"][0]
-    for name in ("GET /tools/{tool_id}", "GET /tools/ (50 tools)"):
+    for name in ("GET /tools/{tool_id}", "GET /tools/ (50 tools)", INVOKE):
         lines.append(
             f"{name}: {summary[name]['requests_per_s'][0] / ping:.2f}x of /ping requests/s"
         )

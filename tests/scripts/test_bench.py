@@ -16,6 +16,7 @@ SCENARIOS = {
     "GET /ping",
     "GET /tools/{tool_id}",
     "GET /tools/ (50 tools)",
+    "POST /tools/{tool_id}/invoke (function tool)",
     "200 ms model, 100 concurrent chats",
     "RSS",
 }

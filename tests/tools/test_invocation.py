@@ -43,17 +43,26 @@ def _function(**extra: Any) -> FunctionTool:
 class Raising:
     """An executor with a bug: it lets an exception through."""
 
+    def inline(self, tool: Any) -> bool:
+        return False
+
     async def run(self, tool: Any, arguments: dict[str, Any], call: CallScope) -> ToolOutcome:
         raise KeyError("a bug")
 
 
 class Sleeping:
+    def inline(self, tool: Any) -> bool:
+        return False
+
     async def run(self, tool: Any, arguments: dict[str, Any], call: CallScope) -> ToolOutcome:
         await asyncio.sleep(5)
         return ToolOutcome("ok", "late")
 
 
 class Echoing:
+    def inline(self, tool: Any) -> bool:
+        return False
+
     async def run(self, tool: Any, arguments: dict[str, Any], call: CallScope) -> ToolOutcome:
         return ToolOutcome("ok", repr(sorted(arguments.items())))
 

@@ -35,6 +35,11 @@ class CallScope:
 
 
 class ToolExecutor(Protocol[ToolT_contra]):
+    def inline(self, tool: ToolT_contra) -> bool:
+        """The call runs to its end without ever waiting: no timeout could interrupt it, so
+        none is set up (a plain function registered with `blocking=False`)."""
+        ...
+
     async def run(
         self, tool: ToolT_contra, arguments: dict[str, Any], call: CallScope
     ) -> ToolOutcome: ...

@@ -49,6 +49,9 @@ class ExternalExecutor:
         self._http = http
         self._response_max_bytes = response_max_bytes
 
+    def inline(self, tool: ExternalTool) -> bool:
+        return False
+
     async def run(
         self, tool: ExternalTool, arguments: dict[str, Any], call: CallScope
     ) -> ToolOutcome:

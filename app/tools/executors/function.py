@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import inspect
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -25,11 +24,16 @@ def as_text(result: Any) -> str:
 
 
 class FunctionExecutor:
-    """Runs coroutine functions on the loop and plain ones in the shared thread pool."""
+    """Runs coroutine functions and non-blocking plain ones on the loop, other plain ones in the
+    shared thread pool (so a slow function never stalls other requests)."""
 
     def __init__(self, *, registry: FunctionRegistry, threads: ThreadPoolExecutor) -> None:
         self._registry = registry
         self._threads = threads
+
+    def inline(self, tool: FunctionTool) -> bool:
+        entry = self._registry.get(tool.name)
+        return entry is not None and not entry.blocking and not entry.is_async
 
     async def run(
         self, tool: FunctionTool, arguments: dict[str, Any], call: CallScope
@@ -40,8 +44,10 @@ class FunctionExecutor:
                 f"the server no longer has a function called '{tool.name}'", "unknown_tool"
             )
         try:
-            if inspect.iscoroutinefunction(entry.func):
+            if entry.is_async:
                 result = await entry.func(**arguments)
+            elif not entry.blocking:  # registered as quick and non-blocking: no thread hop
+                result = entry.func(**arguments)
             else:
                 # A plain function runs in a worker thread so it never blocks the event loop,
                 # in the caller's context: its log lines keep the request id, tenant and the
