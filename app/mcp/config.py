@@ -29,7 +29,7 @@ from pydantic import (
 )
 
 from app.outbound import reserved_header_problems
-from app.schemas.fields import HeaderName, HeaderValue, Name, ServerName
+from app.schemas.fields import HeaderName, HeaderValue, Name, ServerName, problem_lines
 from app.schemas.mcp import ContextMapping, Transport
 
 SEPARATOR = "__"
@@ -154,9 +154,7 @@ def parse_operator_servers(text: str | None) -> dict[str, McpServer]:
     try:
         document = OperatorDocument.model_validate(raw)
     except ValidationError as exc:
-        raise McpConfigError(
-            [f"{'.'.join(map(str, e['loc'])) or 'document'}: {e['msg']}" for e in exc.errors()]
-        ) from None
+        raise McpConfigError(problem_lines(exc)) from None
     revision = hashlib.sha256(text.encode()).hexdigest()[:16]
     return {
         name: McpServer(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
 NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 TAG_PATTERN = r"^[a-zA-Z0-9_.:-]{1,64}$"
@@ -27,6 +27,11 @@ HeaderName = Annotated[str, StringConstraints(pattern=HEADER_NAME_PATTERN)]
 HeaderValue = Annotated[
     str, StringConstraints(pattern=HEADER_VALUE_PATTERN, max_length=HEADER_VALUE_MAX)
 ]
+
+
+def problem_lines(exc: ValidationError) -> list[str]:
+    """One `field.path: message` line per problem; messages name fields, never input values."""
+    return [f"{'.'.join(map(str, e['loc'])) or 'document'}: {e['msg']}" for e in exc.errors()]
 
 
 class ClientModel(BaseModel):

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ValidationError
 
+from app.schemas.fields import problem_lines
 from app.schemas.tools import StoredTool
 from app.tools.providers import Provider, incompatibilities, shaped
 from app.tools.rules import (
@@ -115,9 +116,7 @@ def parse_stored_tool(
     try:
         stored = StoredTool.model_validate(doc)
     except ValidationError as exc:
-        raise UnreadableToolError(
-            [f"{'.'.join(map(str, e['loc'])) or 'document'}: {e['msg']}" for e in exc.errors()]
-        ) from None
+        raise UnreadableToolError(problem_lines(exc)) from None
     function = stored.function
     found = parameter_problems(function, stored.context_parameters)
     found += endpoint_problems(stored.type, function)
