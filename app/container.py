@@ -230,6 +230,58 @@ def build_tenant_service(settings: Settings, stores: _Stores, seeder: Seeder) ->
     )
 
 
+@dataclass(frozen=True)
+class _Runtime:
+    """What the services that run tools share."""
+
+    catalog: ToolCatalog
+    policy: OutboundPolicy
+    invoker: ToolInvoker
+    recorder: RunRecorder
+    limits: TenantLimits
+    secrets: SecretService
+    mcp: McpServerService
+    metrics: Metrics
+
+
+def build_chat_service(settings: Settings, run: _Runtime, stack: AsyncExitStack) -> ChatService:
+    return ChatService(
+        catalog=run.catalog,
+        loop=build_chat_loop(settings, run.invoker, run.metrics, stack),
+        default_model=settings.openai_model,
+        max_iterations_cap=settings.chat_max_iterations,
+        recorder=run.recorder,
+        limits=run.limits,
+        keep_messages=settings.run_store_messages,
+        mcp=run.mcp,
+        secrets=run.secrets,
+        metrics=run.metrics,
+    )
+
+
+def build_runtime(
+    settings: Settings,
+    registry: FunctionRegistry,
+    stores: _Stores,
+    operator: dict[str, McpServer],
+    metrics: Metrics,
+    stack: AsyncExitStack,
+) -> _Runtime:
+    policy = OutboundPolicy(settings.outbound_allow)
+    secrets = build_secret_service(settings, stores.secrets)
+    mcp = build_mcp_service(settings, stores, policy, secrets.box, operator, stack)
+    limits = build_limits(settings)
+    metrics.track(
+        active_chats=lambda: limits.concurrent_chats.total,
+        mcp_sessions=lambda: mcp.hub.open_sessions,
+    )
+    recorder = RunRecorder(stores.runs)
+    recorder.start()
+    stack.push_async_callback(recorder.close)  # closed before the database: records flushed
+    invoker = build_invoker(settings, registry, policy, metrics, stack)
+    return _Runtime(stores.catalog, policy, invoker, recorder, limits, secrets, mcp, metrics)
+
+
 async def build_services(
     settings: Settings,
     registry: FunctionRegistry,
@@ -243,18 +295,7 @@ async def build_services(
     seeder = Seeder(registry=registry, tenants=stores.tenants, tools=stores.tools)
     prepared = await seeder.prepare_all()
     logger.info("seeded %d function tool(s) into %d tenant(s)", len(registry), prepared)
-    policy = OutboundPolicy(settings.outbound_allow)
-    secrets = build_secret_service(settings, stores.secrets)
-    invoker = build_invoker(settings, registry, policy, metrics, stack)
-    mcp = build_mcp_service(settings, stores, policy, secrets.box, mcp_operator or {}, stack)
-    limits = build_limits(settings)
-    metrics.track(
-        active_chats=lambda: limits.concurrent_chats.total,
-        mcp_sessions=lambda: mcp.hub.open_sessions,
-    )
-    recorder = RunRecorder(stores.runs)
-    recorder.start()
-    stack.push_async_callback(recorder.close)  # closed before the database: records flushed
+    run = build_runtime(settings, registry, stores, mcp_operator or {}, metrics, stack)
     return Services(
         settings=settings,
         database=stores.database,
@@ -264,34 +305,23 @@ async def build_services(
         tools=ToolService(
             tools=stores.tools,
             registry=registry,
-            policy=policy,
+            policy=run.policy,
             catalog=stores.catalog,
             max_tools=settings.max_tools_per_tenant,
             max_schema_bytes=settings.max_tool_schema_bytes,
         ),
-        chat=ChatService(
-            catalog=stores.catalog,
-            loop=build_chat_loop(settings, invoker, metrics, stack),
-            default_model=settings.openai_model,
-            max_iterations_cap=settings.chat_max_iterations,
-            recorder=recorder,
-            limits=limits,
-            keep_messages=settings.run_store_messages,
-            mcp=mcp,
-            secrets=secrets,
-            metrics=metrics,
-        ),
+        chat=build_chat_service(settings, run, stack),
         invocations=InvocationService(
-            catalog=stores.catalog,
-            invoker=invoker,
-            recorder=recorder,
-            limits=limits,
-            secrets=secrets,
-            mcp=mcp,
+            catalog=run.catalog,
+            invoker=run.invoker,
+            recorder=run.recorder,
+            limits=run.limits,
+            secrets=run.secrets,
+            mcp=run.mcp,
         ),
         runs=RunService(runs=stores.runs),
-        mcp_servers=mcp,
-        secrets=secrets,
+        mcp_servers=run.mcp,
+        secrets=run.secrets,
         metrics=metrics,
-        limits=limits,
+        limits=run.limits,
     )
