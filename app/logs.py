@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-REDACTED = "[redacted]"
+from app.hidden import REDACTED, searched_forms
 
 # What a request's log lines carry: the middleware sets it, authentication adds the tenant.
 request_context: ContextVar[dict[str, str] | None] = ContextVar("request_context", default=None)
@@ -60,7 +60,6 @@ _SENSITIVE_FIELDS = frozenset(
         "headers",
     }
 )
-_MIN_HIDDEN_LENGTH = 4
 
 
 def redact(text: str) -> str:
@@ -85,14 +84,13 @@ def _redacted_field(key: str, value: Any) -> Any:
 
 def hiding(values: list[Any]) -> AbstractContextManager[None]:
     """Within the block (and tasks it starts), these values never appear in a log line."""
-    if not values:
-        return nullcontext()
-    texts = {str(v) for v in values if not isinstance(v, bool | list | dict)}
-    texts |= {str(i) for v in values if isinstance(v, list) for i in v}
-    hidden = tuple(
-        sorted((t for t in texts if len(t) >= _MIN_HIDDEN_LENGTH), key=len, reverse=True)
-    )
+    hidden = searched_forms(values) if values else ()
     return _hiding(hidden) if hidden else nullcontext()
+
+
+def hiding_forms(forms: tuple[str, ...]) -> AbstractContextManager[None]:
+    """`hiding` for forms already computed (`app/hidden.py`, `searched_forms`)."""
+    return _hiding(forms) if forms else nullcontext()
 
 
 @contextmanager

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import weakref
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -15,7 +15,7 @@ from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
 from app.chat.model import ModelNotConfiguredError
 from app.errors import AppError, UnprocessableError, field_error, problem_body
 from app.limits import TenantLimits
-from app.logs import hiding
+from app.logs import hiding_forms
 from app.mcp.config import McpServer
 from app.mcp.hub import ChatSessions, mcp_server_tool
 from app.metrics import Metrics
@@ -88,7 +88,7 @@ class ChatService:
             await self._catalog.enabled(tenant_id=tenant_id), request.tool_ids, request.tags
         )
         context = dict(request.context_arguments)
-        sessions = None
+        sessions, servers = None, []
         if request.mcp_servers and self._mcp is not None:
             servers = await self._mcp.resolve(
                 request.mcp_servers, tenant_id=tenant_id, path="$.mcp_servers"
@@ -111,7 +111,7 @@ class ChatService:
                 context=context,
                 secrets=secrets,
                 mcp=sessions,
-                scrub=Scrubber(hidden_values(context, secrets)),
+                scrub=Scrubber(hidden_values(context, secrets, servers)),
             ),
         )
 
@@ -147,9 +147,8 @@ class ChatService:
         started = utc_now()
         status, error = "error", None
         call = chat.call
-        hidden = hidden_values(call.context, call.secrets)
         try:
-            with hiding(hidden):  # no log line written during the run can carry them
+            with hiding_forms(call.scrub.values):  # no log line of the run can carry them
                 result = await self._loop.run(chat, events=events, progress=progress)
             status = result.stop_reason
             return {**_response(result), "run_id": run_id}
@@ -175,9 +174,18 @@ class ChatService:
             self._recorder.record(record, tenant_id=tenant_id)
 
 
-def hidden_values(context: Mapping[str, Any], secrets: Mapping[str, str | None]) -> list[Any]:
-    """What a run must never show or log: its context values and the secrets its tools read."""
-    return [*context.values(), *(value for value in secrets.values() if value)]
+def hidden_values(
+    context: Mapping[str, Any],
+    secrets: Mapping[str, str | None],
+    servers: Iterable[McpServer] = (),
+) -> list[Any]:
+    """What a run must never show or log: its context values, the secrets its tools read and
+    the header values of its MCP servers (tokens, keys: a server may echo its headers)."""
+    return [
+        *context.values(),
+        *(value for value in secrets.values() if value),
+        *(value for server in servers for value in server.headers.values()),
+    ]
 
 
 def _selected(

@@ -12,8 +12,8 @@ from typing import Any
 
 from app.errors import NotFoundError, UnprocessableError
 from app.limits import TenantLimits
-from app.logs import hiding
-from app.mcp.config import SEPARATOR
+from app.logs import hiding_forms
+from app.mcp.config import SEPARATOR, McpServer
 from app.mcp.hub import ChatSessions, mcp_server_tool
 from app.repositories.database import utc_now
 from app.schemas.invocations import InvokeRequest
@@ -56,15 +56,17 @@ class InvocationService:
         sessions: ChatSessions | None = None
         try:
             context = dict(request.context_arguments)
-            tool, sessions = await self._resolve(tool_id, context, tenant_id=tenant_id)
+            tool, server = await self._resolve(tool_id, context, tenant_id=tenant_id)
+            if server is not None:
+                sessions = self._mcp.hub.chat_sessions([server], context)
             secrets = (
                 await self._secrets.resolve(set(tool.secrets), tenant_id=tenant_id)
                 if tool.secrets
                 else {}
             )
-            hidden = hidden_values(context, secrets)
-            call = CallScope(context, secrets, sessions, Scrubber(hidden))
-            with hiding(hidden):
+            scrub = Scrubber(hidden_values(context, secrets, [server] if server else []))
+            call = CallScope(context, secrets, sessions, scrub)
+            with hiding_forms(scrub.values):
                 return await self._run(
                     tool, visible_arguments(tool, request.arguments), call, tenant_id
                 )
@@ -98,9 +100,9 @@ class InvocationService:
 
     async def _resolve(
         self, tool_id: str, context: dict[str, Any], *, tenant_id: str
-    ) -> tuple[TypedTool, ChatSessions | None]:
+    ) -> tuple[TypedTool, McpServer | None]:
         """The tenant's stored tool, or else a `{server}__{tool}` of one of its MCP servers
-        (with the session set its call runs on)."""
+        (with that server)."""
         snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
         entry = snapshot.by_id.get(tool_id)
         if entry is not None:
@@ -115,7 +117,7 @@ class InvocationService:
         for listed in await self._mcp.hub.server_tools(server, context):
             tool = mcp_server_tool(server, listed)
             if tool.tool_id == tool_id:
-                return tool, self._mcp.hub.chat_sessions([server], context)
+                return tool, server
         raise NotFoundError(f"tool '{tool_id}' does not exist (MCP server '{server_name}')")
 
 

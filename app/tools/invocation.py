@@ -67,9 +67,8 @@ class ToolInvoker:
         outcome = await self._checked_run(tool, arguments, call)
         elapsed = time.perf_counter() - started
         self._metrics.tool_done(tool.kind, elapsed, outcome.kind)
-        content = self._capped(outcome.content)
-        if call.scrub:
-            content = call.scrub(content)
+        # Scrubbed before it is cut: a cut could leave half a hidden value nothing would match.
+        content = self._capped(call.scrub(outcome.content) if call.scrub else outcome.content)
         return Invocation(outcome.status, content, outcome.kind, round(elapsed * 1000, 3))
 
     def refused(
@@ -77,7 +76,7 @@ class ToolInvoker:
     ) -> Invocation:
         """A call that never reached a tool (unknown name, unreadable arguments), counted."""
         self._metrics.tool_done(tool.kind if tool else "unknown", 0.0, kind)
-        return Invocation("error", call.scrub(self._capped(message)), kind, 0.0)
+        return Invocation("error", self._capped(call.scrub(message)), kind, 0.0)
 
     async def _checked_run(
         self, tool: TypedTool, arguments: dict[str, Any], call: CallScope

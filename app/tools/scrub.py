@@ -5,33 +5,25 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-REDACTED = "[redacted]"
-# Shorter values are not scrubbed: they would match ordinary text.
-MIN_REDACTED_LENGTH = 4
+from app.hidden import REDACTED, searched_forms
+
+__all__ = ["REDACTED", "Scrubber"]
 
 
 class Scrubber:
-    """Replaces hidden values in text headed for the model or a caller (a tool may echo what it
-    received). Longest first, so a value containing another is replaced whole."""
+    """Replaces hidden values, raw or in the encodings an upstream may echo them in
+    (`app/hidden.py`), in text headed for the model or a caller."""
 
-    __slots__ = ("_values",)
+    __slots__ = ("values",)
 
     def __init__(self, hidden: Iterable[Any] = ()) -> None:
-        values: set[str] = set()
-        for value in hidden:
-            if isinstance(value, list):
-                values.update(str(item) for item in value)
-            elif not isinstance(value, bool | dict):
-                values.add(str(value))
-        self._values = sorted(
-            (v for v in values if len(v) >= MIN_REDACTED_LENGTH), key=len, reverse=True
-        )
+        self.values = searched_forms(hidden)
 
     def __bool__(self) -> bool:
-        return bool(self._values)
+        return bool(self.values)
 
     def __call__(self, text: str) -> str:
-        for value in self._values:
+        for value in self.values:
             if value in text:
                 text = text.replace(value, REDACTED)
         return text

@@ -4,14 +4,12 @@ canaries) and Prometheus metrics, on real chats against the fake model and a rea
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from typing import Any
 
 import orjson
 import pytest
 
-from app.logs import QUIET_LOGGERS, JsonFormatter, hiding, redact
-from tests.chat.conftest import ChatClient, external
+from app.logs import JsonFormatter, hiding, redact
+from tests.chat.conftest import ChatClient, JsonLines, external
 from tests.conftest import ADMIN
 from tests.support import fake_model as script
 from tests.support.fake_model import FakeModel
@@ -19,36 +17,6 @@ from tests.support.servers import ThreadedServer
 
 CONTEXT_CANARY = "ctx-canary-0b7d5e12"
 SECRET_CANARY = "sec-canary-93f1aa07"
-
-
-class JsonLines(logging.Handler):
-    """Every record of every logger, formatted by the service's own formatter."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.setFormatter(JsonFormatter())
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
-
-    def entries(self) -> list[dict[str, Any]]:
-        return [orjson.loads(line) for line in self.lines]
-
-
-@pytest.fixture
-def json_logs() -> Iterator[JsonLines]:
-    """Captures at DEBUG, the chattiest libraries included: redaction must hold even there."""
-    handler = JsonLines()
-    root = logging.getLogger()
-    saved = {name: logging.getLogger(name).level for name in ("", "app", *QUIET_LOGGERS)}
-    root.addHandler(handler)
-    for name in saved:
-        logging.getLogger(name).setLevel(logging.DEBUG)
-    yield handler
-    root.removeHandler(handler)
-    for name, level in saved.items():
-        logging.getLogger(name).setLevel(level)
 
 
 async def test_access_lines_carry_request_id_tenant_route_status_and_duration(

@@ -8,6 +8,7 @@ error result, a hang, a large result, a crash, and context arguments (argument a
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import threading
@@ -42,6 +43,12 @@ def build() -> MCPServer:
         with _lock:
             RECEIVED.append({"user_id": user_id, "x-user": header})
         return f"user={user_id} header={header}"
+
+    @server.tool()
+    def echo_headers(ctx: Context) -> str:
+        """Answer with the request's headers, as a careless server would."""
+        _called("echo_headers")
+        return json.dumps(dict(ctx.headers or {}))
 
     @server.tool()
     def fail(reason: str) -> str:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
+import html
+import json
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -33,6 +36,21 @@ async def echo(request: Request) -> JSONResponse:
     )
 
 
+async def reflect(request: Request) -> Response:
+    """What careless APIs do with what they receive: the raw (percent-encoded) query in an HTML
+    error page, values HTML- and JSON-escaped, and a Basic credential decoded."""
+    values = [value for _, value in request.query_params.multi_items()]
+    scheme, _, credential = request.headers.get("authorization", "").partition(" ")
+    decoded = base64.b64decode(credential).decode() if scheme.lower() == "basic" else ""
+    page = (
+        f"<p>No page at /reflect?{request.url.query}</p>"
+        + "".join(f"<i>{html.escape(v)}</i>" for v in values)
+        + json.dumps({"values": values, "slashes": [v.replace("/", "\\/") for v in values]})
+        + f" auth={request.headers.get('authorization', '')} user={decoded}"
+    )
+    return Response(page, status_code=int(request.path_params["code"]), media_type="text/html")
+
+
 async def fail(request: Request) -> Response:
     code = int(request.path_params["code"])
     return PlainTextResponse(f"upstream says no ({code})" + " detail" * 200, status_code=code)
@@ -60,6 +78,7 @@ upstream_app = Starlette(
     routes=[
         Route("/echo", echo, methods=["GET", "POST", "PUT", "DELETE"]),
         Route("/status/{code:int}", fail, methods=["GET", "POST"]),
+        Route("/reflect/{code:int}", reflect, methods=["GET"]),
         Route("/slow", slow, methods=["GET"]),
         Route("/big", big, methods=["GET"]),
         Route("/bomb", bomb, methods=["GET"]),

@@ -85,9 +85,10 @@ class ExternalExecutor:
         if truncated:
             text += f"\n[truncated: the response exceeded {self._response_max_bytes} bytes]"
         if response.status_code >= 300:
+            shown = call.scrub(text) if call.scrub else text  # before the cut, as in the invoker
             return ToolOutcome.error(
                 f"the tool's endpoint answered HTTP {response.status_code}: "
-                f"{text[:UPSTREAM_ERROR_BODY_CHARS]}",
+                f"{shown[:UPSTREAM_ERROR_BODY_CHARS]}",
                 "upstream_status",
             )
         return ToolOutcome("ok", text)
