@@ -55,6 +55,8 @@ class Settings(BaseSettings):
     log_format: Literal["json", "text"] = "json"
     access_log: bool = True
     metrics_token: SecretStr | None = None
+    # In production /metrics is closed unless METRICS_TOKEN is set or this says it is public.
+    metrics_public: bool = False
 
     mongodb_url: str | None = None
     mongodb_database: str = Field(default="toolgate", pattern=r"^[A-Za-z0-9_-]{1,63}$")
@@ -139,6 +141,13 @@ class Settings(BaseSettings):
         if problems:
             raise ValueError("refusing to start in production: " + "; ".join(problems))
         return self
+
+    @property
+    def metrics_access(self) -> Literal["token", "public", "closed"]:
+        """Who may read /metrics: token holders, anyone, or nobody (production, no token)."""
+        if self.metrics_token is not None and self.metrics_token.get_secret_value():
+            return "token"
+        return "public" if self.metrics_public or self.app_env != "production" else "closed"
 
     @property
     def uses_memory_store(self) -> bool:

@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
 from app.deps import ServicesDep
-from app.errors import UnauthorizedError
+from app.errors import ForbiddenError, UnauthorizedError
 from app.schemas.problems import problem_responses
 
 router = APIRouter(tags=["health"])
@@ -64,13 +64,20 @@ async def readyz(services: ServicesDep, response: Response) -> Health:
             "description": "Prometheus text format",
             "content": {"text/plain": {"schema": {"type": "string"}}},
         },
-        **problem_responses(401),
+        **problem_responses(401, 403),
     },
 )
 async def metrics(request: Request, services: ServicesDep) -> Response:
-    """Prometheus metrics; with METRICS_TOKEN set, send it as `Authorization: Bearer <token>`."""
-    token = services.settings.metrics_token
-    if token is not None and token.get_secret_value():
+    """Prometheus metrics; with METRICS_TOKEN set, send it as `Authorization: Bearer <token>`.
+    In production they are not public unless METRICS_PUBLIC=true (403 without a token)."""
+    settings = services.settings
+    access, token = settings.metrics_access, settings.metrics_token
+    if access == "closed":
+        raise ForbiddenError(
+            "Metrics are not public in production: set METRICS_TOKEN (then send it as a bearer "
+            "token), or METRICS_PUBLIC=true."
+        )
+    if access == "token" and token is not None:
         scheme, _, presented = request.headers.get("authorization", "").partition(" ")
         expected = token.get_secret_value().encode()
         if scheme.lower() != "bearer" or not hmac.compare_digest(presented.encode(), expected):

@@ -4,14 +4,17 @@ canaries) and Prometheus metrics, on real chats against the fake model and a rea
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import orjson
 import pytest
 
+from app.crypto import new_key
 from app.logs import JsonFormatter, hiding, redact
 from tests.chat.conftest import ChatClient, JsonLines, external
-from tests.conftest import ADMIN
+from tests.conftest import ADMIN, http_client, make_settings, running_app
 from tests.support import fake_model as script
+from tests.support import functions
 from tests.support.fake_model import FakeModel
 from tests.support.servers import ThreadedServer
 
@@ -187,3 +190,31 @@ async def test_metrics_can_be_protected(chat: ChatClient) -> None:
     assert wrong.status_code == 401
     right = await chat.http.get("/metrics", headers={"Authorization": "Bearer metrics-token-123"})
     assert right.status_code == 200 and "toolgate_http_requests_total" in right.text
+
+
+@pytest.mark.parametrize(
+    ("overrides", "anonymous", "with_token"),
+    [
+        ({}, 403, 403),  # production, no token: closed
+        ({"metrics_public": True}, 200, 200),  # the operator said so
+        ({"metrics_token": "metrics-token-123"}, 401, 200),
+    ],
+)
+async def test_metrics_are_not_public_in_production_unless_said(
+    overrides: dict[str, Any], anonymous: int, with_token: int
+) -> None:
+    settings = make_settings(
+        None,
+        app_env="production",
+        admin_api_key="a" * 40,
+        api_key_secret="b" * 40,
+        secrets_key=new_key(),
+        **overrides,
+    )
+    async with running_app(settings, functions.registry) as app, http_client(app) as http:
+        assert (await http.get("/metrics")).status_code == anonymous
+        token = {"Authorization": "Bearer metrics-token-123"}
+        answer = await http.get("/metrics", headers=token)
+        assert answer.status_code == with_token
+        if with_token == 403:
+            assert "METRICS_PUBLIC" in answer.json()["detail"]
