@@ -97,6 +97,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "check":
         print("settings, function dictionary and MCP servers are valid")
         return
+    if args.workers > 1 and settings.uses_memory_store:
+        # Each worker would hold its own in-memory store: a tenant created through one is
+        # unknown to the others (401 on about half the requests).
+        sys.exit(
+            f"refusing to start {args.workers} workers on the in-memory store: each process "
+            "would keep its own data. Set MONGODB_URL to a MongoDB every worker shares, or "
+            "run one worker."
+        )
     import uvicorn
 
     from app.logs import configure_logging

@@ -49,6 +49,13 @@ def test_check_refuses_a_broken_dictionary_with_one_list() -> None:
     assert "wrong_type: 'count' is declared integer" in result.stderr
 
 
+def test_several_workers_on_the_in_memory_store_are_refused() -> None:
+    result = _run("serve", "--workers", "2", "--port", str(free_port()))
+    assert result.returncode == 1
+    assert "refusing to start 2 workers on the in-memory store" in result.stderr
+    assert "MONGODB_URL" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_uvicorn_refuses_to_start_with_a_broken_dictionary() -> None:
     process = subprocess.run(
         [sys.executable, "-m", "uvicorn", "app.asgi:app", "--port", str(free_port())],
