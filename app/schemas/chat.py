@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints
 
-from app.schemas.fields import ClientModel, Name, ServerName, Tag
+from app.schemas.fields import MAX_JSON_DEPTH, BoundedJSON, ClientModel, Name, ServerName, Tag
 
 ContextValue = str | int | float | bool | list[str]
 # Keys are context parameter names; the schema says so (no other key is accepted).
@@ -31,7 +31,11 @@ class ChatMessage(ClientModel):
     """A message in OpenAI chat format."""
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[dict[str, BoundedJSON]] | None = Field(
+        default=None,
+        description=f"Text, or content parts; objects and arrays nest at most {MAX_JSON_DEPTH} "
+        "levels inside a part.",
+    )
     name: Annotated[str, StringConstraints(max_length=64)] | None = None
     tool_calls: list[MessageToolCall] | None = None
     tool_call_id: str | None = None

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, ValidationError
 
 NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 TAG_PATTERN = r"^[a-zA-Z0-9_.:-]{1,64}$"
@@ -16,6 +16,7 @@ HEADER_NAME_PATTERN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$"
 # A field value without control characters (a tab is allowed, as RFC 9110 allows it).
 HEADER_VALUE_PATTERN = r"^[^\x00-\x08\x0a-\x1f\x7f]*$"
 HEADER_VALUE_MAX = 8192
+MAX_JSON_DEPTH = 32
 
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 Tag = Annotated[str, StringConstraints(pattern=TAG_PATTERN)]
@@ -27,6 +28,25 @@ HeaderName = Annotated[str, StringConstraints(pattern=HEADER_NAME_PATTERN)]
 HeaderValue = Annotated[
     str, StringConstraints(pattern=HEADER_VALUE_PATTERN, max_length=HEADER_VALUE_MAX)
 ]
+
+
+def _within_depth(value: Any) -> Any:
+    """Refuse JSON nested deeper than MAX_JSON_DEPTH (iteratively: never a recursion error)."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        current, depth = pending.pop()
+        if isinstance(current, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+            children = current.values() if isinstance(current, dict) else current
+            pending.extend((child, depth + 1) for child in children)
+    return value
+
+
+# Free-form JSON a client sends (message contents, tool arguments): at most MAX_JSON_DEPTH levels
+# of objects and arrays, so that every copy of it (model traffic, answers, run records, BSON's
+# 100 levels) can be written.
+BoundedJSON = Annotated[Any, AfterValidator(_within_depth)]
 
 
 def problem_lines(exc: ValidationError) -> list[str]:

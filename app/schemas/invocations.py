@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas.chat import ContextArguments
-from app.schemas.fields import ClientModel
+from app.schemas.fields import MAX_JSON_DEPTH, BoundedJSON, ClientModel
 
 # Why a tool call failed: also the `kind` label of the tool-error metric.
 ErrorKind = Literal[
@@ -24,11 +24,12 @@ ErrorKind = Literal[
 
 
 class InvokeRequest(ClientModel):
-    arguments: dict[str, Any] = Field(
+    arguments: dict[str, BoundedJSON] = Field(
         default_factory=dict,
         max_length=128,
         description="The tool's model-visible arguments, checked against its schema. Keys "
-        "named like a context parameter are ignored: the server's value wins.",
+        "named like a context parameter are ignored: the server's value wins. Objects and "
+        f"arrays nest at most {MAX_JSON_DEPTH} levels.",
     )
     context_arguments: ContextArguments = Field(
         default_factory=dict,

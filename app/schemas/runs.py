@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
 RunKind = Literal["chat", "invoke"]
 RunStatus = Literal["completed", "max_iterations", "token_budget", "cancelled", "error"]
@@ -71,5 +71,16 @@ def _iso_only(value: object) -> object:
     return value
 
 
+def _in_utc(value: datetime) -> datetime:
+    """In UTC (a time without an offset is read as UTC); 422, not an overflow later, for a time
+    whose UTC equivalent falls outside years 1-9999 (`0001-01-01T00:00:00+01:00`)."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is outside the years 1 to 9999 once converted to UTC") from None
+
+
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-IsoDateTime = Annotated[datetime, BeforeValidator(_iso_only)]
+IsoDateTime = Annotated[datetime, BeforeValidator(_iso_only), AfterValidator(_in_utc)]

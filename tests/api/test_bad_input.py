@@ -138,3 +138,54 @@ async def test_one_title_per_status(client: httpx.AsyncClient, acme: TenantCrede
         "/tools/create", headers=acme.headers, json=external_tool(tool_id="ids")
     )  # ours
     assert schema_422.json()["title"] == rule_422.json()["title"] == "Unprocessable Content"
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("depth", [33, 252, 600])
+@pytest.mark.parametrize(
+    ("path", "template"),
+    [
+        # message content parts (orjson, which writes model traffic, stops near 255 levels)
+        ("/chat", '{"messages": [{"role": "user", "content": [{"type": "text", "x": %s}]}]}'),
+        ("/tools/rolldice/invoke", '{"arguments": {"d": %s}}'),
+    ],
+)
+async def test_deep_nesting_is_422_at_the_documented_depth(
+    client: httpx.AsyncClient, acme: TenantCredentials, path: str, template: str, depth: int
+) -> None:
+    raw = (template % _nested(depth)).encode()
+    headers = {**acme.headers, "content-type": "application/json"}
+    response = await client.post(path, content=raw, headers=headers)
+    assert response.status_code == 422, response.text
+    assert "nested deeper than 32 levels" in response.text
+    at_limit = (template % _nested(32)).encode()
+    if path.endswith("/invoke"):  # accepted, and checked against the tool's schema
+        answered = await client.post(path, content=at_limit, headers=headers)
+        assert answered.status_code == 200 and answered.json()["status"] == "error"
+
+
+@pytest.mark.parametrize(
+    "moment",
+    ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+23:59"],
+)
+@pytest.mark.parametrize("route", ["/runs", "/tools/rolldice/stats"])
+@pytest.mark.parametrize("field", ["since", "until"])
+async def test_dates_beyond_the_range_in_utc_are_422(
+    client: httpx.AsyncClient, acme: TenantCredentials, moment: str, route: str, field: str
+) -> None:
+    response = await client.get(route, params={field: moment}, headers=acme.headers)
+    assert response.status_code == 422, response.text
+    assert "years 1 to 9999" in response.text
+
+
+async def test_a_date_without_an_offset_is_utc(
+    client: httpx.AsyncClient, acme: TenantCredentials
+) -> None:
+    for route in ("/runs", "/tools/rolldice/stats"):
+        response = await client.get(
+            route, params={"since": "2026-01-01T00:00:00"}, headers=acme.headers
+        )
+        assert response.status_code == 200, response.text
