@@ -36,6 +36,13 @@ def hidden_texts(values: Iterable[Any]) -> set[str]:
 
 def encoded_forms(text: str) -> set[str]:
     """`text` and the forms an upstream may echo it in."""
+    try:
+        return _encoded_forms(text)
+    except (ValueError, UnicodeError):  # a lone surrogate has no UTF-8: only the raw form
+        return {text}
+
+
+def _encoded_forms(text: str) -> set[str]:
     forms = {text}
     for encoded in (quote(text, safe=""), quote(text), quote_plus(text)):
         forms.update((encoded, _lower_hex(encoded)))
@@ -77,10 +84,10 @@ def _lower_hex_escapes(escaped: str) -> str:
 
 
 def _base64_text(text: str) -> str | None:
-    if len(text) % 4 or len(text) < 8:
+    if len(text) % 4 or len(text) < 8 or not text.isascii():
         return None
     try:
         decoded = base64.b64decode(text, validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
+    except (binascii.Error, ValueError):
         return None
     return decoded if decoded.isprintable() else None

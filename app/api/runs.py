@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Response
 
 from app.deps import TenantDep
 from app.schemas.fields import NAME_PATTERN
@@ -38,7 +38,7 @@ async def list_runs(
     until: Annotated[IsoDateTime | None, Query(description="Started before (ISO 8601)")] = None,
 ) -> Any:
     """The calling tenant's runs (chats and tool invocations), newest first, a page at a time."""
-    return await tenant.services.runs.page(
+    page = await tenant.services.runs.page(
         tenant_id=tenant.id,
         limit=limit,
         cursor=cursor,
@@ -48,6 +48,7 @@ async def list_runs(
         since=since,
         until=until,
     )
+    return Response(page, media_type="application/json")  # pre-serialized
 
 
 @router.get(
@@ -60,4 +61,5 @@ async def get_run(
     run_id: Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")], tenant: TenantDep
 ) -> Any:
     """One run (a chat or a tool invocation) of the calling tenant."""
-    return await tenant.services.runs.get(run_id, tenant_id=tenant.id)
+    run = await tenant.services.runs.get_json(run_id, tenant_id=tenant.id)
+    return Response(run, media_type="application/json")  # pre-serialized

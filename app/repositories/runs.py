@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from datetime import datetime
 from typing import Any, Protocol
 
+from bson.errors import InvalidDocument
 from pymongo import ASCENDING, DESCENDING
+from pymongo.errors import BulkWriteError, DocumentTooLarge, WriteError
 
 from app.repositories.database import Database, Document, aggregate
+from app.repositories.storable import storable_record
+
+logger = logging.getLogger(__name__)
+# What the driver refuses before anything is sent: integers beyond 64 bits, NUL in a key, size.
+_REFUSED = (OverflowError, InvalidDocument, DocumentTooLarge)
 
 _NO_ID = {"_id": 0}
 
@@ -32,7 +40,30 @@ class RunRepository:
         await runs.create_index([("ended_at", ASCENDING)], expireAfterSeconds=self._retention_s)
 
     async def insert_many(self, runs: list[Document], *, tenant_id: str) -> None:
-        await self._runs(tenant_id).insert_many([dict(run) for run in runs], ordered=False)
+        """Write the batch; a record the database refuses never takes the others with it, and
+        is kept in a reduced form (`app/repositories/storable.py`) rather than lost."""
+        try:
+            await self._runs(tenant_id).insert_many([dict(run) for run in runs], ordered=False)
+        except BulkWriteError as exc:  # the others were written
+            failed = sorted({error["index"] for error in exc.details.get("writeErrors", [])})
+            await self._store_reduced([runs[index] for index in failed], tenant_id)
+        except _REFUSED:  # refused while encoding the batch: write record by record
+            await self._store_reduced(runs, tenant_id)
+
+    async def _store_reduced(self, runs: list[Document], tenant_id: str) -> None:
+        for run in runs:
+            query = {"run_id": run["run_id"]}  # an upsert: safe if part was written already
+            try:
+                await self._runs(tenant_id).replace_one(query, dict(run), upsert=True)
+                continue
+            except (*_REFUSED, WriteError):
+                logger.warning(
+                    "run %s of tenant %s is stored reduced: the database refused part of it",
+                    run["run_id"],
+                    tenant_id,
+                )
+            reduced = storable_record(run, bulky=("messages", "tool_calls"))
+            await self._runs(tenant_id).replace_one(query, reduced, upsert=True)
 
     async def get(self, run_id: str, *, tenant_id: str) -> Document | None:
         found: Document | None = await self._runs(tenant_id).find_one({"run_id": run_id}, _NO_ID)

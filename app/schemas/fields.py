@@ -30,16 +30,22 @@ HeaderValue = Annotated[
 ]
 
 
-def _within_depth(value: Any) -> Any:
-    """Refuse JSON nested deeper than MAX_JSON_DEPTH (iteratively: never a recursion error)."""
+def too_deep(value: Any) -> bool:
+    """JSON nested deeper than MAX_JSON_DEPTH (walked iteratively: never a recursion error)."""
     pending: list[tuple[Any, int]] = [(value, 1)]
     while pending:
         current, depth = pending.pop()
         if isinstance(current, dict | list):
             if depth > MAX_JSON_DEPTH:
-                raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+                return True
             children = current.values() if isinstance(current, dict) else current
             pending.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _within_depth(value: Any) -> Any:
+    if too_deep(value):
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
     return value
 
 

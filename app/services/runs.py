@@ -6,15 +6,22 @@ import asyncio
 import base64
 import contextlib
 import logging
+import typing
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
+
 from app.errors import NotFoundError, UnprocessableError, field_error
 from app.repositories.runs import RunStore
+from app.repositories.storable import storable
+from app.schemas.runs import Run, RunStatus, RunUsage
 
 logger = logging.getLogger(__name__)
 
+RUN_STATUSES: tuple[RunStatus, ...] = typing.get_args(RunStatus)
+SHOWN_DEPTH = 32  # a reduced record shows at most this much nesting (JSON writers stop near 255)
 BATCH_SIZE = 500
 QUEUE_LIMIT = 100_000
 # Collect records this long before writing: one wake-up and one insert per tenant per batch,
@@ -115,11 +122,11 @@ class RunService:
     def __init__(self, *, runs: RunStore) -> None:
         self._runs = runs
 
-    async def get(self, run_id: str, *, tenant_id: str) -> dict[str, Any]:
+    async def get_json(self, run_id: str, *, tenant_id: str) -> bytes:
         found = await self._runs.get(run_id, tenant_id=tenant_id)
         if found is None:
             raise NotFoundError(f"run '{run_id}' does not exist")
-        return found
+        return shown_run(found)
 
     async def page(
         self,
@@ -132,7 +139,8 @@ class RunService:
         status: str | None,
         since: datetime | None,
         until: datetime | None,
-    ) -> dict[str, Any]:
+    ) -> bytes:
+        """A page as JSON (a RunPage); every stored record is shown, whole or reduced."""
         items = await self._runs.page(
             tenant_id=tenant_id,
             limit=limit,
@@ -144,7 +152,8 @@ class RunService:
             until=until,
         )
         next_cursor = _encode(items[-1]) if len(items) == limit else None
-        return {"items": items, "next_cursor": next_cursor}
+        shown = b",".join(shown_run(item) for item in items)
+        return b'{"items":[%b],"next_cursor":%b}' % (shown, orjson.dumps(next_cursor))
 
     async def tool_stats(
         self, tool_id: str, *, tenant_id: str, since: datetime | None, until: datetime | None
@@ -163,6 +172,40 @@ class RunService:
             "p50_ms": found.get("p50_ms") if calls else None,
             "p95_ms": found.get("p95_ms") if calls else None,
         }
+
+
+def shown_run(stored: dict[str, Any]) -> bytes:
+    """A stored record as JSON. Reading never fails on what was stored (by this version or
+    another): a record that does not validate or serialize is shown reduced, saying why."""
+    try:
+        return Run.model_validate(stored).model_dump_json(exclude_none=True).encode()
+    except (ValueError, TypeError):  # pydantic's validation and serialization errors included
+        pass
+    try:
+        reduced = storable(stored, max_depth=SHOWN_DEPTH)
+        return Run.model_validate(reduced).model_dump_json(exclude_none=True).encode()
+    except (ValueError, TypeError):
+        pass
+    return _minimal_run(stored).model_dump_json(exclude_none=True).encode()
+
+
+def _minimal_run(stored: dict[str, Any]) -> Run:
+    """What can always be shown of a record: its identity, times and how it ended."""
+    epoch = datetime.fromtimestamp(0, UTC)
+    started = stored.get("started_at")
+    ended = stored.get("ended_at")
+    status = stored.get("stop_reason")
+    return Run(
+        run_id=str(stored.get("run_id")),
+        kind=stored.get("kind") if stored.get("kind") in ("chat", "invoke") else "chat",
+        started_at=started if isinstance(started, datetime) else epoch,
+        ended_at=ended if isinstance(ended, datetime) else epoch,
+        stop_reason=status if status in RUN_STATUSES else "error",
+        iterations=0,
+        usage=RunUsage(prompt_tokens=0, completion_tokens=0, total_tokens=0),
+        tool_calls=[],
+        error="the stored record cannot be shown whole; its details are left out",
+    )
 
 
 def _encode(run: dict[str, Any]) -> str:

@@ -85,3 +85,8 @@ async def test_echoed_values_are_redacted_in_every_encoding_and_sink(
     sinks["logs"] = "\n".join(json_logs.lines)
     leaks = {sink: _leaks(text) for sink, text in sinks.items()}
     assert leaks == {sink: [] for sink in sinks}
+
+
+@pytest.mark.parametrize("value", ["ª¼¥§Ì§", "\ud800lone-surrogate", "ÿÿÿÿÿÿÿÿ", "a" * 8])
+def test_any_text_has_its_forms(value: str) -> None:
+    assert value in encoded_forms(value)  # never an exception, whatever a caller sends
