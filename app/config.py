@@ -68,6 +68,7 @@ class Settings(BaseSettings):
 
     functions_module: str = "app.tools.builtin:registry"
     max_body_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
+    body_timeout_s: float = Field(default=15.0, ge=0.1, le=600)
 
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None

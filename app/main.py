@@ -107,7 +107,11 @@ def create_app(
         openapi_url="/openapi.json" if settings.docs_enabled else None,
     )
     app.state.metrics = Metrics()
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodySizeLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        timeout_s=settings.body_timeout_s,
+    )
     if settings.cors_allow_origins:  # browsers on other origins get nothing unless listed
         app.add_middleware(
             CORSMiddleware,

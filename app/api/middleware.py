@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -17,11 +18,15 @@ access_logger = logging.getLogger("app.access")
 
 
 class BodySizeLimitMiddleware:
-    """413 when a body exceeds `max_bytes`: at once if declared, else as soon as it streams past."""
+    """413 when a body exceeds `max_bytes`: at once if declared, else as soon as it streams past.
+    408 (and the connection closed) when the body has not all arrived within `timeout_s` of the
+    request: a client that sends less than its Content-Length, or never ends a chunked body,
+    must not hold a connection forever (uvicorn has no body timeout of its own)."""
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, max_bytes: int, timeout_s: float = 15.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     def _detail(self) -> str:
         return f"The request body is larger than the limit of {self.max_bytes} bytes."
@@ -35,11 +40,24 @@ class BodySizeLimitMiddleware:
             await problem_response(413, self._detail())(scope, receive, send)
             return
         received = 0
+        deadline = time.monotonic() + self.timeout_s
+        body_done = False
 
         async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done
+            if body_done:  # afterwards receive() only waits for a disconnect: no deadline
+                return await receive()
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    message = await receive()
+            except TimeoutError:
+                raise HTTPException(
+                    408,
+                    f"The request body did not arrive within {self.timeout_s:g} s.",
+                    headers={"Connection": "close"},
+                ) from None
             if message["type"] == "http.request":
+                body_done = not message.get("more_body", False)
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
                     # FastAPI re-raises HTTPException from body parsing; the problem handler
