@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.crypto import parse_key
+from app.outbound import DEFAULT_BLOCKED_PORTS, DEFAULT_PORTS, parse_ports
 
 # Documented development fall-backs (README, .env.example). Never accepted in production.
 DEV_ADMIN_API_KEY = "dev-admin-key"
@@ -98,6 +99,11 @@ class Settings(BaseSettings):
     tool_threads: int = Field(default=32, ge=1, le=512)
     tool_cache_ttl_s: float = Field(default=2.0, ge=0, le=300)
     outbound_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    outbound_ports: str = DEFAULT_PORTS
+    outbound_blocked_ports: str = DEFAULT_BLOCKED_PORTS
+    # A CA bundle (PEM) external tools and tenant MCP servers are verified against, instead of
+    # certifi's; the environment (SSL_CERT_FILE and friends) is never read.
+    outbound_ca_bundle: str | None = None
 
     cors_allow_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     docs_enabled: bool = True
@@ -111,6 +117,12 @@ class Settings(BaseSettings):
     mcp_servers_file: str | None = None
     mcp_connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
     mcp_tools_cache_ttl_s: float = Field(default=30.0, ge=0, le=3600)
+
+    @field_validator("outbound_ports", "outbound_blocked_ports")
+    @classmethod
+    def _port_lists(cls, value: str) -> str:
+        parse_ports(value)  # ValueError naming the bad part
+        return value
 
     @field_validator("outbound_allow", "cors_allow_origins", mode="before")
     @classmethod

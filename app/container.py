@@ -267,7 +267,12 @@ def build_runtime(
     metrics: Metrics,
     stack: AsyncExitStack,
 ) -> _Runtime:
-    policy = OutboundPolicy(settings.outbound_allow)
+    policy = OutboundPolicy(
+        settings.outbound_allow,
+        ports=settings.outbound_ports,
+        blocked_ports=settings.outbound_blocked_ports,
+        ca_bundle=settings.outbound_ca_bundle,
+    )
     secrets = build_secret_service(settings, stores.secrets)
     mcp = build_mcp_service(settings, stores, policy, secrets.box, operator, stack)
     limits = build_limits(settings)

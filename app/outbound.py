@@ -37,6 +37,29 @@ MCP_TRANSPORT_HEADERS = RESERVED_HEADERS | {
 }
 
 
+# Ports reachable by default: the web's, and unprivileged ones but for well-known database,
+# cache, container and cluster admin ports (OUTBOUND_PORTS, OUTBOUND_BLOCKED_PORTS).
+DEFAULT_PORTS = "80,443,1025-65535"
+DEFAULT_BLOCKED_PORTS = (
+    "1433,1521,2375,2376,2379,2380,3306,5432,5984,6379,6443,8500,9042,9200,9300,10250,"
+    "11211,27017-27019"
+)
+
+
+def parse_ports(spec: str) -> frozenset[int]:
+    """`80,443,1025-65535` -> the set of ports; ValueError naming a bad part."""
+    ports: set[int] = set()
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        first, last = int(low), int(high or low)
+        if not 1 <= first <= last <= 65535:
+            raise ValueError(f"'{part}' is not a port or a range of ports in 1-65535")
+        ports.update(range(first, last + 1))
+    return frozenset(ports)
+
+
 def reserved_header_problems(names: Iterable[str], *, mcp: bool = False) -> list[str]:
     """One problem per header name the client (or, with `mcp`, the MCP transport) owns."""
     reserved = MCP_TRANSPORT_HEADERS if mcp else RESERVED_HEADERS

@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
+import certifi
 import httpcore
 import httpx
+
+from app.outbound import DEFAULT_BLOCKED_PORTS, DEFAULT_PORTS, parse_ports
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -66,17 +71,48 @@ class OutboundBlockedError(httpx.TransportError):
     """The destination is not a public address (and not allowed by the operator)."""
 
 
-class OutboundPolicy:
-    """Which destinations external tools may reach: public addresses, plus an operator list."""
+_LABEL = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
 
-    def __init__(self, allow: Sequence[str] = ()) -> None:
+
+class OutboundPolicy:
+    """Which destinations external tools may reach: public addresses on the allowed ports, plus
+    the operator's allow list. An entry without a port (`internal.example`, `10.0.0.0/8`) lifts
+    the address rule only; `host:port` (`[v6]:port`, `cidr:port`) also opens that one port."""
+
+    def __init__(
+        self,
+        allow: Sequence[str] = (),
+        *,
+        ports: str = DEFAULT_PORTS,
+        blocked_ports: str = DEFAULT_BLOCKED_PORTS,
+        ca_bundle: str | None = None,
+    ) -> None:
+        self._ca_bundle = ca_bundle
+        self._ssl: ssl.SSLContext | None = None
         self._hosts: set[str] = set()
         self._networks: list[Network] = []
+        self._host_ports: set[tuple[str, int]] = set()
+        self._network_ports: list[tuple[Network, int]] = []
+        self._ports = parse_ports(ports) - parse_ports(blocked_ports)
         for entry in allow:
+            target, port = _split_port(entry.strip())
             try:
-                self._networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+                network = ipaddress.ip_network(target, strict=False)
             except ValueError:
-                self._hosts.add(normalize_host(entry))
+                host = normalize_host(target)
+                self._hosts.add(host)
+                if port is not None:
+                    self._host_ports.add((host, port))
+                continue
+            self._networks.append(network)
+            if port is not None:
+                self._network_ports.append((network, port))
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """Certificates are verified against `ca_bundle`, else certifi's CAs; built once."""
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context(cafile=self._ca_bundle or certifi.where())
+        return self._ssl
 
     def host_allowed(self, host: str) -> bool:
         return normalize_host(host) in self._hosts
@@ -85,8 +121,18 @@ class OutboundPolicy:
         if any(address in network for network in self._networks):
             return True
         if address.version == 6 and address.ipv4_mapped is not None:
-            return False
+            return self.address_allowed(address.ipv4_mapped)  # judged by the IPv4 inside
         return not any(address in network for network in _BLOCKED) and address.is_global
+
+    def port_allowed(self, host: str, port: int, addresses: Iterable[IPAddress] = ()) -> bool:
+        """The default ports, or a port an allow-list entry names for this host or address."""
+        if port in self._ports or (normalize_host(host), port) in self._host_ports:
+            return True
+        return any(
+            address in network and port == allowed
+            for address in addresses
+            for network, allowed in self._network_ports
+        )
 
     def url_safety_problem(self, url: str) -> str | None:
         """Why `url` is unsafe as written, or None. No DNS lookup happens here."""
@@ -96,17 +142,46 @@ class OutboundPolicy:
             return f"not a valid URL: {exc}"
         if not host:
             return "must name a host"
+        name = normalize_host(host)
+        address = literal_address(name)
+        port = httpx.URL(url).port or (443 if url.lower().startswith("https") else 80)
+        if not self.port_allowed(name, port, [address] if address else []):
+            return f"port {port} is not open to external tools (OUTBOUND_PORTS); ask the operator"
         if self.host_allowed(host):
             return None
-        name = normalize_host(host)
+        if address is None and (problem := host_name_problem(name)):
+            return problem
         if name == "localhost" or name.endswith((".localhost", ".local", ".internal")):
             return f"host '{host}' is a local name; external tools may only reach public hosts"
-        address = literal_address(name)
         if address is not None and not self.address_allowed(address):
             return (
                 f"host '{host}' is not a public address; external tools may only reach public hosts"
             )
         return None
+
+
+def host_name_problem(name: str) -> str | None:
+    """Why `name` is not a well-formed DNS name (RFC 1035 lengths, letters-digits-hyphens labels
+    that neither start nor end with a hyphen, a top label that is not all digits)."""
+    labels = name.split(".")
+    if len(name) > 253:
+        return "the host name is longer than 253 characters"
+    if any(not _LABEL.match(label) for label in labels):
+        return f"host '{name}' is not a well-formed name (labels of 1-63 letters, digits, hyphens)"
+    if labels[-1].isdigit():
+        return f"host '{name}' is neither an address nor a name (its last label is all digits)"
+    return None
+
+
+def _split_port(entry: str) -> tuple[str, int | None]:
+    """`host:port`, `[v6]:port`, `cidr:port` -> (target, port); an entry without one: None."""
+    if entry.startswith("["):
+        inside, _, rest = entry[1:].partition("]")
+        return inside, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
+    target, colon, port = entry.rpartition(":")
+    if colon and entry.count(":") == 1 and port.isdigit():
+        return target, int(port)
+    return entry, None
 
 
 def normalize_host(host: str) -> str:
@@ -158,6 +233,8 @@ class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         addresses = await self._resolve(host, port, timeout)
+        if not self._policy.port_allowed(host, port, addresses):
+            raise OutboundBlockedError(f"refusing to connect to port {port} (OUTBOUND_PORTS)")
         if not self._policy.host_allowed(host):
             blocked = [a for a in addresses if not self._policy.address_allowed(a)]
             if blocked:
@@ -215,7 +292,10 @@ def guarded_transport(
     MCP SDK's); both build their pool without a network-backend option, so the pool is swapped
     for one with the same settings.
     """
-    transport = http.AsyncHTTPTransport(limits=limits, retries=0)
+    # trust_env=False: the CAs come from the policy, never from SSL_CERT_FILE and the like.
+    transport = http.AsyncHTTPTransport(
+        limits=limits, retries=0, verify=policy.ssl_context(), trust_env=False
+    )
     transport._pool = core.AsyncConnectionPool(
         ssl_context=transport._pool._ssl_context,
         max_connections=limits.max_connections,

@@ -122,6 +122,8 @@ async def test_unreachable_endpoint(chat: ChatClient, fake: FakeModel) -> None:
         "http://0177.0.0.1/",
         "http://localhost/",
         "file:///etc/passwd",
+        "http://api.example.com:6379/",
+        "http://1.1.1.1.1/",
     ],
 )
 @pytest.mark.settings(outbound_allow=[])

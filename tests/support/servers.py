@@ -12,8 +12,16 @@ from tests.support.secantus import free_port
 
 
 class ThreadedServer:
-    def __init__(self, app: ASGIApp, *, keep_alive_s: int = 5, lifespan: str = "off") -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keep_alive_s: int = 5,
+        lifespan: str = "off",
+        tls: tuple[str, str] | None = None,  # (certificate file, key file): serve HTTPS
+    ) -> None:
         self.port = free_port()
+        self._scheme = "https" if tls else "http"
         config = uvicorn.Config(
             app,
             host="127.0.0.1",
@@ -22,13 +30,15 @@ class ThreadedServer:
             lifespan=lifespan,
             access_log=False,
             timeout_keep_alive=keep_alive_s,
+            ssl_certfile=tls[0] if tls else None,
+            ssl_keyfile=tls[1] if tls else None,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self._scheme}://127.0.0.1:{self.port}"
 
     def start(self) -> ThreadedServer:
         self._thread.start()

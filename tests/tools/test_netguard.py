@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import httpx
 import pytest
 
 from app.tools.netguard import OutboundBlockedError, OutboundPolicy, guarded_transport
 from tests.support.servers import ThreadedServer
+from tests.support.tls import make_certificates
 from tests.support.upstream import upstream_app
 
 UNSAFE_URLS = [
@@ -67,6 +71,21 @@ UNSAFE_URLS = [
     "http://[ff02::1]/",
     "http://[fec0::1]/",
     "http://[100::1]/",
+    # Ports outside the default set: administrative, mail, databases, caches, container APIs.
+    "http://93.184.215.14:22/",
+    "http://93.184.215.14:25/",
+    "https://api.example.com:6379/",
+    "https://api.example.com:27017/",
+    "http://api.example.com:2375/",
+    "http://api.example.com:11211/",
+    "http://api.example.com:8/",
+    # Malformed hosts: five numbers, a 64-character label, a 254-character name, a leading `-`.
+    "http://1.1.1.1.1/",
+    f"http://{'a' * 64}.example.com/",
+    f"http://{'a.' * 125}example/",
+    "http://-bad.example.com/",
+    "http://bad-.example.com/",
+    "http://a..b.example/",
 ]
 SAFE_URLS = [
     "https://api.example.com/weather",
@@ -78,6 +97,10 @@ SAFE_URLS = [
     "http://172.32.0.1/",
     "http://100.128.0.1/",
     "http://192.169.0.1/",
+    "http://[::ffff:8.8.8.8]/",  # IPv4-mapped: judged by the IPv4 inside
+    "http://api.example.com:8080/",
+    f"http://{'a' * 63}.example.com/",
+    "http://under_score.example.com/",
 ]
 
 
@@ -98,6 +121,18 @@ def test_operator_allow_list() -> None:
     assert policy.url_safety_problem("http://internal.example/") is None
     assert policy.url_safety_problem("http://192.168.0.1/") is not None
     assert policy.url_safety_problem("http://127.0.0.2/") is not None
+
+
+def test_an_allow_list_entry_can_open_one_port() -> None:
+    policy = OutboundPolicy(["127.0.0.1:6379", "10.0.0.0/8:22", "[fd00::1]:25", "db.internal:5432"])
+    assert policy.url_safety_problem("http://127.0.0.1:6379/") is None
+    assert policy.url_safety_problem("http://127.0.0.1:27017/") is not None  # only that port
+    assert policy.url_safety_problem("http://10.1.2.3:22/") is None
+    assert policy.url_safety_problem("http://11.1.2.3:22/") is not None
+    assert policy.url_safety_problem("http://[fd00::1]:25/") is None
+    assert policy.url_safety_problem("http://db.internal:5432/") is None
+    assert policy.url_safety_problem("http://api.example.com:5432/") is not None
+    assert OutboundPolicy(ports="443").url_safety_problem("http://api.example.com/") is not None
 
 
 def _client(policy: OutboundPolicy, resolver=None) -> httpx.AsyncClient:  # type: ignore[no-untyped-def]
@@ -146,3 +181,36 @@ async def test_connection_goes_to_the_checked_address(local_api: ThreadedServer)
     async with _client(OutboundPolicy(["127.0.0.1"]), once) as client:
         response = await client.get(f"http://api.example:{local_api.port}/echo")
     assert response.status_code == 200  # connected to 127.0.0.1, the address that was checked
+
+
+async def test_connect_time_refuses_a_port_outside_the_policy(local_api: ThreadedServer) -> None:
+    closed = OutboundPolicy(["127.0.0.1"], ports="80,443")  # as if the port was closed since
+    async with _client(closed) as client:
+        with pytest.raises(OutboundBlockedError, match="OUTBOUND_PORTS"):
+            await client.get(f"{local_api.url}/echo")
+    opened = OutboundPolicy([f"127.0.0.1:{local_api.port}"], ports="80,443")
+    async with _client(opened) as client:
+        assert (await client.get(f"{local_api.url}/echo")).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def tls_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ThreadedServer, str]]:
+    ca, certificate, key = make_certificates(tmp_path_factory.mktemp("tls"))
+    server = ThreadedServer(upstream_app, tls=(str(certificate), str(key))).start()
+    yield server, str(ca)
+    server.stop()
+
+
+async def test_tls_trusts_the_configured_bundle_never_the_environment(
+    tls_api: tuple[ThreadedServer, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, ca = tls_api
+    # The environment names the test CA: the client must not pick it up.
+    monkeypatch.setenv("SSL_CERT_FILE", ca)
+    monkeypatch.setenv("SSL_CERT_DIR", str(Path(ca).parent))
+    async with _client(OutboundPolicy(["127.0.0.1"])) as client:
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            await client.get(f"{server.url}/echo")
+    # Named explicitly (OUTBOUND_CA_BUNDLE), it is trusted.
+    async with _client(OutboundPolicy(["127.0.0.1"], ca_bundle=ca)) as client:
+        assert (await client.get(f"{server.url}/echo")).status_code == 200
