@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -10,11 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from fastapi import FastAPI
 from pymongo import AsyncMongoClient
 
 from app.config import Settings
+from app.logs import QUIET_LOGGERS, JsonFormatter
 from app.main import create_app
 from app.tools.builtin import registry as builtin_registry
 from app.tools.registry import FunctionRegistry
@@ -217,6 +220,36 @@ def fake(fake_model_server: tuple[FakeModel, ThreadedServer]) -> FakeModel:
     functions.TIMELINE.clear()
     functions.CANCELLED.clear()
     return fake_model_server[0]
+
+
+class JsonLines(logging.Handler):
+    """Every record of every logger, formatted by the service's own formatter."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.setFormatter(JsonFormatter())
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+    def entries(self) -> list[dict[str, Any]]:
+        return [orjson.loads(line) for line in self.lines]
+
+
+@pytest.fixture
+def json_logs() -> Iterator[JsonLines]:
+    """Captures at DEBUG, the chattiest libraries included: redaction must hold even there."""
+    handler = JsonLines()
+    root = logging.getLogger()
+    saved = {name: logging.getLogger(name).level for name in ("", "app", *QUIET_LOGGERS)}
+    root.addHandler(handler)
+    for name in saved:
+        logging.getLogger(name).setLevel(logging.DEBUG)
+    yield handler
+    root.removeHandler(handler)
+    for name, level in saved.items():
+        logging.getLogger(name).setLevel(level)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

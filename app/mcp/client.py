@@ -7,10 +7,13 @@ only) are started with the SDK's minimal environment, never the service's own.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
+import os
 import re
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, BinaryIO, TextIO
 
 import httpcore2
 import httpx2
@@ -23,6 +26,10 @@ from mcp.client.streamable_http import streamable_http_client
 from app.mcp.config import McpServer
 from app.tools.netguard import OutboundBlockedError, OutboundPolicy, guarded_transport
 from app.tools.outcome import ToolOutcome
+
+stderr_logger = logging.getLogger("app.mcp.stderr")
+STDERR_DRAIN_S = 2.0
+STDERR_LINE_BYTES = 4096
 
 MAX_LIST_PAGES = 20
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
@@ -61,7 +68,9 @@ async def open_session(
             params = StdioServerParameters(
                 command=server.command, args=list(server.args), env=server.env, cwd=server.cwd
             )
-            read, write = await stack.enter_async_context(stdio_client(params))
+            errlog = await stack.enter_async_context(stderr_to_log(server.name))
+            read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+            errlog.close()  # the child has its own copy: EOF comes when it exits
         elif server.type == "streamable-http":
             assert server.url is not None
             http = await stack.enter_async_context(_http_client(headers, policy, timeout_s))
@@ -86,6 +95,44 @@ async def open_session(
         )
         await session.initialize()
         yield session
+
+
+@contextlib.asynccontextmanager
+async def stderr_to_log(server_name: str) -> AsyncIterator[TextIO]:
+    """A pipe for a stdio server's stderr whose lines go to the log (through the redacting
+    formatter, labelled with the server), rather than straight to the service's stderr."""
+    read_fd, write_fd = os.pipe()
+    errlog = os.fdopen(write_fd, "w")
+    task = asyncio.create_task(_log_lines(os.fdopen(read_fd, "rb"), server_name))
+    try:
+        yield errlog
+    finally:
+        errlog.close()
+        try:
+            await asyncio.wait_for(task, STDERR_DRAIN_S)
+        except TimeoutError:
+            pass  # a grandchild may hold the pipe open: stop reading
+
+
+async def _log_lines(pipe: BinaryIO, server_name: str) -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=STDERR_LINE_BYTES * 2)
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+    try:
+        while True:
+            try:
+                line = await reader.readline()
+            except ValueError:  # a line past the limit: take what is there
+                line = await reader.read(STDERR_LINE_BYTES)
+            if not line:
+                return
+            text = line.decode("utf-8", errors="replace").rstrip()[:STDERR_LINE_BYTES]
+            if text:
+                stderr_logger.info(
+                    "MCP server %r: %s", server_name, text, extra={"mcp_server": server_name}
+                )
+    finally:
+        transport.close()
 
 
 async def list_all_tools(session: ClientSession) -> list[mcp_types.Tool]:

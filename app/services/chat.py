@@ -159,8 +159,8 @@ class ChatService:
             error = exc.message
             raise
         finally:
-            if isinstance(call.mcp, ChatSessions):  # end, error or disconnect: nothing outlives it
-                await call.mcp.aclose()
+            # Counted and recorded first: closing MCP sessions awaits, and a cancelled chat may
+            # be cancelled again while it does.
             self._metrics.chat_done(status, progress.iterations)
             record = _run_record(
                 chat,
@@ -172,6 +172,8 @@ class ChatService:
                 keep_messages=self._keep_messages,
             )
             self._recorder.record(record, tenant_id=tenant_id)
+            if isinstance(call.mcp, ChatSessions):  # end, error or disconnect: nothing outlives it
+                await call.mcp.aclose()
 
 
 def hidden_values(

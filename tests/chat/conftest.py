@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 from fastapi import FastAPI
 
-from app.logs import QUIET_LOGGERS, JsonFormatter
 from tests.conftest import TenantCredentials, create_tenant, http_client, make_settings, running_app
 from tests.support import functions
 from tests.support.fake_model import FakeModel
@@ -32,36 +29,6 @@ class ChatClient:
     async def add_tool(self, tool: dict[str, Any]) -> None:
         response = await self.http.post("/tools/create", json=tool, headers=self.tenant.headers)
         assert response.status_code == 201, response.text
-
-
-class JsonLines(logging.Handler):
-    """Every record of every logger, formatted by the service's own formatter."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.setFormatter(JsonFormatter())
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
-
-    def entries(self) -> list[dict[str, Any]]:
-        return [orjson.loads(line) for line in self.lines]
-
-
-@pytest.fixture
-def json_logs() -> Iterator[JsonLines]:
-    """Captures at DEBUG, the chattiest libraries included: redaction must hold even there."""
-    handler = JsonLines()
-    root = logging.getLogger()
-    saved = {name: logging.getLogger(name).level for name in ("", "app", *QUIET_LOGGERS)}
-    root.addHandler(handler)
-    for name in saved:
-        logging.getLogger(name).setLevel(logging.DEBUG)
-    yield handler
-    root.removeHandler(handler)
-    for name, level in saved.items():
-        logging.getLogger(name).setLevel(level)
 
 
 @pytest.fixture(params=["http", "openai-sdk"])

@@ -12,8 +12,9 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from app.hidden import encoded_forms
-from tests.chat.conftest import ChatClient, JsonLines, external
+from tests.chat.conftest import ChatClient, external
 from tests.chat.test_runs import wait_for_runs
+from tests.conftest import JsonLines
 from tests.support import fake_model as script
 from tests.support.fake_model import FakeModel
 from tests.support.servers import ThreadedServer

@@ -11,8 +11,8 @@ import pytest
 
 from app.crypto import new_key
 from app.logs import JsonFormatter, hiding, redact
-from tests.chat.conftest import ChatClient, JsonLines, external
-from tests.conftest import ADMIN, http_client, make_settings, running_app
+from tests.chat.conftest import ChatClient, external
+from tests.conftest import ADMIN, JsonLines, http_client, make_settings, running_app
 from tests.support import fake_model as script
 from tests.support import functions
 from tests.support.fake_model import FakeModel

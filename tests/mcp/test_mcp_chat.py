@@ -19,6 +19,7 @@ from tests.mcp.conftest import McpChat, connections_to
 from tests.support import fake_model as script
 from tests.support import mcp_demo
 from tests.support.mcp_demo import McpDemoServer
+from tests.support.secantus import free_port
 from tests.support.servers import ThreadedServer
 
 HTTP_SERVERS = ["demo-http", "demo-sse"]
@@ -307,7 +308,8 @@ async def test_unknown_or_unavailable_servers_are_422(mcp_chat: McpChat) -> None
 
 
 async def test_an_unreachable_server_fails_the_chat_before_the_model(mcp_chat: McpChat) -> None:
-    entry = {"name": "gone", "type": "sse", "url": "http://127.0.0.1:9/sse"}
+    # Nothing listens there (port 9 would now be refused by the port policy before any connect).
+    entry = {"name": "gone", "type": "sse", "url": f"http://127.0.0.1:{free_port()}/sse"}
     headers = mcp_chat.tenant.headers
     assert (
         await mcp_chat.http.post("/mcp-servers", json=entry, headers=headers)
@@ -344,7 +346,7 @@ async def test_secret_headers_never_reach_the_logs(
     caplog.set_level(logging.DEBUG)
     secret = "Bearer log-canary-3b8f1e2d"
     headers = mcp_chat.tenant.headers
-    for name, url in (("ok", demo_http.url), ("bad", "http://127.0.0.1:9/mcp")):
+    for name, url in (("ok", demo_http.url), ("bad", f"http://127.0.0.1:{free_port()}/mcp")):
         entry = {
             "name": name,
             "type": "streamable-http",

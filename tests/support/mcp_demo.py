@@ -45,6 +45,13 @@ def build() -> MCPServer:
         return f"user={user_id} header={header}"
 
     @server.tool()
+    def complain(message: str) -> str:
+        """Write `message` to stderr, as servers write their logs."""
+        _called("complain")
+        print(message, file=sys.stderr, flush=True)
+        return "complained"
+
+    @server.tool()
     def echo_headers(ctx: Context) -> str:
         """Answer with the request's headers, as a careless server would."""
         _called("echo_headers")

@@ -1,0 +1,31 @@
+"""A stdio server's stderr goes through the service's redacting log formatter, labelled."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.conftest import JsonLines
+from tests.mcp.conftest import McpChat
+from tests.support import fake_model as script
+
+NOISE = "connected with Authorization: Bearer sk-live-0123456789abcdef and more"
+
+
+async def test_stderr_lines_are_logged_redacted_and_labelled(
+    mcp_chat: McpChat, json_logs: JsonLines
+) -> None:
+    await mcp_chat.call(
+        script.tool_calls(("demo__complain", {"message": NOISE})),
+        script.text("done"),
+        mcp_servers=["demo"],
+        tool_ids=[],
+    )
+    for _ in range(50):  # the line is read from the pipe as the server writes it
+        lines = [e for e in json_logs.entries() if e["logger"] == "app.mcp.stderr"]
+        if any("connected with" in e["message"] for e in lines):
+            break
+        await asyncio.sleep(0.05)
+    [line] = [e for e in lines if "connected with" in e["message"]]
+    assert line["mcp_server"] == "demo" and line["message"].startswith("MCP server 'demo': ")
+    assert "Bearer [redacted]" in line["message"]
+    assert "sk-live-0123456789abcdef" not in "\n".join(json_logs.lines)
