@@ -114,6 +114,15 @@ def test_redaction_rules() -> None:
             "got [redacted] and [redacted] and abc"  # values under 4 characters stay
         )
     assert redact("tenant-value-123") == "tenant-value-123"  # only while hidden
+    value = 'v/a+l=u&e "x<é'
+    with hiding([value]):  # a log line may carry an upstream's echo of it, encoded
+        for encoded in (
+            "v%2Fa%2Bl%3Du%26e%20%22x%3C%C3%A9",  # quote(safe="")
+            "v%2fa%2bl%3du%26e+%22x%3c%c3%a9",  # quote_plus, lower-case hex
+            'v/a+l=u&e \\"x<\\u00e9',  # JSON-escaped
+            "v/a+l=u&amp;e &quot;x&lt;é",  # HTML-escaped
+        ):
+            assert redact(f"upstream said {encoded}!") == "upstream said [redacted]!", encoded
 
 
 def test_extra_fields_named_like_credentials_are_dropped() -> None:
