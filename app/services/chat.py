@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 import weakref
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -211,8 +212,10 @@ def _selected(
 
 
 def new_run_id() -> str:
-    """128 random bits as 32 hex digits (the shape of a uuid4 hex, at a third of its cost)."""
-    return os.urandom(16).hex()
+    """32 hex digits: the time in nanoseconds, then 64 random bits. Records are listed by
+    (started_at, run_id), and started_at keeps milliseconds (BSON): runs that start within the
+    same millisecond still list in the order they started."""
+    return f"{time.time_ns():016x}{os.urandom(8).hex()}"
 
 
 def _run_record(
