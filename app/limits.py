@@ -126,3 +126,9 @@ class TenantLimits:
     chats: RateLimiter
     writes: RateLimiter
     concurrent_chats: ConcurrencyLimiter
+
+    def admit_run(self, tenant_id: str) -> Callable[[], None]:
+        """A chat or a tool invocation: one of the tenant's run tokens and one of its run slots
+        (429 otherwise); returns the slot's release function."""
+        self.chats.check(tenant_id)
+        return self.concurrent_chats.acquire(tenant_id)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.repositories.tools import ToolRepository
-from app.schemas.tools import Tool, UnreadableTool
+from app.schemas.tools import StoredTool, Tool, UnreadableTool
 from app.tools.registry import FunctionRegistry
 from app.tools.typed import (
     DefaultsOf,
@@ -96,11 +96,15 @@ def catalog_entry(doc: dict[str, Any], defaults_of: DefaultsOf | None) -> Catalo
             stored_type,
             enabled,
         )
-    shown_tool = Tool.model_validate(
+    json = shown_tool(stored, tool).model_dump_json(exclude_none=True).encode()
+    return CatalogEntry(tool_id, tool, json, (), stored.type, stored.enabled)
+
+
+def shown_tool(stored: StoredTool, tool: FunctionTool | ExternalTool) -> Tool:
+    """A stored tool as admins see it, with the providers that cannot express it."""
+    return Tool.model_validate(
         {**stored.model_dump(), "incompatible_providers": tool.incompatible_providers or None}
     )
-    json = shown_tool.model_dump_json(exclude_none=True).encode()
-    return CatalogEntry(tool_id, tool, json, (), stored.type, stored.enabled)
 
 
 class ToolCatalog:

@@ -64,8 +64,7 @@ class ChatService:
     async def start(self, request: ChatRequest, *, tenant_id: str) -> StartedChat:
         """Take a chat slot and prepare the chat: every 429/4xx/503 is raised here, before any
         run. The started chat holds the slot until it ends, however it ends."""
-        self._limits.chats.check(tenant_id)
-        release = self._limits.concurrent_chats.acquire(tenant_id)
+        release = self._limits.admit_run(tenant_id)
         try:
             prepared = await self.prepare(request, tenant_id=tenant_id)
         except BaseException:

@@ -51,8 +51,7 @@ class InvocationService:
         self, tool_id: str, request: InvokeRequest, *, tenant_id: str
     ) -> dict[str, Any]:
         """Run the tool once; 404 for an id the tenant does not have, 429 past its limits."""
-        self._limits.chats.check(tenant_id)
-        release = self._limits.concurrent_chats.acquire(tenant_id)
+        release = self._limits.admit_run(tenant_id)
         sessions: ChatSessions | None = None
         try:
             context = dict(request.context_arguments)

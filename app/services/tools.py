@@ -10,7 +10,7 @@ from app.errors import ConflictError, NotFoundError, UnprocessableError, field_e
 from app.limits import TenantLocks
 from app.repositories.tools import ToolRepository
 from app.schemas.tools import Tool, ToolCreate, ToolFields, ToolUpdate
-from app.services.catalog import CatalogEntry, ToolCatalog, catalog_entry
+from app.services.catalog import CatalogEntry, ToolCatalog, shown_tool
 from app.tools.netguard import OutboundPolicy
 from app.tools.providers import Provider
 from app.tools.registry import FunctionRegistry
@@ -21,7 +21,7 @@ from app.tools.rules import (
     secret_problems,
     signature_problems,
 )
-from app.tools.typed import ExternalTool, FunctionTool
+from app.tools.typed import ExternalTool, FunctionTool, parse_stored_tool
 
 # Literal routes under /tools/ that a tool with this id could never be fetched past.
 RESERVED_TOOL_IDS = frozenset({"ids", "create"})
@@ -211,10 +211,9 @@ def readable(entry: CatalogEntry) -> FunctionTool | ExternalTool:
 
 
 def _shown(doc: dict[str, Any]) -> Tool:
-    """A tool just written, as the create and replace routes answer."""
-    entry = catalog_entry(doc, None)
-    assert entry is not None and entry.tool is not None, "what was written was validated"
-    return Tool.model_validate_json(entry.json)
+    """A tool just written (and validated on the way in), as the create and replace routes
+    answer."""
+    return shown_tool(*parse_stored_tool(doc))
 
 
 def _document(tool: ToolFields) -> dict[str, Any]:
