@@ -1,7 +1,7 @@
 .PHONY: install run test bench
 
 install:
-	python3 -m venv .venv && .venv/bin/pip install -e '.[dev]'
+	scripts/setup --dev
 
 run:
 	scripts/run

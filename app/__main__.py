@@ -1,10 +1,13 @@
-"""`python -m app [serve|check|new-secrets-key|rotate-secrets]`.
+"""`python -m app [serve|check|new-secrets-key|rotate-secrets|fake-model]`.
 
 serve: validate settings, the function dictionary and MCP servers, then serve.
 check: validate only.
 new-secrets-key: print a fresh SECRETS_KEY.
 rotate-secrets: re-encrypt every stored secret and MCP header value under SECRETS_KEY; values
 sealed under a key listed in SECRETS_OLD_KEYS are opened with it. Safe to re-run.
+
+fake-model: serve the scripted OpenAI-compatible fake model (demos, no LLM needed); its own
+options: `python -m app fake-model --help`.
 
 Problems are printed as one plain list and the process exits 1, without a traceback.
 """
@@ -75,11 +78,17 @@ async def _rotate_secrets(settings: Settings) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["fake-model"]:
+        from app.fake_model import main as fake_model
+
+        fake_model(argv[1:])
+        return
     parser = argparse.ArgumentParser(prog="python -m app", description=__doc__)
     parser.add_argument(
         "command",
         nargs="?",
-        choices=["serve", "check", "new-secrets-key", "rotate-secrets"],
+        choices=["serve", "check", "new-secrets-key", "rotate-secrets", "fake-model"],
         default="serve",
     )
     parser.add_argument("--host", default="127.0.0.1")

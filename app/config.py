@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -34,6 +35,12 @@ _PLACEHOLDERS = frozenset(
 )
 MIN_SECRET_LENGTH = 32
 MEMORY_URL = "memory://"
+# Which dotenv file to read (default `.env` in the working directory); empty: none at all.
+ENV_FILE_VARIABLE = "TOOLGATE_ENV_FILE"
+
+
+def env_file() -> str | None:
+    return os.environ.get(ENV_FILE_VARIABLE, ".env") or None
 
 
 def _is_placeholder(value: SecretStr | None) -> bool:
@@ -50,6 +57,11 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_file=".env", extra="ignore", frozen=True, hide_input_in_errors=True
     )
+
+    def __init__(self, **values: Any) -> None:
+        # The dotenv file is chosen when settings are read, not when this module is imported.
+        values.setdefault("_env_file", env_file())
+        super().__init__(**values)
 
     app_env: Literal["development", "production"] = "development"
     log_level: str = "INFO"

@@ -11,8 +11,9 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from app.api import chat, health, mcp_servers, runs, secrets, tenants, tools
+from app.api.docs import install_docs
 from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
-from app.api.problems import install_error_handlers
+from app.api.problems import PROBLEM_MEDIA_TYPE, install_error_handlers
 from app.config import Settings, get_settings
 from app.container import build_services
 from app.logs import configure_logging
@@ -57,14 +58,32 @@ def _warn_about_development_setup(settings: Settings) -> None:
         logger.warning("MONGODB_URL is not set: using the in-memory store; data is lost on exit")
 
 
-def _document_configured_limits(app: FastAPI, settings: Settings) -> None:
+def _problems_as_sent(spec: dict[str, Any]) -> None:
+    """Error bodies are documented under the media type they are sent with; FastAPI would also
+    list them under application/json, which the service never sends for a problem."""
+    for item in spec["paths"].values():
+        for operation in item.values():
+            for code, response in operation.get("responses", {}).items():
+                content = response.get("content", {})
+                if (
+                    code[0] in "45"
+                    and PROBLEM_MEDIA_TYPE in content
+                    and "application/json" in content
+                ):
+                    content[PROBLEM_MEDIA_TYPE] = content.pop("application/json")
+
+
+def _finish_openapi(app: FastAPI, settings: Settings) -> None:
     """The OpenAPI document states this deployment's limits where a schema can hold them, so a
-    client (or a fuzzer) reading it knows what the server accepts."""
+    client (or a fuzzer) reading it knows what the server accepts; problems under their own
+    media type."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            schemas = build()["components"]["schemas"]
+            spec = build()
+            _problems_as_sent(spec)
+            schemas = spec["components"]["schemas"]
             chat = schemas["ChatRequest"]["properties"]["max_iterations"]
             for option in chat.get("anyOf", [chat]):
                 if option.get("type") == "integer":
@@ -102,8 +121,8 @@ def create_app(
         lifespan=lifespan,
         # FastAPI's native OpenTelemetry hooks cost CPU on every request; off unless wanted.
         telemetry={"tracing": False, "metrics": False, "logs": False},
-        docs_url="/docs" if settings.docs_enabled else None,
-        redoc_url="/redoc" if settings.docs_enabled else None,
+        docs_url=None,  # install_docs serves both pages with local assets
+        redoc_url=None,
         openapi_url="/openapi.json" if settings.docs_enabled else None,
     )
     app.state.metrics = Metrics()
@@ -126,8 +145,10 @@ def create_app(
         RequestContextMiddleware, metrics=app.state.metrics, access_log=settings.access_log
     )
     install_error_handlers(app)
-    _document_configured_limits(app, settings)
+    _finish_openapi(app, settings)
     # Hot routes first (matching walks routes in order); /ping stays first as the yardstick.
     for module in (health, tools, chat, runs, mcp_servers, secrets, tenants):
         app.include_router(module.router)
+    if app.openapi_url:
+        install_docs(app, openapi_url=app.openapi_url)
     return app

@@ -1,6 +1,6 @@
 """Load and soak: mixed CRUD and chat traffic at a fixed rate for a bounded time.
 
-Starts the fake model (scripts/bench/fake_model.py) and the service (`python -m app serve`,
+Starts the fake model (`python -m app fake-model`) and the service (`python -m app serve`,
 in-memory store unless MONGODB_URL is set) on 127.0.0.1, creates tenants, then sends requests
 open-loop at --rate per second for --duration seconds: reads, tool create/update/delete,
 secret writes, whole and streamed chats that call a function tool. It reports each operation's
@@ -194,7 +194,7 @@ def slope_mb_per_min(samples: list[tuple[float, float]]) -> float:
 async def soak(args: argparse.Namespace) -> dict[str, Any]:
     model_port, service_port = free_port(), free_port()
     model = Process(
-        [sys.executable, str(ROOT / "scripts/bench/fake_model.py"), "--port", str(model_port)],
+        [sys.executable, "-m", "app", "fake-model", "--port", str(model_port)],
         model_port,
     )
     admin = secrets.token_urlsafe(32)

@@ -16,7 +16,7 @@ import pytest
 from fastapi import FastAPI
 from pymongo import AsyncMongoClient
 
-from app.config import Settings
+from app.config import ENV_FILE_VARIABLE, Settings
 from app.logs import QUIET_LOGGERS, JsonFormatter
 from app.main import create_app
 from app.tools.builtin import registry as builtin_registry
@@ -32,6 +32,16 @@ KEY_SECRET = "test-key-secret-0123456789abcdef0123456789"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 STORES = ["memory", "secantus", "mongod"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Hermetic settings: neither a developer's `.env` nor an exported setting reaches a test,
+    nor a service process a test starts (they inherit this environment)."""
+    fields = {name.lower() for name in Settings.model_fields}
+    for variable in list(os.environ):
+        if variable.lower() in fields:
+            del os.environ[variable]
+    os.environ[ENV_FILE_VARIABLE] = ""
 
 
 @pytest.fixture(scope="session")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Body, Request, Response
 
 from app.api.routing import StrictJSONRoute
 from app.api.sse import STREAM_DOC, event_stream
 from app.deps import TenantDep
+from app.schemas import examples
 from app.schemas.chat import ChatRequest, ChatResponse
 from app.schemas.problems import problem_responses
 
@@ -23,7 +24,12 @@ router = APIRouter(tags=["chat"], route_class=StrictJSONRoute)
         200: STREAM_DOC,
     },
 )
-async def chat(body: ChatRequest, tenant: TenantDep, request: Request, response: Response) -> Any:
+async def chat(
+    body: Annotated[ChatRequest, Body(openapi_examples=examples.CHAT)],
+    tenant: TenantDep,
+    request: Request,
+    response: Response,
+) -> Any:
     """Run the model with the tenant's tools until it answers; returns every step taken."""
     services = tenant.services
     started = await services.chat.start(body, tenant_id=tenant.id)  # 429/4xx/503 here

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Response, status
+from fastapi import APIRouter, Body, Path, Query, Response, status
 
 from app.api.routing import StrictJSONRoute
 from app.deps import TenantDep, WriteLimit
+from app.schemas import examples
 from app.schemas.fields import SERVER_NAME_MAX, SERVER_NAME_PATTERN
 from app.schemas.mcp import McpServerCreate, McpServerOut, McpTool
 from app.schemas.problems import problem_responses
@@ -31,7 +32,9 @@ ServerNamePath = Annotated[
     dependencies=[WriteLimit],
     responses=problem_responses(400, 409, 413, 422, 429),
 )
-async def create_mcp_server(body: McpServerCreate, tenant: TenantDep) -> Any:
+async def create_mcp_server(
+    body: Annotated[McpServerCreate, Body(openapi_examples=examples.MCP_SERVER)], tenant: TenantDep
+) -> Any:
     """Register an MCP server reached over HTTP; its URL must pass the outbound checks."""
     return await tenant.services.mcp_servers.create(body, tenant_id=tenant.id)
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response, status
+from fastapi import APIRouter, Body, Path, Response, status
 
 from app.api.routing import StrictJSONRoute
 from app.deps import TenantDep, WriteLimit
+from app.schemas import examples
 from app.schemas.fields import NAME_PATTERN
 from app.schemas.problems import problem_responses
 from app.schemas.secrets import SecretInfo, SecretPut
@@ -38,7 +39,10 @@ SecretNamePath = Annotated[
     },
 )
 async def put_secret(
-    name: SecretNamePath, body: SecretPut, tenant: TenantDep, response: Response
+    name: SecretNamePath,
+    body: Annotated[SecretPut, Body(openapi_examples=examples.SECRET)],
+    tenant: TenantDep,
+    response: Response,
 ) -> SecretInfo:
     """Store a secret (201) or replace its value (200). It is encrypted at rest (AES-GCM)."""
     stored, created = await tenant.services.secrets.put(name, body.value, tenant_id=tenant.id)

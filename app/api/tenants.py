@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response, status
+from fastapi import APIRouter, Body, Path, Query, Response, status
 
 from app.api.routing import StrictJSONRoute
 from app.deps import AdminDep, ServicesDep
+from app.schemas import examples
 from app.schemas.problems import problem_responses
 from app.schemas.tenants import TENANT_ID_PATTERN, Tenant, TenantCreate, TenantKey, TenantPage
 
@@ -27,7 +28,9 @@ TenantPath = Annotated[str, Path(pattern=TENANT_ID_PATTERN, description="The ten
     response_model=TenantKey,
     responses=problem_responses(400, 409, 413, 422),
 )
-async def create_tenant(body: TenantCreate, services: ServicesDep) -> TenantKey:
+async def create_tenant(
+    body: Annotated[TenantCreate, Body(openapi_examples=examples.TENANT)], services: ServicesDep
+) -> TenantKey:
     """Create a tenant with its seeded tools; the response holds its API key, shown only once."""
     tenant, api_key = await services.tenants.create(tenant_id=body.tenant_id)
     return TenantKey(tenant_id=tenant["tenant_id"], api_key=api_key)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Path, Query, Request, Response, status
+from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 
 from app.api.routing import StrictJSONRoute, parsed_body
 from app.deps import TenantDep, WriteLimit
+from app.schemas import examples
 from app.schemas.fields import NAME_PATTERN, TAG_PATTERN
 from app.schemas.invocations import InvokeRequest, InvokeResult
 from app.schemas.problems import problem_responses
@@ -43,19 +44,7 @@ ToolIdPath = Annotated[str, Path(pattern=NAME_PATTERN, description="The tool's i
             "content": {
                 "application/json": {
                     "schema": InvokeRequest.model_json_schema(),
-                    "examples": {
-                        "function": {
-                            "summary": "The seeded dice roller",
-                            "value": {"arguments": {"d": 6}},
-                        },
-                        "with_context": {
-                            "summary": "A tool with a context parameter",
-                            "value": {
-                                "arguments": {"city": "Lisbon"},
-                                "context_arguments": {"user_id": "u-42"},
-                            },
-                        },
-                    },
+                    "examples": examples.INVOKE,
                 }
             },
         }
@@ -77,7 +66,9 @@ async def invoke_tool(tool_id: ToolIdPath, tenant: TenantDep, request: Request) 
     dependencies=[WriteLimit],
     responses=problem_responses(400, 409, 413, 422, 429),
 )
-async def create_tool(body: ToolCreate, tenant: TenantDep) -> Tool:
+async def create_tool(
+    body: Annotated[ToolCreate, Body(openapi_examples=examples.TOOL_CREATE)], tenant: TenantDep
+) -> Tool:
     """Create a tool for the calling tenant."""
     return await tenant.services.tools.create(body, tenant_id=tenant.id)
 
@@ -161,7 +152,11 @@ async def get_tool_stats(
     dependencies=[WriteLimit],
     responses=problem_responses(400, 404, 409, 413, 422, 429),
 )
-async def replace_tool(tool_id: ToolIdPath, body: ToolUpdate, tenant: TenantDep) -> Tool:
+async def replace_tool(
+    tool_id: ToolIdPath,
+    body: Annotated[ToolUpdate, Body(openapi_examples=examples.TOOL_UPDATE)],
+    tenant: TenantDep,
+) -> Tool:
     """Replace a tool's whole definition; its tool_id cannot change."""
     return await tenant.services.tools.replace(tool_id, body, tenant_id=tenant.id)
 

@@ -46,9 +46,16 @@ class ParameterSchema(ClientModel):
 
 
 class ParametersSchema(ClientModel):
+    """The model-visible parameters. A function tool's must match its function's signature:
+    the same names, compatible types, `required` exactly those without a default."""
+
     type: Literal["object"] = "object"
     properties: dict[Name, ParameterSchema] = Field(default_factory=dict, max_length=64)
-    required: list[Name] = Field(default_factory=list, max_length=64)
+    required: list[Name] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Names of required parameters; each must be a key of `properties`.",
+    )
 
 
 class FunctionSpec(ClientModel):
@@ -91,7 +98,14 @@ class ContextParameter(ClientModel):
 # the fuzzer) see it: external tools name an endpoint and a method; function tools do not.
 _TYPE_RULES: JsonDict = {
     "if": {"properties": {"type": {"const": "external"}}, "required": ["type"]},
-    "then": {"properties": {"function": {"required": ["url", "method"]}}},
+    "then": {
+        "properties": {
+            "function": {
+                "required": ["url", "method"],
+                "properties": {"url": {"type": "string"}, "method": {"type": "string"}},
+            }
+        }
+    },
     "else": {
         "properties": {
             "function": {

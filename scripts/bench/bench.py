@@ -150,7 +150,7 @@ class Bench:
     async def setup(self) -> None:
         self.model_port, self.service_port = free_port(), free_port()
         self.fake = Process(
-            [sys.executable, str(HERE / "fake_model.py"), "--port", str(self.model_port)],
+            [sys.executable, "-m", "app", "fake-model", "--port", str(self.model_port)],
             self.model_port,
         )
         admin = secrets.token_urlsafe(32)

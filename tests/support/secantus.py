@@ -7,6 +7,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,7 +21,9 @@ def free_port() -> int:
 
 
 def executable() -> str | None:
-    return shutil.which("secantusd-py")
+    """The server script of the interpreter's own environment first (it may not be on PATH)."""
+    beside = shutil.which("secantusd-py", path=str(Path(sys.executable).parent))
+    return beside or shutil.which("secantusd-py")
 
 
 class SecantusServer:

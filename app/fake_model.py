@@ -1,8 +1,9 @@
-"""A minimal OpenAI-compatible model for demos and benchmarks: no LLM needed.
+"""A minimal OpenAI-compatible model for demos, compose's demo profile and benchmarks.
 
 When the last message is a user message and tools were offered, it calls a tool (`--tool`,
 `--calls` times in one answer); once tool results are in, it answers in text. Optional fixed
-latency per call. Run: python scripts/bench/fake_model.py --port 9000
+latency per call. Run: `python -m app fake-model --port 9000` (or `scripts/run --fake-model`).
+Any path answers as `/v1/chat/completions` does; it is a development tool, never a model.
 """
 
 from __future__ import annotations
@@ -91,20 +92,17 @@ class FakeModelApp:
         await send({"type": "http.response.body", "body": payload})
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m app fake-model", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument("--tool", default="roll_dice")
     parser.add_argument("--arguments", default='{"d": 6}')
     parser.add_argument("--calls", type=int, default=1)
     parser.add_argument("--latency-ms", type=float, default=0.0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     app = FakeModelApp(
         tool=args.tool, arguments=args.arguments, calls=args.calls, latency_s=args.latency_ms / 1000
     )
+    print(f"fake model on http://{args.host}:{args.port}/v1 (calls {args.tool})", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,159 @@
+"""Request examples shown in /docs and /redoc: each one works as sent ("Try it out") against a
+fresh tenant of a development server started with `scripts/run --fake-model`, after the step its
+summary names, if any; a test sends every one of them (tests/api/test_openapi_contract.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Examples = dict[str, dict[str, Any]]
+
+_DICE_PARAMETERS = {
+    "type": "object",
+    "properties": {"d": {"type": "integer", "description": "Number of sides"}},
+    "required": ["d"],
+}
+
+TOOL_CREATE: Examples = {
+    "function": {
+        "summary": "A function tool (its function must be free: DELETE /tools/rolldice first)",
+        "value": {
+            "tool_id": "d20",
+            "type": "function",
+            "function": {
+                "name": "roll_dice",
+                "description": "Roll a die for a board game.",
+                "parameters": _DICE_PARAMETERS,
+            },
+            "tags": ["games"],
+        },
+    },
+    "external": {
+        "summary": "An external tool: GET with a hidden context parameter",
+        "value": {
+            "tool_id": "weather-api",
+            "type": "external",
+            "function": {
+                "name": "get_weather",
+                "description": "Current weather for a city.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "city": {"type": "string"},
+                        "units": {"type": "string", "enum": ["metric", "imperial"]},
+                    },
+                    "required": ["city"],
+                },
+                "url": "https://api.example.com/weather",
+                "method": "GET",
+            },
+            "context_parameters": [{"name": "user_id", "type": "string"}],
+            "tags": ["weather"],
+        },
+    },
+    "external_with_secret": {
+        "summary": "An external tool: POST with a tenant secret in a header",
+        "value": {
+            "tool_id": "create-ticket",
+            "type": "external",
+            "function": {
+                "name": "create_ticket",
+                "description": "Open a support ticket.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "title": {"type": "string"},
+                        "priority": {"type": "string", "enum": ["low", "high"]},
+                    },
+                    "required": ["title"],
+                },
+                "url": "https://helpdesk.example.com/api/tickets",
+                "method": "POST",
+                "headers": {"Authorization": "Bearer {secret:helpdesk_token}"},
+            },
+            "context_parameters": [
+                {"name": "customer_id", "type": "string", "description": "Set by the app"}
+            ],
+        },
+    },
+}
+
+TOOL_UPDATE: Examples = {
+    "function": {
+        "summary": "Replace the seeded dice roller (try it with tool_id `rolldice`)",
+        "value": {
+            "type": "function",
+            "function": {
+                "name": "roll_dice",
+                "description": "Roll a die with any number of sides.",
+                "parameters": _DICE_PARAMETERS,
+            },
+            "tags": ["games"],
+            "enabled": True,
+        },
+    },
+}
+
+CHAT: Examples = {
+    "dice": {
+        "summary": "A chat that calls the dice tool (the fake model always does)",
+        "value": {
+            "messages": [{"role": "user", "content": "Roll a six-sided die for me."}],
+            "tool_ids": ["rolldice"],
+            "max_iterations": 5,
+        },
+    },
+    "streamed": {
+        "summary": "The same chat as a stream of server-sent events",
+        "value": {
+            "messages": [{"role": "user", "content": "Roll a die."}],
+            "tool_ids": ["rolldice"],
+            "stream": True,
+        },
+    },
+    "context": {
+        "summary": "Context arguments: values the tools get and the model never sees",
+        "value": {
+            "messages": [
+                {"role": "system", "content": "You are a game master."},
+                {"role": "user", "content": "Roll for initiative."},
+            ],
+            "context_arguments": {"user_id": "u-42"},
+            "tags": ["games"],
+        },
+    },
+}
+
+MCP_SERVER: Examples = {
+    "http": {
+        "summary": "A streamable-HTTP MCP server with a bearer token",
+        "value": {
+            "name": "docs",
+            "type": "streamable-http",
+            "url": "https://mcp.example.com/mcp",
+            "headers": {"Authorization": "Bearer example-token-0123456789"},
+        },
+    },
+}
+
+SECRET: Examples = {
+    "token": {
+        "summary": "An API token (try it with name `helpdesk_token`)",
+        "value": {"value": "hd-live-0123456789abcdef"},
+    },
+}
+
+TENANT: Examples = {
+    "tenant": {"summary": "A new tenant; its key is shown once", "value": {"tenant_id": "acme"}},
+}
+
+INVOKE: Examples = {
+    "function": {
+        "summary": "The seeded dice roller (try it with tool_id `rolldice`)",
+        "value": {"arguments": {"d": 6}},
+    },
+    "with_context": {
+        "summary": "A tool with a context parameter (tool_id `weather-api`, created above)",
+        "value": {"arguments": {"city": "Lisbon"}, "context_arguments": {"user_id": "u-42"}},
+    },
+}

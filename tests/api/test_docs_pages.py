@@ -1,0 +1,143 @@
+"""/docs and /redoc render in a real headless browser with the network cut: their assets come
+from the service itself, every operation is listed, and the console shows no error."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from playwright.async_api import ConsoleMessage, Page, Route, async_playwright
+
+from app.main import create_app
+from tests.conftest import make_settings
+from tests.support import functions
+from tests.support.servers import ThreadedServer
+
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium")
+# As Debian's chromium runs headless as root with no network: no sandbox, no background calls.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[str]:
+    app = create_app(make_settings(), registry=functions.registry)
+    server = ThreadedServer(app, lifespan="on").start()
+    yield server.url
+    server.stop()
+
+
+def _operations(base: str) -> list[tuple[str, str, str]]:
+    spec = httpx.get(f"{base}/openapi.json").json()
+    return [
+        (method.upper(), path, operation["operationId"])
+        for path, item in spec["paths"].items()
+        for method, operation in item.items()
+    ]
+
+
+class Tab:
+    """A browser page that may reach only the service: anything else is recorded and cut."""
+
+    def __init__(self, base: str) -> None:
+        self.base = urlsplit(base).netloc
+        self.cut: list[str] = []
+        self.errors: list[str] = []
+
+    async def route(self, route: Route) -> None:
+        url = route.request.url
+        if urlsplit(url).netloc == self.base or url.startswith("data:"):
+            await route.continue_()
+        else:
+            self.cut.append(url)
+            await route.abort("internetdisconnected")
+
+    def console(self, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self.errors.append(f"console: {message.text}")
+
+
+@asynccontextmanager
+async def browser_tab(base: str) -> AsyncIterator[tuple[Page, Tab]]:
+    if CHROMIUM is None:
+        pytest.skip("Debian's chromium is not installed: apt-get install chromium (.ci/run does)")
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = await browser.new_context(viewport={"width": 1400, "height": 1800})
+            tab = Tab(base)
+            await context.route("**/*", tab.route)
+            page = await context.new_page()
+            page.on("console", tab.console)
+            page.on("pageerror", lambda error: tab.errors.append(f"page error: {error}"))
+            yield page, tab
+        finally:
+            await browser.close()
+
+
+async def test_swagger_ui_lists_every_operation_offline(service: str, tmp_path: Path) -> None:
+    operations = _operations(service)
+    async with browser_tab(service) as (page, tab):
+        await page.goto(f"{service}/docs", wait_until="networkidle")
+        await page.wait_for_selector(".opblock", timeout=15_000)
+        shown = await page.eval_on_selector_all(
+        ".opblock",
+        """blocks => blocks.map(b => [
+            b.querySelector('.opblock-summary-method').textContent.trim(),
+            b.querySelector('.opblock-summary-path').getAttribute('data-path')])""",
+    )
+        await page.screenshot(path=str(tmp_path / "docs.png"), full_page=True)
+        title = await page.title()
+    assert (tmp_path / "docs.png").stat().st_size > 50_000  # a rendered page, not a blank one
+    assert sorted(map(tuple, shown)) == sorted((method, path) for method, path, _ in operations)
+    assert title == "toolgate - Swagger UI"
+    assert (tab.cut, tab.errors) == ([], [])
+
+
+async def test_redoc_lists_every_operation_offline(service: str, tmp_path: Path) -> None:
+    operations = _operations(service)
+    async with browser_tab(service) as (page, tab):
+        await page.goto(f"{service}/redoc", wait_until="networkidle")
+        await page.wait_for_selector("[data-section-id^='operation/']", timeout=15_000)
+        sections = await page.eval_on_selector_all(
+            "[data-section-id^='operation/']",
+            "nodes => nodes.map(n => n.getAttribute('data-section-id'))",
+        )
+        await page.screenshot(path=str(tmp_path / "redoc.png"))
+    assert (tmp_path / "redoc.png").stat().st_size > 50_000
+    assert sorted(set(sections)) == sorted(f"operation/{op}" for _, _, op in operations)
+    assert (tab.cut, tab.errors) == ([], [])
+
+
+async def test_docs_enabled_false_serves_no_docs_at_all() -> None:
+    app = create_app(make_settings(docs_enabled=False), registry=functions.registry)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        for path in ("/docs", "/redoc", "/openapi.json", "/docs/assets/swagger-ui-bundle.js"):
+            assert (await client.get(path)).status_code == 404, path
+
+
+async def test_docs_assets_are_served_locally_and_cached() -> None:
+    app = create_app(make_settings(), registry=functions.registry)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        page = (await client.get("/docs")).text
+        assert "cdn" not in page.lower() and "/docs/assets/swagger-ui-bundle.js" in page
+        redoc = (await client.get("/redoc")).text
+        assert "fonts.googleapis" not in redoc and "/docs/assets/redoc.standalone.js" in redoc
+        script = await client.get("/docs/assets/swagger-ui-bundle.js")
+        assert script.status_code == 200 and len(script.content) > 500_000
+        assert script.headers["cache-control"] == "public, max-age=86400"
