@@ -73,6 +73,8 @@ class Tab:
 @asynccontextmanager
 async def browser_tab(base: str) -> AsyncIterator[tuple[Page, Tab]]:
     if CHROMIUM is None:
+        if os.environ.get("TOOLGATE_REQUIRE_BROWSER"):  # CI installs it: missing is a failure
+            pytest.fail("chromium is required (TOOLGATE_REQUIRE_BROWSER) but not installed")
         pytest.skip("Debian's chromium is not installed: apt-get install chromium (.ci/run does)")
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

@@ -1,0 +1,90 @@
+"""The README's tour runs as written: its shell blocks, in order, in one bash session, against
+the service that its first block starts (`scripts/run --fake-model`). Every curl must get a
+2xx answer (a curl wrapper adds --fail-with-body), and the answers are checked afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.secantus import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def tour_blocks() -> list[str]:
+    tour = README.split("## A tour with curl", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.*?)```", tour, flags=re.S)
+
+
+def test_readme_first_screen_is_the_two_commands() -> None:
+    first = README.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert [line.split()[0] for line in first] == ["scripts/run", "scripts/test"]
+    assert len(README.splitlines()) <= 160
+
+
+def test_readme_tour_runs_top_to_bottom(tmp_path: Path) -> None:
+    blocks = tour_blocks()
+    assert blocks[0].startswith("scripts/run --fake-model &") and "kill %1" in blocks[-1]
+    port, model_port = free_port(), free_port()
+    transcript = tmp_path / "transcript"
+    script = "\n".join(
+        [
+            "set -euo pipefail",
+            "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT",  # a failed step stops the service
+            # Every curl of the tour must succeed; the body of a failure is shown.
+            f'curl() {{ local rc=0; command curl --fail-with-body "$@" | tee -a {transcript} '
+            f"|| rc=$?; echo >> {transcript}; return $rc; }}",
+            *(block.replace("127.0.0.1:8000", f"127.0.0.1:{port}") for block in blocks),
+            "wait",  # the service stops on `kill %1`
+        ]
+    )
+    env = {
+        **os.environ,
+        "PORT": str(port),
+        "FAKE_MODEL_PORT": str(model_port),
+        # The interpreter running the tests has the project installed: use its environment.
+        "TOOLGATE_VENV": sys.prefix,
+        "LOG_LEVEL": "WARNING",
+    }
+    process = subprocess.Popen(
+        ["bash", "-c", script],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=240)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 0, output[-4000:]
+
+    answers = transcript.read_text()
+    lines = [line for line in answers.splitlines() if line.strip()]
+    ids = next(json.loads(line) for line in lines if line.startswith('[{"tool_id"'))
+    assert {"rolldice", "current-time", "calculator"} <= {t["tool_id"] for t in ids}
+    assert '"tool_id":"weather-api"' in answers.replace(" ", "")
+    invoked = next(json.loads(line) for line in lines if line.startswith('{"run_id"'))
+    assert invoked["status"] == "ok" and 1 <= int(invoked["content"]) <= 20
+    chat = next(json.loads(line) for line in lines if '"stop_reason"' in line)
+    assert chat["stop_reason"] == "completed" and chat["tool_calls"][0]["name"] == "roll_dice"
+    assert "event: done" in answers  # the streamed chat
+    assert "u-42" not in json.dumps(chat)  # the context value never reaches the caller
+    assert any(line.startswith('{"items":') and "next_cursor" in line for line in lines)  # runs
+    assert lines[-2] == "204" and '"api_key":"tg_' in lines[-1]  # tool deleted, key rotated
+    # no process of the tour is left: `kill %1` stopped the service and the fake model
+    leftovers = subprocess.run(
+        ["pgrep", "-f", f"--port {port}"], capture_output=True, text=True
+    ).stdout
+    assert leftovers == ""
