@@ -8,6 +8,8 @@ count, unexpected errors, p50 and p99 latency, and the service's RSS over time w
 
     python scripts/load.py --duration 600 --rate 40        # the 10-minute soak
     python scripts/load.py --duration 20 --rate 20         # a smoke run
+    # several workers on a MongoDB-wire server (SecantusDB, started here), closed-loop chats:
+    python scripts/load.py --secantus --workers 4 --chat-concurrency 128 --duration 10
 
 Exit status 1 when any request failed unexpectedly or memory grew past --max-growth-mb.
 Rate limits are off for the run (it measures the service, not the limiter).
@@ -191,7 +193,38 @@ def slope_mb_per_min(samples: list[tuple[float, float]]) -> float:
     return statistics.linear_regression(xs, ys).slope
 
 
+def start_secantus(storage: Path) -> tuple[Process, str]:
+    """A SecantusDB server (a dev dependency) on a free port: a real MongoDB-wire database."""
+    port = free_port()
+    server = Process(
+        [
+            str(Path(sys.executable).with_name("secantusd-py")),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--storage-path",
+            str(storage),
+            "--standalone",
+        ],
+        port,
+    )
+    return server, f"mongodb://127.0.0.1:{port}/?directConnection=true"
+
+
 async def soak(args: argparse.Namespace) -> dict[str, Any]:
+    database: Process | None = None
+    mongodb_url = os.environ.get("MONGODB_URL", "")
+    if args.secantus:
+        database, mongodb_url = start_secantus(Path(args.out) / "secantus")
+    try:
+        return await _soak(args, mongodb_url)
+    finally:
+        if database is not None:
+            database.stop()
+
+
+async def _soak(args: argparse.Namespace, mongodb_url: str) -> dict[str, Any]:
     model_port, service_port = free_port(), free_port()
     model = Process(
         [sys.executable, "-m", "app", "fake-model", "--port", str(model_port)],
@@ -207,7 +240,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "SECRETS_KEY": base64.b64encode(os.urandom(32)).decode(),
         "OPENAI_BASE_URL": f"http://127.0.0.1:{model_port}/v1",
         "OPENAI_API_KEY": "load",
-        "MONGODB_URL": os.environ.get("MONGODB_URL", ""),
+        "MONGODB_URL": mongodb_url,
         "MONGODB_DATABASE": f"load_{secrets.token_hex(4)}",  # a fresh database every run
         "RATE_LIMIT_CHAT_PER_MINUTE": "0",
         "RATE_LIMIT_WRITES_PER_MINUTE": "0",
@@ -216,7 +249,16 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     try:
         with log_path.open("w") as log:
             service = Process(
-                [sys.executable, "-m", "app", "serve", "--port", str(service_port)],
+                [
+                    sys.executable,
+                    "-m",
+                    "app",
+                    "serve",
+                    "--port",
+                    str(service_port),
+                    "--workers",
+                    str(args.workers),
+                ],
                 service_port,
                 env,
                 stderr=log,
@@ -248,6 +290,8 @@ async def _drive(
             tenants.append(tenant)
         stats = Stats()
         driver = Driver(client, tenants, stats)
+        if args.chat_concurrency:
+            return await _closed_loop_chats(args, driver, stats, service)
         ops, weights = list(WEIGHTS), list(WEIGHTS.values())
         in_flight: set[asyncio.Task[None]] = set()
         rss: list[tuple[float, float]] = []
@@ -305,7 +349,49 @@ async def _drive(
     }
 
 
+async def _closed_loop_chats(
+    args: argparse.Namespace, driver: Driver, stats: Stats, service: Process
+) -> dict[str, Any]:
+    """--chat-concurrency N: N clients each sending chats back to back for --duration."""
+    deadline = time.monotonic() + args.duration
+
+    async def client() -> None:
+        while time.monotonic() < deadline:
+            await driver.run("chat")
+
+    await asyncio.gather(*(client() for _ in range(args.chat_concurrency)))
+    values = stats.latencies.get("chat", [])
+    return {
+        "duration_s": args.duration,
+        "workers": args.workers,
+        "chat_concurrency": args.chat_concurrency,
+        "requests": len(values),
+        "chats_per_s": round(len(values) / args.duration, 1),
+        "unexpected_errors": sum(len(v) for v in stats.errors.values()),
+        "dropped": 0,
+        "operations": {
+            "chat": {
+                "count": len(values),
+                "errors": len(stats.errors.get("chat", [])),
+                "p50_ms": round(percentile(values, 0.50) * 1000, 2),
+                "p99_ms": round(percentile(values, 0.99) * 1000, 2),
+            }
+        },
+        "error_samples": {op: errors[:5] for op, errors in stats.errors.items()},
+        "rss_mb": {"samples": [], "end": round(service.rss_mb(), 1), "max": None},
+    }
+
+
 def markdown(report: dict[str, Any]) -> str:
+    if "chat_concurrency" in report:
+        chat = report["operations"]["chat"]
+        return (
+            f"Chats: {report['chat_concurrency']} clients for {report['duration_s']} s on "
+            f"{report['workers']} worker(s): {report['requests']} chats "
+            f"({report['chats_per_s']}/s), {report['unexpected_errors']} unexpected errors, "
+            f"p50 {chat['p50_ms']} ms, p99 {chat['p99_ms']} ms.\n"
+            + "".join(f"- {op}: {samples}\n" for op, samples in report["error_samples"].items())
+        )
     lines = [
         f"Load: {report['duration_s']} s at {report['rate_per_s']}/s over {report['tenants']} "
         f"tenants: {report['requests']} requests, {report['unexpected_errors']} unexpected "
@@ -339,6 +425,16 @@ def main() -> None:
     parser.add_argument("--sample-s", type=float, default=10)
     parser.add_argument("--max-growth-mb", type=float, default=30)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--workers", type=int, default=1, help="service worker processes")
+    parser.add_argument(
+        "--secantus", action="store_true", help="start a SecantusDB server as the database"
+    )
+    parser.add_argument(
+        "--chat-concurrency",
+        type=int,
+        default=0,
+        help="instead of the mixed open-loop traffic: this many clients sending chats back to back",
+    )
     parser.add_argument("--out", default=str(ROOT / "bench-results" / "load"))
     args = parser.parse_args()
     random.seed(args.seed)
@@ -349,7 +445,7 @@ def main() -> None:
     (out / "load.md").write_text(summary + "\n")
     print(summary)
     memory = report["rss_mb"]
-    grew = (memory["end"] - (memory["after_warmup"] or memory["end"])) > args.max_growth_mb
+    grew = (memory["end"] - (memory.get("after_warmup") or memory["end"])) > args.max_growth_mb
     sys.exit(1 if report["unexpected_errors"] or grew else 0)
 
 

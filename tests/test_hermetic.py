@@ -56,7 +56,7 @@ def test_tests_pass_with_a_hostile_dotenv_and_environment(tmp_path: Path) -> Non
     env = {k: v for k, v in os.environ.items() if k != ENV_FILE_VARIABLE}
     result = subprocess.run(
         [
-            sys.executable,
+            os.path.abspath(sys.executable),  # the run starts in another directory
             "-m",
             "pytest",
             "-q",

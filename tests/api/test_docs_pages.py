@@ -96,11 +96,11 @@ async def test_swagger_ui_lists_every_operation_offline(service: str, tmp_path: 
         await page.goto(f"{service}/docs", wait_until="networkidle")
         await page.wait_for_selector(".opblock", timeout=15_000)
         shown = await page.eval_on_selector_all(
-        ".opblock",
-        """blocks => blocks.map(b => [
+            ".opblock",
+            """blocks => blocks.map(b => [
             b.querySelector('.opblock-summary-method').textContent.trim(),
             b.querySelector('.opblock-summary-path').getAttribute('data-path')])""",
-    )
+        )
         await page.screenshot(path=str(tmp_path / "docs.png"), full_page=True)
         title = await page.title()
     assert (tmp_path / "docs.png").stat().st_size > 50_000  # a rendered page, not a blank one
