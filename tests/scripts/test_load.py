@@ -49,3 +49,36 @@ def test_a_short_load_run_reports_every_operation(tmp_path: Path) -> None:
     lines = (tmp_path / "service.log").read_text().splitlines()
     assert sum('"logger":"app.access"' in line for line in lines) >= report["requests"]
     assert (tmp_path / "load.md").read_text().startswith("Load: 6.0 s at 25.0/s")
+
+
+def test_closed_loop_chats_on_several_workers_over_a_mongodb_wire_server(tmp_path: Path) -> None:
+    """The reproduction path of the several-workers trust item: chats from many clients at once
+    on 2 workers sharing a SecantusDB database."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "scripts/load.py",
+            "--secantus",
+            "--workers",
+            "2",
+            "--chat-concurrency",
+            "16",
+            "--duration",
+            "4",
+            "--tenants",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((tmp_path / "load.json").read_text())
+    assert report["workers"] == 2 and report["unexpected_errors"] == 0
+    assert report["operations"]["chat"]["count"] >= 50
+    log = (tmp_path / "service.log").read_text()
+    assert log.count("Application startup complete") == 2  # both workers served
+    assert (tmp_path / "load.md").read_text().startswith("Chats: 16 clients for 4.0 s on 2 work")
