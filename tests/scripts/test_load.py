@@ -6,33 +6,28 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_short_load_run_reports_every_operation(tmp_path: Path) -> None:
+def run_load(out: Path, *args: str) -> dict[str, Any]:
     result = subprocess.run(
-        [
-            sys.executable,
-            "scripts/load.py",
-            "--duration",
-            "6",
-            "--rate",
-            "25",
-            "--tenants",
-            "2",
-            "--sample-s",
-            "2",
-            "--out",
-            str(tmp_path),
-        ],
+        [sys.executable, "scripts/load.py", *args, "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = json.loads((tmp_path / "load.json").read_text())
+    report: dict[str, Any] = json.loads((out / "load.json").read_text())
+    return report
+
+
+def test_a_short_load_run_reports_every_operation(tmp_path: Path) -> None:
+    report = run_load(
+        tmp_path, "--duration", "6", "--rate", "25", "--tenants", "2", "--sample-s", "2"
+    )
     assert report["unexpected_errors"] == 0 and report["requests"] >= 100
     assert set(report["operations"]) == {
         "get_tool",
@@ -54,29 +49,18 @@ def test_a_short_load_run_reports_every_operation(tmp_path: Path) -> None:
 def test_closed_loop_chats_on_several_workers_over_a_mongodb_wire_server(tmp_path: Path) -> None:
     """The reproduction path of the several-workers trust item: chats from many clients at once
     on 2 workers sharing a SecantusDB database."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            "scripts/load.py",
-            "--secantus",
-            "--workers",
-            "2",
-            "--chat-concurrency",
-            "16",
-            "--duration",
-            "4",
-            "--tenants",
-            "2",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    report = run_load(
+        tmp_path,
+        "--secantus",
+        "--workers",
+        "2",
+        "--chat-concurrency",
+        "16",
+        "--duration",
+        "4",
+        "--tenants",
+        "2",
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = json.loads((tmp_path / "load.json").read_text())
     assert report["workers"] == 2 and report["unexpected_errors"] == 0
     assert report["operations"]["chat"]["count"] >= 50
     log = (tmp_path / "service.log").read_text()
