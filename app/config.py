@@ -54,12 +54,11 @@ class Settings(BaseSettings):
     """Every setting of the service; see .env.example for the documented list."""
 
     # hide_input_in_errors: a validation error must never print the secrets it was given.
-    model_config = SettingsConfigDict(
-        env_file=".env", extra="ignore", frozen=True, hide_input_in_errors=True
-    )
+    model_config = SettingsConfigDict(extra="ignore", frozen=True, hide_input_in_errors=True)
 
     def __init__(self, **values: Any) -> None:
-        # The dotenv file is chosen when settings are read, not when this module is imported.
+        # The dotenv file (TOOLGATE_ENV_FILE, default .env) is chosen when settings are read,
+        # not when this module is imported.
         values.setdefault("_env_file", env_file())
         super().__init__(**values)
 

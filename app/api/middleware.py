@@ -10,6 +10,7 @@ import uuid
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.docs import ASSETS_URL
 from app.api.problems import problem_response
 from app.logs import request_context
 from app.metrics import Metrics
@@ -73,7 +74,8 @@ _MAX_REQUEST_ID = 128
 _ID_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 
 
-_FIXED_PATHS = frozenset({"/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
+# Served without a route template: FastAPI's own schema route, and the docs assets' mount.
+_FIXED_PATHS = frozenset({"/openapi.json"})
 
 
 class RequestContextMiddleware:
@@ -115,12 +117,18 @@ class RequestContextMiddleware:
             request_context.reset(token)
 
     def _done(self, scope: Scope, status: int, duration_s: float) -> None:
-        # The template, never the path: paths hold ids, and labels must stay few. The docs
-        # routes set no template (they are fixed paths); anything else unrouted is "unmatched".
+        # The template, never the path: paths hold ids, and labels must stay few. Anything
+        # unrouted is "unmatched".
         route = scope.get("route")
-        template = getattr(route, "path_format", None) or (
-            scope["path"] if scope["path"] in _FIXED_PATHS else "unmatched"
-        )
+        template = getattr(route, "path_format", None)
+        if template is None:
+            path = scope["path"]
+            if path in _FIXED_PATHS:
+                template = path
+            elif path.startswith(f"{ASSETS_URL}/"):
+                template = ASSETS_URL
+            else:
+                template = "unmatched"
         method = scope["method"]
         self.metrics.request_done(method, template, status, duration_s)
         if self.access_log and access_logger.isEnabledFor(logging.INFO):
