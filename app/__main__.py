@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> None:
         log_config=None,  # uvicorn's lines go through our redacting JSON handler
         access_log=False,  # our access log has the route template, tenant and request id
         proxy_headers=False,
+        timeout_keep_alive=settings.keepalive_timeout_s,
         # On SIGTERM: stop accepting, let in-flight chats finish up to their deadline, then
         # run the lifespan's shutdown (clients closed, run records flushed).
         timeout_graceful_shutdown=int(settings.chat_deadline_s) + 5,

@@ -77,9 +77,16 @@ class Settings(BaseSettings):
     admin_api_key: SecretStr | None = None
     api_key_secret: SecretStr | None = None
     auth_cache_ttl_s: float = Field(default=2.0, ge=0, le=300)
+    # How long past their TTL cached keys and tools are still served while the database cannot
+    # be read (app/cache.py); 0: never.
+    cache_stale_if_error_s: float = Field(default=30.0, ge=0, le=3600)
 
     functions_module: str = "app.tools.builtin:registry"
     max_body_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
+    # Idle keep-alive connections are closed after this. Longer than clients' and load
+    # balancers' own idle limits (httpx 5 s, ALB and nginx 60 s), so the client always closes
+    # first: a request sent on a connection the server is closing at that instant fails.
+    keepalive_timeout_s: int = Field(default=75, ge=1, le=3600)
     body_timeout_s: float = Field(default=15.0, ge=0.1, le=600)
 
     openai_base_url: str | None = None

@@ -36,6 +36,7 @@ from app.services.chat import ChatService
 from app.services.health import HealthService
 from app.services.invocations import InvocationService
 from app.services.mcp_servers import McpServerService
+from app.services.outbound import TenantOutbound
 from app.services.runs import RunRecorder, RunService
 from app.services.secrets import SecretService
 from app.services.seeding import Seeder
@@ -67,6 +68,7 @@ class Services:
     secrets: SecretService
     limits: TenantLimits
     metrics: Metrics
+    outbound: TenantOutbound
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,13 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
         if database.in_memory
         else RunRepository(database, retention_days=settings.run_retention_days)
     )
+    catalog = ToolCatalog(
+        tools=tools,
+        ttl_s=settings.tool_cache_ttl_s,
+        stale_if_error_s=settings.cache_stale_if_error_s,
+        registry=registry,
+    )
+    stack.push_async_callback(catalog.aclose)  # its reads in flight stop before the database
     return _Stores(
         database=database,
         tenants=TenantRepository(database),
@@ -134,7 +143,7 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
         mcp_servers=McpServerRepository(database),
         secrets=SecretRepository(database),
         runs=runs,
-        catalog=ToolCatalog(tools=tools, ttl_s=settings.tool_cache_ttl_s, registry=registry),
+        catalog=catalog,
     )
 
 
@@ -192,13 +201,13 @@ def build_chat_loop(
 def build_mcp_service(
     settings: Settings,
     stores: _Stores,
-    policy: OutboundPolicy,
+    outbound: TenantOutbound,
     box: SecretBox,
     operator: dict[str, McpServer],
     stack: AsyncExitStack,
 ) -> McpServerService:
     hub = McpHub(
-        policy=policy,
+        policy=outbound.base,
         limits=McpLimits(
             connect_timeout_s=settings.mcp_connect_timeout_s,
             cache_ttl_s=settings.mcp_tools_cache_ttl_s,
@@ -209,13 +218,15 @@ def build_mcp_service(
         servers=stores.mcp_servers,
         operator=operator,
         hub=hub,
-        policy=policy,
+        outbound=outbound,
         box=box,
         max_servers=settings.max_mcp_servers_per_tenant,
     )
 
 
-def build_tenant_service(settings: Settings, stores: _Stores, seeder: Seeder) -> TenantService:
+def build_tenant_service(
+    settings: Settings, stores: _Stores, seeder: Seeder, outbound: TenantOutbound
+) -> TenantService:
     return TenantService(
         tenants=stores.tenants,
         tools=stores.tools,
@@ -227,6 +238,8 @@ def build_tenant_service(settings: Settings, stores: _Stores, seeder: Seeder) ->
         key_secret=settings.effective_api_key_secret,
         admin_key=settings.effective_admin_api_key,
         auth_cache_ttl_s=settings.auth_cache_ttl_s,
+        stale_if_error_s=settings.cache_stale_if_error_s,
+        outbound=outbound,
     )
 
 
@@ -235,7 +248,7 @@ class _Runtime:
     """What the services that run tools share."""
 
     catalog: ToolCatalog
-    policy: OutboundPolicy
+    outbound: TenantOutbound
     invoker: ToolInvoker
     recorder: RunRecorder
     limits: TenantLimits
@@ -256,6 +269,7 @@ def build_chat_service(settings: Settings, run: _Runtime, stack: AsyncExitStack)
         mcp=run.mcp,
         secrets=run.secrets,
         metrics=run.metrics,
+        outbound=run.outbound,
     )
 
 
@@ -273,8 +287,16 @@ def build_runtime(
         blocked_ports=settings.outbound_blocked_ports,
         ca_bundle=settings.outbound_ca_bundle,
     )
+    outbound = TenantOutbound(
+        tenants=stores.tenants,
+        base=policy,
+        client_for=lambda tenant_policy: build_tool_http_client(settings, tenant_policy),
+        ttl_s=settings.auth_cache_ttl_s,
+        stale_if_error_s=settings.cache_stale_if_error_s,
+    )
+    stack.push_async_callback(outbound.aclose)
     secrets = build_secret_service(settings, stores.secrets)
-    mcp = build_mcp_service(settings, stores, policy, secrets.box, operator, stack)
+    mcp = build_mcp_service(settings, stores, outbound, secrets.box, operator, stack)
     limits = build_limits(settings)
     metrics.track(
         active_chats=lambda: limits.concurrent_chats.total,
@@ -284,7 +306,7 @@ def build_runtime(
     recorder.start()
     stack.push_async_callback(recorder.close)  # closed before the database: records flushed
     invoker = build_invoker(settings, registry, policy, metrics, stack)
-    return _Runtime(stores.catalog, policy, invoker, recorder, limits, secrets, mcp, metrics)
+    return _Runtime(stores.catalog, outbound, invoker, recorder, limits, secrets, mcp, metrics)
 
 
 async def build_services(
@@ -301,16 +323,18 @@ async def build_services(
     prepared = await seeder.prepare_all()
     logger.info("seeded %d function tool(s) into %d tenant(s)", len(registry), prepared)
     run = build_runtime(settings, registry, stores, mcp_operator or {}, metrics, stack)
+    tenants = build_tenant_service(settings, stores, seeder, run.outbound)
+    stack.push_async_callback(tenants.aclose)
     return Services(
         settings=settings,
         database=stores.database,
         registry=registry,
         health=HealthService(database=stores.database),
-        tenants=build_tenant_service(settings, stores, seeder),
+        tenants=tenants,
         tools=ToolService(
             tools=stores.tools,
             registry=registry,
-            policy=run.policy,
+            outbound=run.outbound,
             catalog=stores.catalog,
             max_tools=settings.max_tools_per_tenant,
             max_schema_bytes=settings.max_tool_schema_bytes,
@@ -323,10 +347,12 @@ async def build_services(
             limits=run.limits,
             secrets=run.secrets,
             mcp=run.mcp,
+            outbound=run.outbound,
         ),
         runs=RunService(runs=stores.runs),
         mcp_servers=run.mcp,
         secrets=run.secrets,
         metrics=metrics,
         limits=run.limits,
+        outbound=run.outbound,
     )

@@ -11,7 +11,10 @@ import httpx
 import pytest
 
 from tests.conftest import create_tenant, external_tool, http_client, make_settings, running_app
+from tests.support import fake_model as script
+from tests.support.fake_model import FakeModel
 from tests.support.secantus import SecantusServer
+from tests.support.servers import ThreadedServer
 
 # Far below the driver's 30 s default; the configured timeout is 2 s.
 FAIL_FAST_BOUND_S = 8.0
@@ -69,6 +72,39 @@ async def test_kill_then_restart(dying_server: SecantusServer) -> None:
             "/tools/create", json=external_tool("after"), headers=acme.headers
         )
         assert created.status_code == 201
+
+
+@pytest.mark.parametrize("grace_s", [30.0, 0.0])
+async def test_chats_of_a_known_tenant_outlive_an_outage_within_the_grace(
+    dying_server: SecantusServer,
+    fake_model_server: tuple[FakeModel, ThreadedServer],
+    fake: FakeModel,
+    grace_s: float,
+) -> None:
+    """Keys and tools are cached; past their TTL, while the database cannot be read, the last
+    values serve for CACHE_STALE_IF_ERROR_S (before: every request past the TTL was a 503)."""
+    fake.reset(repeat=script.text("hi"))
+    settings = make_settings(
+        dying_server.url,
+        openai_base_url=f"{fake_model_server[1].url}/v1",
+        openai_api_key="k",
+        auth_cache_ttl_s=0.3,
+        tool_cache_ttl_s=0.3,
+        cache_stale_if_error_s=grace_s,
+        mongodb_timeout_ms=500,
+    )
+    hello = {"messages": [{"role": "user", "content": "hi"}]}
+    async with running_app(settings, _builtin()) as app, http_client(app) as client:
+        acme = await create_tenant(client, "acme")
+        assert (await client.post("/chat", json=hello, headers=acme.headers)).status_code == 200
+        dying_server.kill()
+        await asyncio.sleep(0.4)  # past both TTLs
+        during = await client.post("/chat", json=hello, headers=acme.headers)
+        assert during.status_code == (200 if grace_s else 503), during.text
+        # A key never seen before is never guessed: it needs the database.
+        stranger = {"Authorization": "Bearer tg_" + "x" * 43}
+        assert (await client.post("/chat", json=hello, headers=stranger)).status_code == 503
+        dying_server.start()  # for the clean-up
 
 
 def _builtin():  # type: ignore[no-untyped-def]

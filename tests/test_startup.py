@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -151,3 +152,17 @@ def test_zero_setup_run_serves_the_api(served: str) -> None:
     assert created.status_code == 201
     key = {"Authorization": f"Bearer {created.json()['api_key']}"}
     assert httpx.get(f"{served}/tools/rolldice", headers=key).status_code == 200
+
+
+def test_an_idle_keep_alive_connection_outlives_common_client_idle_limits(served: str) -> None:
+    """uvicorn's default closes idle connections after 5 s, httpx's pool keeps them 5 s: a
+    request sent as the server closes fails (ReadError) with nothing retried. The service keeps
+    them 75 s, so clients and load balancers close first."""
+    host, port = served.removeprefix("http://").split(":")
+    request = f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(request)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(6)
+        sock.sendall(request)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")  # before: b"" (closed at 5 s)

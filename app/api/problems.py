@@ -9,10 +9,11 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from pymongo.errors import ConnectionFailure, ExecutionTimeout, PyMongoError, WaitQueueTimeoutError
+from pymongo.errors import PyMongoError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import AppError, field_error, problem_body, status_title
+from app.repositories.database import database_unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -109,9 +110,7 @@ def allowed_methods(request: Request) -> list[str]:
 
 
 async def _handle_database_error(request: Request, exc: Exception) -> Response:
-    if isinstance(exc, ConnectionFailure | ExecutionTimeout | WaitQueueTimeoutError) or (
-        isinstance(exc, PyMongoError) and exc.timeout
-    ):
+    if database_unavailable(exc):
         logger.warning(
             "database unavailable on %s %s: %s",
             request.method,

@@ -10,7 +10,14 @@ from app.api.routing import StrictJSONRoute
 from app.deps import AdminDep, ServicesDep
 from app.schemas import examples
 from app.schemas.problems import problem_responses
-from app.schemas.tenants import TENANT_ID_PATTERN, Tenant, TenantCreate, TenantKey, TenantPage
+from app.schemas.tenants import (
+    TENANT_ID_PATTERN,
+    OutboundAllow,
+    Tenant,
+    TenantCreate,
+    TenantKey,
+    TenantPage,
+)
 
 router = APIRouter(
     prefix="/tenants",
@@ -63,3 +70,29 @@ async def rotate_tenant_key(tenant_id: TenantPath, services: ServicesDep) -> Ten
     """Issue a new API key for a tenant; the previous key stops working at once."""
     api_key = await services.tenants.rotate_key(tenant_id=tenant_id)
     return TenantKey(tenant_id=tenant_id, api_key=api_key)
+
+
+@router.get(
+    "/{tenant_id}/outbound", response_model=OutboundAllow, responses=problem_responses(404, 422)
+)
+async def get_tenant_outbound(tenant_id: TenantPath, services: ServicesDep) -> OutboundAllow:
+    """The tenant's own outbound allow list (empty: the operator's policy only)."""
+    return OutboundAllow(allow=await services.outbound.allow_list(tenant_id))
+
+
+@router.put(
+    "/{tenant_id}/outbound",
+    response_model=OutboundAllow,
+    responses=problem_responses(400, 404, 413, 422),
+)
+async def set_tenant_outbound(
+    tenant_id: TenantPath,
+    body: Annotated[OutboundAllow, Body(openapi_examples=examples.OUTBOUND)],
+    services: ServicesDep,
+) -> OutboundAllow:
+    """Replace the tenant's own outbound allow list: its external tools and MCP servers may
+    then also reach these hosts, addresses or networks (and the ports they name). It applies
+    at once on this replica and within AUTH_CACHE_TTL_S on the others; tools already stored
+    are judged again when they connect."""
+    allow = await services.outbound.set_allow_list(tenant_id, body.allow)
+    return OutboundAllow(allow=allow)

@@ -16,7 +16,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
 from pydantic import (
@@ -31,6 +31,9 @@ from pydantic import (
 from app.outbound import reserved_header_problems
 from app.schemas.fields import HeaderName, HeaderValue, Name, ServerName, problem_lines
 from app.schemas.mcp import ContextMapping, Transport
+
+if TYPE_CHECKING:
+    from app.tools.netguard import OutboundPolicy
 
 SEPARATOR = "__"
 MAX_TOOL_NAME = 64
@@ -98,6 +101,8 @@ class McpServer:
     context: dict[str, dict[str, str]] = field(default_factory=dict)
     # Changes whenever the entry does, so cached tool lists of an old entry are never used.
     revision: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # A tenant server's outbound policy (the tenant's allow list included); set when resolved.
+    policy: OutboundPolicy | None = field(default=None, compare=False, repr=False)
 
     def available_to(self, tenant_id: str) -> bool:
         return self.tenants is None or tenant_id in self.tenants

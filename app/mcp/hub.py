@@ -80,7 +80,9 @@ class McpHub:
 
     def policy_for(self, server: McpServer) -> OutboundPolicy | None:
         """Tenant servers are checked like external tools; the operator's own are trusted."""
-        return self._policy if server.source == "tenant" else None
+        if server.source != "tenant":
+            return None
+        return server.policy or self._policy
 
     @contextlib.asynccontextmanager
     async def session(self, server: McpServer, headers: dict[str, str]) -> Any:
@@ -166,7 +168,10 @@ class McpHub:
 
 
 def _cache_key(server: McpServer, headers: dict[str, str]) -> str:
-    digest = hashlib.sha256(repr(sorted(headers.items())).encode()).hexdigest()[:16]
+    # The policy's allow list too: a list fetched under a wider policy is not served under a
+    # narrower one (a tenant's allow list cleared by the admin).
+    allow = server.policy.allow if server.policy is not None else ()
+    digest = hashlib.sha256(repr((sorted(headers.items()), allow)).encode()).hexdigest()[:16]
     return f"{server.source}:{server.name}:{server.revision}:{digest}"
 
 

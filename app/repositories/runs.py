@@ -8,6 +8,7 @@ from collections import deque
 from datetime import datetime
 from typing import Any, Protocol
 
+from bson import ObjectId
 from bson.errors import InvalidDocument
 from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import BulkWriteError, DocumentTooLarge, WriteError
@@ -20,6 +21,7 @@ logger = logging.getLogger(__name__)
 _REFUSED = (OverflowError, InvalidDocument, DocumentTooLarge)
 
 _NO_ID = {"_id": 0}
+_DUPLICATE_KEY = 11000
 
 
 class RunRepository:
@@ -41,11 +43,17 @@ class RunRepository:
 
     async def insert_many(self, runs: list[Document], *, tenant_id: str) -> None:
         """Write the batch; a record the database refuses never takes the others with it, and
-        is kept in a reduced form (`app/repositories/storable.py`) rather than lost."""
+        is kept in a reduced form (`app/repositories/storable.py`) rather than lost.
+
+        Safe to call again with the same records after a timeout: each keeps its `_id`, so a
+        record written the first time is not written twice."""
+        for run in runs:
+            run.setdefault("_id", ObjectId())
         try:
             await self._runs(tenant_id).insert_many([dict(run) for run in runs], ordered=False)
         except BulkWriteError as exc:  # the others were written
-            failed = sorted({error["index"] for error in exc.details.get("writeErrors", [])})
+            errors = exc.details.get("writeErrors", [])
+            failed = sorted({e["index"] for e in errors if e.get("code") != _DUPLICATE_KEY})
             await self._store_reduced([runs[index] for index in failed], tenant_id)
         except _REFUSED:  # refused while encoding the batch: write record by record
             await self._store_reduced(runs, tenant_id)
@@ -62,7 +70,8 @@ class RunRepository:
                     run["run_id"],
                     tenant_id,
                 )
-            reduced = storable_record(run, bulky=("messages", "tool_calls"))
+            kept = {key: value for key, value in run.items() if key != "_id"}
+            reduced = {"_id": run["_id"], **storable_record(kept, bulky=("messages", "tool_calls"))}
             await self._runs(tenant_id).replace_one(query, reduced, upsert=True)
 
     async def get(self, run_id: str, *, tenant_id: str) -> Document | None:

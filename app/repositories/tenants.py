@@ -1,4 +1,4 @@
-"""Tenant documents: id and the HMAC of the current API key."""
+"""Tenant documents: id, the HMAC of the current API key, and the tenant's outbound allow list."""
 
 from __future__ import annotations
 
@@ -50,6 +50,19 @@ class TenantRepository:
         result = await self._collection.update_one(
             {"tenant_id": tenant_id},
             {"$set": {"key_hash": key_hash, "key_rotated_at": utc_now()}},
+        )
+        return result.matched_count == 1
+
+    async def outbound_allow(self, *, tenant_id: str) -> list[str] | None:
+        """The tenant's own outbound allow list ([] when it has none); None: no such tenant."""
+        doc = await self._collection.find_one(
+            {"tenant_id": tenant_id}, {"_id": 0, "outbound_allow": 1}
+        )
+        return None if doc is None else [str(entry) for entry in doc.get("outbound_allow", [])]
+
+    async def set_outbound_allow(self, allow: list[str], *, tenant_id: str) -> bool:
+        result = await self._collection.update_one(
+            {"tenant_id": tenant_id}, {"$set": {"outbound_allow": allow}}
         )
         return result.matched_count == 1
 

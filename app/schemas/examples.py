@@ -147,6 +147,14 @@ TENANT: Examples = {
     "tenant": {"summary": "A new tenant; its key is shown once", "value": {"tenant_id": "acme"}},
 }
 
+OUTBOUND: Examples = {
+    "intranet": {
+        "summary": "Let this tenant's tools reach one internal host and one network's port 8443",
+        "value": {"allow": ["wiki.intranet.example", "10.20.0.0/16:8443"]},
+    },
+    "none": {"summary": "Back to the operator's policy only", "value": {"allow": []}},
+}
+
 INVOKE: Examples = {
     "function": {
         "summary": "The seeded dice roller (try it with tool_id `rolldice`)",

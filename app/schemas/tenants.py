@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints
 
 from app.schemas.fields import ClientModel
 
@@ -37,3 +37,15 @@ class TenantKey(BaseModel):
 
     tenant_id: str
     api_key: str
+
+
+AllowEntry = Annotated[str, StringConstraints(min_length=1, max_length=300)]
+
+
+class OutboundAllow(ClientModel):
+    """A tenant's own outbound allow list, on top of the operator's policy (OUTBOUND_ALLOW,
+    OUTBOUND_PORTS). Entries as in OUTBOUND_ALLOW: a host name, an address or a network, each
+    optionally with `:port` (`[v6]:port`). An entry without a port lifts the public-address
+    rule for that target on the open ports; with a port it also opens that one port."""
+
+    allow: list[AllowEntry] = Field(max_length=100)

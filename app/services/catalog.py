@@ -2,8 +2,9 @@
 
 Loading a tenant's tools, validating them and building their schemas on every request was the
 largest cost after the model call (profile in the performance issue). A snapshot is reused for
-`ttl_s` (TOOL_CACHE_TTL_S; 0 turns caching off). Writes through this process invalidate the
-tenant at once; another replica's writes are seen within `ttl_s`.
+`ttl_s` (TOOL_CACHE_TTL_S; 0 turns caching off) and refreshed in the background before then
+(app/cache.py). Writes through this process invalidate the tenant at once; another replica's
+writes are seen within `ttl_s`.
 
 A stored document that does not parse never breaks the tenant's other tools: it is left out of
 chats (one warning per process), and the CRUD routes list it with its `problems`.
@@ -12,10 +13,10 @@ chats (one warning per process), and the CRUD routes list it with its `problems`
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from app.cache import LoadingCache
 from app.repositories.tools import ToolRepository
 from app.schemas.tools import StoredTool, Tool, UnreadableTool
 from app.tools.registry import FunctionRegistry
@@ -29,6 +30,7 @@ from app.tools.typed import (
 
 logger = logging.getLogger(__name__)
 MAX_WARNED = 10_000
+MAX_CACHED_TENANTS = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,13 +111,22 @@ def shown_tool(stored: StoredTool, tool: FunctionTool | ExternalTool) -> Tool:
 
 class ToolCatalog:
     def __init__(
-        self, *, tools: ToolRepository, ttl_s: float, registry: FunctionRegistry | None = None
+        self,
+        *,
+        tools: ToolRepository,
+        ttl_s: float,
+        registry: FunctionRegistry | None = None,
+        stale_if_error_s: float = 0.0,
     ) -> None:
         self._tools = tools
-        self._ttl_s = ttl_s
         self._registry = registry
-        self._entries: dict[str, tuple[float, ToolSnapshot]] = {}
-        self._generations: dict[str, int] = {}
+        self._snapshots: LoadingCache[str, ToolSnapshot] = LoadingCache(
+            self._read,
+            ttl_s=ttl_s,
+            stale_if_error_s=stale_if_error_s,
+            max_entries=MAX_CACHED_TENANTS,
+            name="tool catalog",
+        )
         self._warned: set[tuple[str, str, tuple[str, ...]]] = set()
 
     def _defaults_of(self, name: str) -> frozenset[str]:
@@ -123,16 +134,12 @@ class ToolCatalog:
         return frozenset() if entry is None else entry.defaulted_parameters
 
     async def snapshot(self, *, tenant_id: str) -> ToolSnapshot:
-        cached = self._entries.get(tenant_id)
-        if cached is not None and cached[0] > time.monotonic():
-            return cached[1]
-        generation = self._generations.get(tenant_id, 0)
+        return await self._snapshots.get(tenant_id)
+
+    async def _read(self, tenant_id: str) -> ToolSnapshot:
         docs = await self._tools.all(tenant_id=tenant_id)
         snapshot = ToolSnapshot.build(docs, defaults_of=self._defaults_of)
         self._warn_unreadable(snapshot, tenant_id)
-        # Store only if no write invalidated the tenant while we were reading.
-        if self._ttl_s > 0 and self._generations.get(tenant_id, 0) == generation:
-            self._entries[tenant_id] = (time.monotonic() + self._ttl_s, snapshot)
         return snapshot
 
     def _warn_unreadable(self, snapshot: ToolSnapshot, tenant_id: str) -> None:
@@ -156,5 +163,7 @@ class ToolCatalog:
         return (await self.snapshot(tenant_id=tenant_id)).enabled
 
     def invalidate(self, tenant_id: str) -> None:
-        self._generations[tenant_id] = self._generations.get(tenant_id, 0) + 1
-        self._entries.pop(tenant_id, None)
+        self._snapshots.invalidate(tenant_id)
+
+    async def aclose(self) -> None:
+        await self._snapshots.aclose()

@@ -24,11 +24,12 @@ from app.repositories.database import utc_now
 from app.schemas.chat import ChatRequest, ChatResponse
 from app.services.catalog import ToolCatalog
 from app.services.mcp_servers import McpServerService
+from app.services.outbound import TenantOutbound
 from app.services.runs import RunRecorder, run_record
 from app.services.secrets import SecretService
 from app.tools.executors import CallScope
 from app.tools.scrub import Scrubber
-from app.tools.typed import TypedTool
+from app.tools.typed import ExternalTool, TypedTool
 
 logger = logging.getLogger(__name__)
 # One server-sent event (name, data), or None for a keep-alive comment.
@@ -49,7 +50,9 @@ class ChatService:
         mcp: McpServerService | None = None,
         secrets: SecretService | None = None,
         metrics: Metrics | None = None,
+        outbound: TenantOutbound | None = None,
     ) -> None:
+        self._outbound = outbound
         self._catalog = catalog
         self._loop = loop
         self._default_model = default_model
@@ -112,6 +115,12 @@ class ChatService:
                 secrets=secrets,
                 mcp=sessions,
                 scrub=Scrubber(hidden_values(context, secrets, servers)),
+                http=(
+                    await self._outbound.http_client(tenant_id)
+                    if self._outbound is not None
+                    and any(isinstance(t, ExternalTool) for t in tools)
+                    else None
+                ),
             ),
         )
 

@@ -20,13 +20,14 @@ from app.schemas.invocations import InvokeRequest
 from app.services.catalog import ToolCatalog
 from app.services.chat import hidden_values, new_run_id
 from app.services.mcp_servers import McpServerService
+from app.services.outbound import TenantOutbound
 from app.services.runs import RunRecorder, run_record
 from app.services.secrets import SecretService
 from app.services.tools import readable
 from app.tools.executors import CallScope
 from app.tools.invocation import Invocation, ToolInvoker, visible_arguments
 from app.tools.scrub import Scrubber
-from app.tools.typed import TypedTool
+from app.tools.typed import ExternalTool, TypedTool
 
 
 class InvocationService:
@@ -39,7 +40,9 @@ class InvocationService:
         limits: TenantLimits,
         secrets: SecretService,
         mcp: McpServerService,
+        outbound: TenantOutbound,
     ) -> None:
+        self._outbound = outbound
         self._catalog = catalog
         self._invoker = invoker
         self._recorder = recorder
@@ -64,7 +67,12 @@ class InvocationService:
                 else {}
             )
             scrub = Scrubber(hidden_values(context, secrets, [server] if server else []))
-            call = CallScope(context, secrets, sessions, scrub)
+            http = (
+                await self._outbound.http_client(tenant_id)
+                if isinstance(tool, ExternalTool)
+                else None
+            )
+            call = CallScope(context, secrets, sessions, scrub, http)
             with hiding_forms(scrub.values):
                 return await self._run(
                     tool, visible_arguments(tool, request.arguments), call, tenant_id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from typing import Any
@@ -21,6 +22,7 @@ from app.mcp.hub import McpHub, mcp_server_tool, mcp_tool_document
 from app.outbound import url_problem
 from app.repositories.mcp_servers import McpServerRepository
 from app.schemas.mcp import McpServerCreate
+from app.services.outbound import TenantOutbound
 from app.services.secrets import ResealReport
 from app.tools.netguard import OutboundPolicy
 from app.tools.providers import Provider
@@ -47,7 +49,7 @@ class McpServerService:
         servers: McpServerRepository,
         operator: dict[str, McpServer],
         hub: McpHub,
-        policy: OutboundPolicy,
+        outbound: TenantOutbound,
         box: SecretBox,
         max_servers: int = 20,
     ) -> None:
@@ -57,7 +59,7 @@ class McpServerService:
         self._create_lock = TenantLocks()
         self._operator = operator
         self._hub = hub
-        self._policy = policy
+        self._outbound = outbound
 
     @property
     def hub(self) -> McpHub:
@@ -67,7 +69,7 @@ class McpServerService:
         return {n: s for n, s in self._operator.items() if s.available_to(tenant_id)}
 
     async def create(self, body: McpServerCreate, *, tenant_id: str) -> dict[str, Any]:
-        problem = _url_problem(body.url, self._policy)
+        problem = _url_problem(body.url, await self._outbound.policy(tenant_id))
         if problem:
             raise UnprocessableError(
                 "The server's URL is not allowed.", errors=[field_error("$.url", problem)]
@@ -146,7 +148,8 @@ class McpServerService:
             if doc is None:
                 missing.append(name)
             else:
-                found.append(self._server(doc, tenant_id))
+                policy = await self._outbound.policy(tenant_id)
+                found.append(dataclasses.replace(self._server(doc, tenant_id), policy=policy))
         if missing:
             raise UnprocessableError(
                 "Some requested MCP servers do not exist.",

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from app.errors import NotFoundError, UnprocessableError, field_error
+from app.repositories.database import database_unavailable
 from app.repositories.runs import RunStore
 from app.repositories.storable import storable
 from app.schemas.runs import Run, RunStatus, RunUsage
@@ -27,6 +28,8 @@ QUEUE_LIMIT = 100_000
 # Collect records this long before writing: one wake-up and one insert per tenant per batch,
 # rather than per chat (records are off the response path; close() still writes everything).
 BATCH_WINDOW_S = 0.05
+# Waits between tries of a batch while the database is unavailable (about 16 s in all).
+RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 4.0, 8.0)
 
 
 class RunRecorder:
@@ -41,6 +44,7 @@ class RunRecorder:
         self._queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue(QUEUE_LIMIT)
         self._prepared: set[str] = set()
         self._task: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()  # shutdown: one last try per batch, no more waiting
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._write_forever(), name="run-recorder")
@@ -54,6 +58,7 @@ class RunRecorder:
     async def close(self) -> None:
         if self._task is None:
             return
+        self._closing.set()
         await self._queue.put(None)
         await self._task
 
@@ -75,18 +80,37 @@ class RunRecorder:
         for tenant_id, run in batch:
             by_tenant[tenant_id].append(run)
         for tenant_id, runs in by_tenant.items():
+            await self._write_tenant(tenant_id, runs)
+
+    async def _write_tenant(self, tenant_id: str, runs: list[dict[str, Any]]) -> None:
+        """Write, retrying while the database is unreachable or slow (records are kept, not
+        lost, through a short outage); any other failure is logged. At shutdown, the waiting
+        ends: one more try, then what cannot be written is logged as lost."""
+        for delay in (*RETRY_DELAYS_S, None):
             try:
                 if tenant_id not in self._prepared:
                     await self._runs.ensure_indexes(tenant_id=tenant_id)
                     self._prepared.add(tenant_id)
                 await self._runs.insert_many(runs, tenant_id=tenant_id)
+                return
             except Exception as exc:  # a record is never worth a failed chat
-                logger.error(
-                    "could not write %d run record(s) of tenant %s: %s",
-                    len(runs),
+                last = delay is None or self._closing.is_set()
+                if last or not database_unavailable(exc):
+                    logger.error(
+                        "could not write %d run record(s) of tenant %s: %s",
+                        len(runs),
+                        tenant_id,
+                        type(exc).__name__,
+                    )
+                    return
+                logger.warning(
+                    "run records of tenant %s: database unavailable (%s); retrying in %g s",
                     tenant_id,
                     type(exc).__name__,
+                    delay or 0,
                 )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closing.wait(), delay)
 
 
 def run_record(

@@ -6,9 +6,9 @@ import hashlib
 import hmac
 import re
 import secrets
-import time
 from typing import Any
 
+from app.cache import LoadingCache
 from app.errors import NotFoundError
 from app.repositories.mcp_servers import McpServerRepository
 from app.repositories.runs import RunStore
@@ -16,6 +16,7 @@ from app.repositories.secrets import SecretRepository
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
 from app.services.catalog import ToolCatalog
+from app.services.outbound import TenantOutbound
 from app.services.seeding import Seeder
 
 KEY_PREFIX = "tg_"
@@ -41,7 +42,10 @@ class TenantService:
         key_secret: bytes,
         admin_key: str,
         auth_cache_ttl_s: float = 0.0,
+        stale_if_error_s: float = 0.0,
+        outbound: TenantOutbound | None = None,
     ) -> None:
+        self._outbound = outbound
         self._tenants = tenants
         self._tools = tools
         self._seeder = seeder
@@ -51,10 +55,17 @@ class TenantService:
         self._secrets = secrets
         self._key_secret = key_secret
         self._admin_key = admin_key.encode()
-        # key hash -> (tenant id, expiry). Rotation and deletion here drop entries at once;
-        # another replica's rotation takes effect here within AUTH_CACHE_TTL_S.
-        self._auth_ttl_s = auth_cache_ttl_s
-        self._auth_cache: dict[str, tuple[str, float]] = {}
+        # key hash -> tenant id. Rotation and deletion here drop entries at once; another
+        # replica's rotation takes effect here within AUTH_CACHE_TTL_S. Unknown keys are not
+        # kept (a new tenant's key works at once).
+        self._auth_cache: LoadingCache[str, str | None] = LoadingCache(
+            self._tenants.find_id_by_key_hash,
+            ttl_s=auth_cache_ttl_s,
+            stale_if_error_s=stale_if_error_s,
+            max_entries=MAX_CACHED_KEYS,
+            name="api keys",
+            keep=lambda tenant_id: tenant_id is not None,
+        )
 
     def _hash(self, api_key: str) -> str:
         return hmac.new(self._key_secret, api_key.encode(), hashlib.sha256).hexdigest()
@@ -67,20 +78,13 @@ class TenantService:
         """The tenant a key belongs to, or None for a malformed, unknown or rotated key."""
         if not _KEY_SHAPE.match(presented):
             return None
-        key_hash = self._hash(presented)
-        cached = self._auth_cache.get(key_hash)
-        if cached is not None and cached[1] > time.monotonic():
-            return cached[0]
-        tenant_id = await self._tenants.find_id_by_key_hash(key_hash)
-        if tenant_id is not None and self._auth_ttl_s > 0:
-            if len(self._auth_cache) >= MAX_CACHED_KEYS:
-                self._auth_cache.clear()
-            self._auth_cache[key_hash] = (tenant_id, time.monotonic() + self._auth_ttl_s)
-        return tenant_id
+        return await self._auth_cache.get(self._hash(presented))
 
     def _forget_keys_of(self, tenant_id: str) -> None:
-        for key_hash in [k for k, (t, _) in self._auth_cache.items() if t == tenant_id]:
-            del self._auth_cache[key_hash]
+        self._auth_cache.invalidate_values(lambda cached: cached == tenant_id)
+
+    async def aclose(self) -> None:
+        await self._auth_cache.aclose()
 
     async def create(self, *, tenant_id: str) -> tuple[dict[str, Any], str]:
         """Create a tenant with its tool collection and seeded tools; return it and its key."""
@@ -89,7 +93,7 @@ class TenantService:
         # A crash during an earlier delete may have left this id's data behind: never inherit it.
         await self._drop_data(tenant_id)
         await self._seeder.prepare_tenant(tenant_id)
-        self._catalog.invalidate(tenant_id)
+        self._forget_cached(tenant_id)
         return tenant, api_key
 
     async def page(self, *, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
@@ -111,7 +115,12 @@ class TenantService:
         if not await self._tenants.delete(tenant_id=tenant_id):
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")
         await self._drop_data(tenant_id)
+        self._forget_cached(tenant_id)
+
+    def _forget_cached(self, tenant_id: str) -> None:
         self._catalog.invalidate(tenant_id)
+        if self._outbound is not None:
+            self._outbound.forget(tenant_id)
 
     async def _drop_data(self, tenant_id: str) -> None:
         """Everything stored for the tenant apart from its record: tools, runs, MCP servers,

@@ -11,6 +11,7 @@ from app.limits import TenantLocks
 from app.repositories.tools import ToolRepository
 from app.schemas.tools import Tool, ToolCreate, ToolFields, ToolUpdate
 from app.services.catalog import CatalogEntry, ToolCatalog, shown_tool
+from app.services.outbound import TenantOutbound
 from app.tools.netguard import OutboundPolicy
 from app.tools.providers import Provider
 from app.tools.registry import FunctionRegistry
@@ -33,29 +34,29 @@ class ToolService:
         *,
         tools: ToolRepository,
         registry: FunctionRegistry,
-        policy: OutboundPolicy,
+        outbound: TenantOutbound,
         catalog: ToolCatalog,
         max_tools: int = 500,
         max_schema_bytes: int = 32_768,
     ) -> None:
         self._tools = tools
         self._registry = registry
-        self._policy = policy
+        self._outbound = outbound
         self._catalog = catalog
         self._max_tools = max_tools
         self._max_schema_bytes = max_schema_bytes
         self._create_lock = TenantLocks()  # the cap on tools holds exactly in this process
 
-    def check(self, tool: ToolFields) -> None:
+    async def check(self, tool: ToolFields, *, tenant_id: str) -> None:
         """Raise a 422 listing every rule `tool` breaks, each with its JSON path."""
-        problems = self.problems(tool)
+        problems = self.problems(tool, await self._outbound.policy(tenant_id))
         if problems:
             raise UnprocessableError(
                 "The tool definition is invalid.",
                 errors=[field_error(path, message) for path, message in problems],
             )
 
-    def problems(self, tool: ToolFields) -> list[Problem]:
+    def problems(self, tool: ToolFields, policy: OutboundPolicy) -> list[Problem]:
         size = len(orjson.dumps(tool.function.model_dump(exclude_none=True)))
         if size > self._max_schema_bytes:
             return [
@@ -69,7 +70,7 @@ class ToolService:
         problems += endpoint_problems(tool.type, tool.function)
         problems += secret_problems(tool.type, tool.function, tool.context_parameters)
         if tool.type == "external" and tool.function.url and not problems:
-            unsafe = self._policy.url_safety_problem(tool.function.url)
+            unsafe = policy.url_safety_problem(tool.function.url)
             if unsafe:
                 problems.append(("$.function.url", unsafe))
         if tool.type == "function":
@@ -100,7 +101,7 @@ class ToolService:
                     )
                 ],
             )
-        self.check(tool)
+        await self.check(tool, tenant_id=tenant_id)
         async with self._create_lock(tenant_id):
             if await self._tools.count(tenant_id=tenant_id) >= self._max_tools:
                 raise ConflictError(
@@ -184,7 +185,7 @@ class ToolService:
                     )
                 ],
             )
-        self.check(tool)
+        await self.check(tool, tenant_id=tenant_id)
         try:
             doc = await self._tools.replace(tool_id, _document(tool), tenant_id=tenant_id)
         finally:

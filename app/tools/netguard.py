@@ -87,6 +87,8 @@ class OutboundPolicy:
         blocked_ports: str = DEFAULT_BLOCKED_PORTS,
         ca_bundle: str | None = None,
     ) -> None:
+        self.allow = tuple(allow)
+        self._port_specs = (ports, blocked_ports)
         self._ca_bundle = ca_bundle
         self._ssl: ssl.SSLContext | None = None
         self._hosts: set[str] = set()
@@ -107,6 +109,15 @@ class OutboundPolicy:
             self._networks.append(network)
             if port is not None:
                 self._network_ports.append((network, port))
+
+    def extended(self, allow: Sequence[str]) -> OutboundPolicy:
+        """This policy with more allow-list entries (a tenant's own), sharing its TLS context."""
+        ports, blocked = self._port_specs
+        policy = OutboundPolicy(
+            (*self.allow, *allow), ports=ports, blocked_ports=blocked, ca_bundle=self._ca_bundle
+        )
+        policy._ssl = self.ssl_context()
+        return policy
 
     def ssl_context(self) -> ssl.SSLContext:
         """Certificates are verified against `ca_bundle`, else certifi's CAs; built once."""
@@ -171,6 +182,25 @@ def host_name_problem(name: str) -> str | None:
     if labels[-1].isdigit():
         return f"host '{name}' is neither an address nor a name (its last label is all digits)"
     return None
+
+
+def allow_entry_problem(entry: str) -> str | None:
+    """Why `entry` is not an allow-list entry (`host`, `address`, `cidr`, each optionally with
+    `:port`; `[v6]:port`), or None."""
+    target, port = _split_port(entry.strip())
+    if port is not None and not 1 <= port <= 65535:
+        return f"'{entry}': the port must be in 1-65535"
+    if not target or target != target.strip():
+        return f"'{entry}' names no host, address or network"
+    try:
+        ipaddress.ip_network(target, strict=False)
+        return None
+    except ValueError:
+        pass
+    if "/" in target or literal_address(normalize_host(target)) is not None:
+        return f"'{entry}' is not a valid address or network"
+    problem = host_name_problem(normalize_host(target))
+    return None if problem is None else f"'{entry}': {problem}"
 
 
 def _split_port(entry: str) -> tuple[str, int | None]:

@@ -22,7 +22,7 @@ from tests.support.servers import ThreadedServer
 
 PROBLEM = "application/problem+json"
 # Path parameters and first steps that make each example meaningful (as their summaries say).
-PATH_VALUES = {"tool_id": "rolldice", "name": "helpdesk_token"}
+PATH_VALUES = {"tool_id": "rolldice", "name": "helpdesk_token", "tenant_id": "contract"}
 EXAMPLE_PATHS = {("/tools/{tool_id}/invoke", "with_context"): {"tool_id": "weather-api"}}
 FIRST_STEPS: dict[tuple[str, str], tuple[str, str, Any]] = {
     ("/tools/create", "function"): ("DELETE", "/tools/rolldice", None),
@@ -65,6 +65,8 @@ async def service(model_url: str) -> AsyncIterator[tuple[httpx.AsyncClient, dict
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            tenant = {"tenant_id": PATH_VALUES["tenant_id"]}  # for /tenants/{tenant_id}/...
+            assert (await client.post("/tenants", json=tenant, headers=ADMIN)).status_code == 201
             yield client, app.openapi()
 
 

@@ -65,7 +65,7 @@ async def test_a_load_racing_a_write_is_not_cached() -> None:
     catalog = ToolCatalog(tools=repo, ttl_s=60)  # type: ignore[arg-type]
     repo.pause = asyncio.Event()
     loading = asyncio.create_task(catalog.enabled(tenant_id="t"))  # reads ["a"], then waits
-    await asyncio.sleep(0)
+    await asyncio.sleep(0.01)
     repo.docs.append(_tool("b"))
     catalog.invalidate("t")  # the write lands while the read is in flight
     repo.pause.set()
@@ -80,3 +80,14 @@ async def test_ttl_zero_disables_the_cache() -> None:
     await catalog.enabled(tenant_id="t")
     await catalog.enabled(tenant_id="t")
     assert repo.reads == 2
+
+
+async def test_a_burst_of_requests_on_a_cold_or_expired_tenant_reads_once() -> None:
+    repo = SlowRepository()
+    catalog = ToolCatalog(tools=repo, ttl_s=60)  # type: ignore[arg-type]
+    repo.pause = asyncio.Event()
+    burst = [asyncio.create_task(catalog.enabled(tenant_id="t")) for _ in range(30)]
+    await asyncio.sleep(0.01)
+    repo.pause.set()
+    assert all([t.name for t in tools] == ["a"] for tools in await asyncio.gather(*burst))
+    assert repo.reads == 1  # before: 30 identical reads, each waiting on the database

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+import httpx
+
 from app.tools.outcome import ToolOutcome
 from app.tools.scrub import Scrubber
 from app.tools.typed import TypedTool
@@ -32,6 +34,8 @@ class CallScope:
     secrets: Mapping[str, str | None] = field(default_factory=dict)  # None: unset or unreadable
     mcp: McpCaller | None = None
     scrub: Scrubber = field(default_factory=Scrubber)  # hides context values and secrets
+    # The tenant's own client for external tools (its allow list); None: the shared one.
+    http: httpx.AsyncClient | None = None
 
 
 class ToolExecutor(Protocol[ToolT_contra]):

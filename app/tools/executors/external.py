@@ -59,15 +59,16 @@ class ExternalExecutor:
         if problems:
             return ToolOutcome.error("; ".join(problems), "missing_context")
         as_query = tool.method in ("GET", "DELETE")
+        http = call.http or self._http
         try:
-            request = self._http.build_request(
+            request = http.build_request(
                 tool.method,
                 tool.url,
                 params=arguments if as_query else None,
                 json=None if as_query else arguments,
                 headers=headers,
             )
-            response = await self._http.send(request, stream=True, follow_redirects=False)
+            response = await http.send(request, stream=True, follow_redirects=False)
             try:
                 text, truncated = await self._read_capped(response)
             finally:
