@@ -10,6 +10,9 @@ count, unexpected errors, p50 and p99 latency, and the service's RSS over time w
     python scripts/load.py --duration 20 --rate 20         # a smoke run
     # several workers on a MongoDB-wire server (SecantusDB, started here), closed-loop chats:
     python scripts/load.py --secantus --workers 4 --chat-concurrency 128 --duration 10
+    # the same while other clients keep the database busy (trust issue, item 11):
+    python scripts/load.py --secantus --workers 4 --chat-concurrency 128 --duration 30 \
+        --db-writers 1
 
 Exit status 1 when any request failed unexpectedly or memory grew past --max-growth-mb.
 Rate limits are off for the run (it measures the service, not the limiter).
@@ -26,6 +29,7 @@ import os
 import random
 import secrets
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -212,11 +216,33 @@ def start_secantus(storage: Path) -> tuple[Process, str]:
     return server, f"mongodb://127.0.0.1:{port}/?directConnection=true"
 
 
+# --db-writers: other clients keeping the database busy (as run records of thousands of chats
+# per second do on a large machine), each writing batches of 500 documents back to back.
+DB_WRITER = """
+import asyncio, sys
+from pymongo import AsyncMongoClient
+
+async def main(url, writers):
+    client = AsyncMongoClient(url)
+    docs = client.load_pressure.docs
+    async def write():
+        while True:
+            await docs.insert_many([{"n": n, "pad": "p" * 200} for n in range(500)])
+            await docs.find_one({"n": 3})
+    await asyncio.gather(*(write() for _ in range(writers)))
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
 async def soak(args: argparse.Namespace) -> dict[str, Any]:
     database: Process | None = None
     mongodb_url = os.environ.get("MONGODB_URL", "")
     if args.secantus:
         database, mongodb_url = start_secantus(Path(args.out) / "secantus")
+    args.mongodb_url = mongodb_url
+    if args.db_writers and not mongodb_url:
+        sys.exit("--db-writers needs a database: --secantus or MONGODB_URL")
     try:
         return await _soak(args, mongodb_url)
     finally:
@@ -291,7 +317,13 @@ async def _drive(
         stats = Stats()
         driver = Driver(client, tenants, stats)
         if args.chat_concurrency:
-            return await _closed_loop_chats(args, driver, stats, service)
+            pressure = _database_pressure(args)
+            try:
+                return await _closed_loop_chats(args, driver, stats, service)
+            finally:
+                if pressure is not None:
+                    pressure.kill()
+                    pressure.wait()
         ops, weights = list(WEIGHTS), list(WEIGHTS.values())
         in_flight: set[asyncio.Task[None]] = set()
         rss: list[tuple[float, float]] = []
@@ -347,6 +379,16 @@ async def _drive(
             "slope_mb_per_min_after_warmup": round(slope_mb_per_min(warm), 3),
         },
     }
+
+
+def _database_pressure(args: argparse.Namespace) -> subprocess.Popen[bytes] | None:
+    if not args.db_writers:
+        return None
+    return subprocess.Popen(
+        [sys.executable, "-c", DB_WRITER, args.mongodb_url, str(args.db_writers)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 async def _closed_loop_chats(
@@ -434,6 +476,12 @@ def main() -> None:
         type=int,
         default=0,
         help="instead of the mixed open-loop traffic: this many clients sending chats back to back",
+    )
+    parser.add_argument(
+        "--db-writers",
+        type=int,
+        default=0,
+        help="with --chat-concurrency: this many other clients keep the database busy",
     )
     parser.add_argument("--out", default=str(ROOT / "bench-results" / "load"))
     args = parser.parse_args()

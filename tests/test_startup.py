@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import http.client
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -159,10 +159,15 @@ def test_an_idle_keep_alive_connection_outlives_common_client_idle_limits(served
     request sent as the server closes fails (ReadError) with nothing retried. The service keeps
     them 75 s, so clients and load balancers close first."""
     host, port = served.removeprefix("http://").split(":")
-    request = f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
-    with socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall(request)
-        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+    connection = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        connection.request("GET", "/healthz")
+        assert connection.getresponse().read() and connection.sock is not None
+        first = connection.sock
         time.sleep(6)
-        sock.sendall(request)
-        assert sock.recv(65536).startswith(b"HTTP/1.1 200")  # before: b"" (closed at 5 s)
+        connection.request("GET", "/healthz")  # before: RemoteDisconnected (closed at 5 s)
+        response = connection.getresponse()
+        assert response.status == 200 and response.read()
+        assert connection.sock is first  # the same connection, not a new one
+    finally:
+        connection.close()
