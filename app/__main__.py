@@ -46,12 +46,15 @@ def _check(settings_only: bool = False) -> Settings:
 
 
 async def _rotate_secrets(settings: Settings) -> int:
-    """Re-seal every tenant's secrets and MCP header values under the current key."""
+    """Re-seal every tenant's secrets, MCP header values and client tokens' bound context
+    under the current key."""
     from app.crypto import SecretBox
+    from app.repositories.client_tokens import ClientTokenRepository
     from app.repositories.database import Database
     from app.repositories.mcp_servers import McpServerRepository
     from app.repositories.secrets import SecretRepository
     from app.repositories.tenants import TenantRepository
+    from app.services.client_tokens import reseal_client_tokens
     from app.services.mcp_servers import reseal_mcp_headers
     from app.services.secrets import ResealReport, reseal_secrets
 
@@ -63,9 +66,11 @@ async def _rotate_secrets(settings: Settings) -> int:
     report = ResealReport()
     try:
         secrets, servers = SecretRepository(database), McpServerRepository(database)
+        tokens = ClientTokenRepository(database)
         for tenant_id in await TenantRepository(database).all_ids():
             await reseal_secrets(secrets, box, tenant_id=tenant_id, report=report)
             await reseal_mcp_headers(servers, box, tenant_id=tenant_id, report=report)
+            await reseal_client_tokens(tokens, box, tenant_id=tenant_id, report=report)
     finally:
         await database.close()
     print(

@@ -109,6 +109,7 @@ class Settings(BaseSettings):
     max_tools_per_tenant: int = Field(default=500, ge=1, le=100_000)
     max_tool_schema_bytes: int = Field(default=32_768, ge=512, le=1_048_576)
     max_mcp_servers_per_tenant: int = Field(default=20, ge=1, le=1000)
+    max_client_tokens_per_tenant: int = Field(default=1000, ge=1, le=100_000)
     chat_token_budget: int = Field(default=200_000, ge=0, le=100_000_000)
 
     tool_timeout_s: float = Field(default=30.0, gt=0, le=600)

@@ -25,6 +25,7 @@ from app.mcp.config import McpServer
 from app.mcp.executor import McpExecutor
 from app.mcp.hub import McpHub, McpLimits
 from app.metrics import Metrics
+from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Database
 from app.repositories.mcp_servers import McpServerRepository
 from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
@@ -33,6 +34,7 @@ from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
 from app.services.catalog import ToolCatalog
 from app.services.chat import ChatService
+from app.services.client_tokens import ClientTokenService
 from app.services.health import HealthService
 from app.services.invocations import InvocationService
 from app.services.mcp_servers import McpServerService
@@ -69,6 +71,8 @@ class Services:
     limits: TenantLimits
     metrics: Metrics
     outbound: TenantOutbound
+    client_tokens: ClientTokenService
+    catalog: ToolCatalog
 
 
 @dataclass(frozen=True)
@@ -225,7 +229,11 @@ def build_mcp_service(
 
 
 def build_tenant_service(
-    settings: Settings, stores: _Stores, seeder: Seeder, outbound: TenantOutbound
+    settings: Settings,
+    stores: _Stores,
+    seeder: Seeder,
+    outbound: TenantOutbound,
+    client_tokens: ClientTokenService,
 ) -> TenantService:
     return TenantService(
         tenants=stores.tenants,
@@ -240,6 +248,7 @@ def build_tenant_service(
         auth_cache_ttl_s=settings.auth_cache_ttl_s,
         stale_if_error_s=settings.cache_stale_if_error_s,
         outbound=outbound,
+        client_tokens=client_tokens,
     )
 
 
@@ -323,7 +332,16 @@ async def build_services(
     prepared = await seeder.prepare_all()
     logger.info("seeded %d function tool(s) into %d tenant(s)", len(registry), prepared)
     run = build_runtime(settings, registry, stores, mcp_operator or {}, metrics, stack)
-    tenants = build_tenant_service(settings, stores, seeder, run.outbound)
+    client_tokens = ClientTokenService(
+        tokens=ClientTokenRepository(stores.database),
+        box=run.secrets.box,
+        key_secret=settings.effective_api_key_secret,
+        max_count=settings.max_client_tokens_per_tenant,
+        cache_ttl_s=settings.auth_cache_ttl_s,
+        stale_if_error_s=settings.cache_stale_if_error_s,
+    )
+    stack.push_async_callback(client_tokens.aclose)
+    tenants = build_tenant_service(settings, stores, seeder, run.outbound, client_tokens)
     stack.push_async_callback(tenants.aclose)
     return Services(
         settings=settings,
@@ -355,4 +373,6 @@ async def build_services(
         metrics=metrics,
         limits=run.limits,
         outbound=run.outbound,
+        client_tokens=client_tokens,
+        catalog=run.catalog,
     )

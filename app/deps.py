@@ -6,7 +6,7 @@ Only resolution lives here; what is built once is built in `app/container.py`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
@@ -14,6 +14,7 @@ from fastapi.security import HTTPBearer
 from app.container import Services
 from app.errors import ForbiddenError, UnauthorizedError
 from app.logs import request_context
+from app.services.client_tokens import ClientToken, is_client_token
 
 
 async def get_services(request: Request) -> Services:
@@ -35,10 +36,11 @@ def _presented(request: Request) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TenantContext:
-    """The calling tenant and the services."""
+    """The calling tenant and the services; `token` when a client token called."""
 
     id: str
     services: Services
+    token: ClientToken | None = None
 
 
 class TenantKeyAuth(HTTPBearer):
@@ -48,20 +50,38 @@ class TenantKeyAuth(HTTPBearer):
     per request rather than a scheme plus a resolver (each level costs CPU on every request).
     """
 
+    def __init__(self, *, client_tokens: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._client_tokens = client_tokens  # /chat and /mcp: client tokens are welcome
+
     async def __call__(self, request: Request) -> TenantContext:  # type: ignore[override]
         services: Services = request.app.state.services
-        presented = _presented(request)
-        if services.tenants.is_admin_key(presented):
-            raise ForbiddenError(
-                "The admin key cannot be used on tenant routes; use a tenant API key."
+        return await authenticate(services, _presented(request), client_tokens=self._client_tokens)
+
+
+async def authenticate(services: Services, presented: str, *, client_tokens: bool) -> TenantContext:
+    """The tenant (and client token) behind a bearer value; 401 or 403 otherwise."""
+    token = None
+    if services.tenants.is_admin_key(presented):
+        raise ForbiddenError("The admin key cannot be used on tenant routes; use a tenant API key.")
+    if is_client_token(presented):
+        token = await services.client_tokens.verify(presented)
+        if token is None:
+            raise UnauthorizedError(
+                "The client token is not valid (unknown, malformed, revoked or expired)."
             )
-        tenant_id = await services.tenants.tenant_for_key(presented)
-        if tenant_id is None:
+        if not client_tokens:
+            raise ForbiddenError("Client tokens open /mcp and /chat only; use the tenant API key.")
+        tenant_id = token.tenant_id
+    else:
+        found = await services.tenants.tenant_for_key(presented)
+        if found is None:
             raise UnauthorizedError("The API key is not valid (unknown, malformed or rotated).")
-        log_context = request_context.get()
-        if log_context is not None:  # the request's log lines name the tenant from here on
-            log_context["tenant"] = tenant_id
-        return TenantContext(tenant_id, services)
+        tenant_id = found
+    log_context = request_context.get()
+    if log_context is not None:  # the request's log lines name the tenant from here on
+        log_context["tenant"] = tenant_id
+    return TenantContext(tenant_id, services, token)
 
 
 class AdminKeyAuth(HTTPBearer):
@@ -72,7 +92,9 @@ class AdminKeyAuth(HTTPBearer):
         presented = _presented(request)
         if services.tenants.is_admin_key(presented):
             return
-        if await services.tenants.tenant_for_key(presented) is not None:
+        if await services.tenants.tenant_for_key(presented) is not None or (
+            is_client_token(presented) and await services.client_tokens.verify(presented)
+        ):
             raise ForbiddenError("Tenant keys cannot use admin routes; use the admin key.")
         raise UnauthorizedError("The API key is not valid.")
 
@@ -85,7 +107,15 @@ require_tenant = TenantKeyAuth(
 require_admin = AdminKeyAuth(
     scheme_name="AdminKey", auto_error=False, description="The operator's ADMIN_API_KEY."
 )
+require_caller = TenantKeyAuth(
+    client_tokens=True,
+    scheme_name="TenantKeyOrClientToken",
+    auto_error=False,
+    description="A tenant API key (tg_...), or a client token (tgc_..., POST /client-tokens) "
+    "whose bound context and tool selection apply.",
+)
 TenantDep = Annotated[TenantContext, Depends(require_tenant)]
+CallerDep = Annotated[TenantContext, Depends(require_caller)]
 AdminDep = Depends(require_admin)
 
 

@@ -9,8 +9,9 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.routing import Route
 
-from app.api import chat, health, mcp_servers, runs, secrets, tenants, tools
+from app.api import chat, client_tokens, health, mcp_servers, runs, secrets, tenants, tools
 from app.api.docs import install_docs
 from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from app.api.problems import PROBLEM_MEDIA_TYPE, install_error_handlers
@@ -18,6 +19,7 @@ from app.config import Settings, get_settings
 from app.container import build_services
 from app.logs import configure_logging
 from app.mcp.config import McpConfigError, McpServer, load_operator_servers
+from app.mcp.gateway import McpGateway
 from app.metrics import Metrics
 from app.tools.registry import FunctionDictionaryError, FunctionRegistry, load_registry
 
@@ -112,6 +114,7 @@ def create_app(
             app.state.services = await build_services(
                 settings, checked, stack, operator, app.state.metrics
             )
+            await stack.enter_async_context(gateway.running())
             yield
 
     app = FastAPI(
@@ -147,8 +150,12 @@ def create_app(
     install_error_handlers(app)
     _finish_openapi(app, settings)
     # Hot routes first (matching walks routes in order); /ping stays first as the yardstick.
-    for module in (health, tools, chat, runs, mcp_servers, secrets, tenants):
+    for module in (health, tools, chat, runs, mcp_servers, secrets, client_tokens, tenants):
         app.include_router(module.router)
+    # MCP over streamable HTTP (docs/mcp.md); not a REST route, so not in the OpenAPI document.
+    gateway = McpGateway()
+    # Starlette serves an endpoint that is not a function as an ASGI app.
+    app.router.routes.append(Route("/mcp", gateway, methods=["GET", "POST", "DELETE"]))
     if app.openapi_url:
         install_docs(app, openapi_url=app.openapi_url)
     return app

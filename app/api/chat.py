@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Request, Response
 
 from app.api.routing import StrictJSONRoute
 from app.api.sse import STREAM_DOC, event_stream
-from app.deps import TenantDep
+from app.deps import CallerDep
 from app.schemas import examples
 from app.schemas.chat import ChatRequest, ChatResponse
 from app.schemas.problems import problem_responses
@@ -26,13 +26,15 @@ router = APIRouter(tags=["chat"], route_class=StrictJSONRoute)
 )
 async def chat(
     body: Annotated[ChatRequest, Body(openapi_examples=examples.CHAT)],
-    tenant: TenantDep,
+    tenant: CallerDep,
     request: Request,
     response: Response,
 ) -> Any:
     """Run the model with the tenant's tools until it answers; returns every step taken."""
     services = tenant.services
-    started = await services.chat.start(body, tenant_id=tenant.id)  # 429/4xx/503 here
+    started = await services.chat.start(
+        body, tenant_id=tenant.id, token=tenant.token
+    )  # 429/4xx/503 here
     if body.stream or "text/event-stream" in request.headers.get("accept", ""):
         keepalive_s = services.settings.chat_stream_keepalive_s
         return event_stream(started.events(keepalive_s=keepalive_s), run_id=started.run_id)

@@ -111,6 +111,25 @@ class McpHub:
                 raise result
         return list(zip(servers, lists, strict=True))  # type: ignore[arg-type]
 
+    async def reachable_tools(
+        self, servers: list[McpServer], context: dict[str, Any]
+    ) -> tuple[list[tuple[McpServer, list[mcp_types.Tool]]], dict[str, str]]:
+        """Each server's tools, fetched concurrently; a server that cannot be reached or times
+        out is left out, with the reason (by server name) in the second part."""
+        lists = await asyncio.gather(
+            *(self.server_tools(s, context) for s in servers), return_exceptions=True
+        )
+        found: list[tuple[McpServer, list[mcp_types.Tool]]] = []
+        skipped: dict[str, str] = {}
+        for server, result in zip(servers, lists, strict=True):
+            if isinstance(result, McpUnavailableError | McpTimeoutError):
+                skipped[server.name] = result.message
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                found.append((server, result))
+        return found, skipped
+
     async def server_tools(
         self, server: McpServer, context: dict[str, Any]
     ) -> list[mcp_types.Tool]:

@@ -70,6 +70,10 @@ class Database:
     def tenants(self) -> AsyncCollection[Document]:
         return self._db["tenants"]
 
+    def collection(self, name: str) -> AsyncCollection[Document]:
+        """A collection shared by all tenants (each document names its tenant)."""
+        return self._db[name]
+
     def tenant_collection(self, tenant_id: str, resource: str) -> AsyncCollection[Document]:
         # A dot cannot occur in a tenant id, so `tenant.<id>.<resource>` never collides.
         return self._db[f"tenant.{tenant_id}.{resource}"]

@@ -147,6 +147,18 @@ TENANT: Examples = {
     "tenant": {"summary": "A new tenant; its key is shown once", "value": {"tenant_id": "acme"}},
 }
 
+CLIENT_TOKEN: Examples = {
+    "end_user": {
+        "summary": "One end user's agent: their user id bound, the seeded dice tool only",
+        "value": {
+            "name": "alice's desktop agent",
+            "context_arguments": {"user_id": "alice"},
+            "tool_ids": ["rolldice"],
+            "expires_in_s": 86400,
+        },
+    },
+}
+
 OUTBOUND: Examples = {
     "intranet": {
         "summary": "Let this tenant's tools reach one internal host and one network's port 8443",

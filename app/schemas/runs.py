@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
-RunKind = Literal["chat", "invoke"]
+RunKind = Literal["chat", "invoke", "mcp"]
 RunStatus = Literal["completed", "max_iterations", "token_budget", "cancelled", "error"]
 
 
@@ -31,7 +31,8 @@ class Run(BaseModel):
     run_id: str
     kind: RunKind = Field(
         default="chat",
-        description="`chat`: POST /chat; `invoke`: one tool run by POST /tools/{tool_id}/invoke.",
+        description="`chat`: POST /chat; `invoke`: one tool run by POST /tools/{tool_id}/invoke; "
+        "`mcp`: one `tools/call` on the MCP endpoint.",
     )
     started_at: datetime
     ended_at: datetime

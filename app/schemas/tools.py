@@ -120,6 +120,25 @@ _TYPE_RULES: JsonDict = {
 }
 
 
+Title = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+
+
+class ToolAnnotations(ClientModel):
+    """Hints for clients about what the tool does, served as MCP tool annotations
+    (`readOnlyHint` and the others); never trusted for a security decision."""
+
+    read_only_hint: bool | None = Field(default=None, description="It changes nothing.")
+    destructive_hint: bool | None = Field(
+        default=None, description="It may destroy or overwrite data (when not read-only)."
+    )
+    idempotent_hint: bool | None = Field(
+        default=None, description="Calling it again with the same arguments changes nothing more."
+    )
+    open_world_hint: bool | None = Field(
+        default=None, description="It reaches an open world (the web), not a closed system."
+    )
+
+
 class ToolFields(ClientModel):
     model_config = ConfigDict(json_schema_extra=_TYPE_RULES)
 
@@ -128,6 +147,8 @@ class ToolFields(ClientModel):
     context_parameters: list[ContextParameter] = Field(default_factory=list, max_length=32)
     tags: list[Tag] = Field(default_factory=list, max_length=32)
     enabled: bool = True
+    title: Title | None = Field(default=None, description="A name for people (MCP `title`).")
+    annotations: ToolAnnotations | None = None
 
 
 class ToolCreate(ToolFields):
@@ -162,6 +183,8 @@ class Tool(BaseModel):
     context_parameters: list[ContextParameter]
     tags: list[str]
     enabled: bool
+    title: str | None = None
+    annotations: ToolAnnotations | None = None
     created_at: datetime
     updated_at: datetime
     incompatible_providers: dict[str, list[str]] | None = Field(

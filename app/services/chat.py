@@ -14,7 +14,7 @@ from typing import Any
 
 from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
 from app.chat.model import ModelNotConfiguredError
-from app.errors import AppError, UnprocessableError, field_error, problem_body
+from app.errors import AppError, ForbiddenError, UnprocessableError, field_error, problem_body
 from app.limits import TenantLimits
 from app.logs import hiding_forms
 from app.mcp.config import McpServer
@@ -23,6 +23,7 @@ from app.metrics import Metrics
 from app.repositories.database import utc_now
 from app.schemas.chat import ChatRequest, ChatResponse
 from app.services.catalog import ToolCatalog
+from app.services.client_tokens import ClientToken
 from app.services.mcp_servers import McpServerService
 from app.services.outbound import TenantOutbound
 from app.services.runs import RunRecorder, run_record
@@ -64,19 +65,28 @@ class ChatService:
         self._secrets = secrets
         self._metrics = metrics or Metrics()
 
-    async def start(self, request: ChatRequest, *, tenant_id: str) -> StartedChat:
+    async def start(
+        self, request: ChatRequest, *, tenant_id: str, token: ClientToken | None = None
+    ) -> StartedChat:
         """Take a chat slot and prepare the chat: every 429/4xx/503 is raised here, before any
         run. The started chat holds the slot until it ends, however it ends."""
         release = self._limits.admit_run(tenant_id)
         try:
-            prepared = await self.prepare(request, tenant_id=tenant_id)
+            prepared = await self.prepare(request, tenant_id=tenant_id, token=token)
         except BaseException:
             release()
             raise
         return StartedChat(self, prepared, tenant_id=tenant_id, release=release)
 
-    async def prepare(self, request: ChatRequest, *, tenant_id: str) -> ChatRun:
-        """Check the request and pick its tools: every 4xx/503 is raised here, before any run."""
+    async def prepare(
+        self, request: ChatRequest, *, tenant_id: str, token: ClientToken | None = None
+    ) -> ChatRun:
+        """Check the request and pick its tools: every 4xx/503 is raised here, before any run.
+        With a client token, only its tools are offered and its bound context values win."""
+        if token is not None and request.mcp_servers:
+            raise ForbiddenError(
+                "A client token cannot add MCP servers to a chat; it offers its own tools only."
+            )
         max_iterations = request.max_iterations or self._cap
         if max_iterations > self._cap:
             raise UnprocessableError(
@@ -87,10 +97,13 @@ class ChatService:
             raise ModelNotConfiguredError(
                 "No model is configured: set OPENAI_BASE_URL and/or OPENAI_API_KEY."
             )
-        tools: list[TypedTool] = _selected(
-            await self._catalog.enabled(tenant_id=tenant_id), request.tool_ids, request.tags
-        )
+        enabled = await self._catalog.enabled(tenant_id=tenant_id)
+        if token is not None:
+            enabled = [tool for tool in enabled if token.selects(tool)]
+        tools: list[TypedTool] = _selected(enabled, request.tool_ids, request.tags)
         context = dict(request.context_arguments)
+        if token is not None:
+            context.update(token.context)  # bound server-side: wins over the body
         sessions, servers = None, []
         if request.mcp_servers and self._mcp is not None:
             servers = await self._mcp.resolve(

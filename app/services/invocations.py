@@ -7,6 +7,7 @@ value wins), timeout, output cap and redaction, metrics.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -54,11 +55,28 @@ class InvocationService:
         self, tool_id: str, request: InvokeRequest, *, tenant_id: str
     ) -> dict[str, Any]:
         """Run the tool once; 404 for an id the tenant does not have, 429 past its limits."""
+        return await self.call(
+            tool_id, request.arguments, dict(request.context_arguments), tenant_id=tenant_id
+        )
+
+    async def call(
+        self,
+        tool_id: str,
+        arguments: dict[str, Any],
+        context: dict[str, Any],
+        *,
+        tenant_id: str,
+        kind: str = "invoke",
+        allowed: Callable[[TypedTool], bool] | None = None,
+    ) -> dict[str, Any]:
+        """One tool run, recorded as a run of `kind`; `allowed` turns other tools into 404s
+        (the MCP endpoint: enabled tools, and a client token's selection)."""
         release = self._limits.admit_run(tenant_id)
         sessions: ChatSessions | None = None
         try:
-            context = dict(request.context_arguments)
             tool, server = await self._resolve(tool_id, context, tenant_id=tenant_id)
+            if allowed is not None and not allowed(tool):
+                raise NotFoundError(f"tool '{tool_id}' does not exist")
             if server is not None:
                 sessions = self._mcp.hub.chat_sessions([server], context)
             secrets = (
@@ -75,7 +93,7 @@ class InvocationService:
             call = CallScope(context, secrets, sessions, scrub, http)
             with hiding_forms(scrub.values):
                 return await self._run(
-                    tool, visible_arguments(tool, request.arguments), call, tenant_id
+                    tool, visible_arguments(tool, arguments), call, tenant_id, kind
                 )
         finally:
             if sessions is not None:
@@ -83,14 +101,19 @@ class InvocationService:
             release()
 
     async def _run(
-        self, tool: TypedTool, arguments: dict[str, Any], call: CallScope, tenant_id: str
+        self,
+        tool: TypedTool,
+        arguments: dict[str, Any],
+        call: CallScope,
+        tenant_id: str,
+        kind: str,
     ) -> dict[str, Any]:
         run_id, started = new_run_id(), utc_now()
         result: Invocation | None = None
         try:
             result = await self._invoker.invoke(tool, arguments, call)
         finally:  # a caller that leaves mid-call still gets its run recorded (cancelled)
-            record = _invocation_record(run_id, started, tool, arguments, result)
+            record = _invocation_record(run_id, started, tool, arguments, result, kind)
             self._recorder.record(record, tenant_id=tenant_id)
         return {
             "run_id": run_id,
@@ -134,8 +157,10 @@ def _invocation_record(
     tool: TypedTool,
     arguments: dict[str, Any],
     result: Invocation | None,
+    kind: str,
 ) -> dict[str, Any]:
-    """A run of kind `invoke`: one tool call, no model; `cancelled` if it never finished."""
+    """A run of kind `invoke` or `mcp`: one tool call, no model; `cancelled` if it never
+    finished."""
     if result is None:
         status, error = "cancelled", None
     else:
@@ -150,5 +175,5 @@ def _invocation_record(
         "arguments": arguments,
     }
     return run_record(
-        run_id=run_id, kind="invoke", started=started, status=status, error=error, tool_calls=[call]
+        run_id=run_id, kind=kind, started=started, status=status, error=error, tool_calls=[call]
     )

@@ -135,6 +135,15 @@ class McpServerService:
             raise NotFoundError(f"no MCP server named '{name}'")
         self._hub.forget(McpServer.from_tenant_document({**doc, "headers": {}}))
 
+    async def usable(self, *, tenant_id: str) -> list[McpServer]:
+        """Every server the tenant may use: the operator's open to it, then its own."""
+        servers = list(self._operator_for(tenant_id).values())
+        own = await self._servers.all(tenant_id=tenant_id)
+        if own:
+            policy = await self._outbound.policy(tenant_id)
+            servers += [dataclasses.replace(self._server(d, tenant_id), policy=policy) for d in own]
+        return servers
+
     async def resolve(self, names: list[str], *, tenant_id: str, path: str) -> list[McpServer]:
         """The named servers, or a 422 naming every one the tenant cannot use."""
         operator = self._operator_for(tenant_id)

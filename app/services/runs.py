@@ -17,7 +17,7 @@ from app.errors import NotFoundError, UnprocessableError, field_error
 from app.repositories.database import database_unavailable
 from app.repositories.runs import RunStore
 from app.repositories.storable import storable
-from app.schemas.runs import Run, RunStatus, RunUsage
+from app.schemas.runs import Run, RunKind, RunStatus, RunUsage
 
 logger = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ def _minimal_run(stored: dict[str, Any]) -> Run:
     status = stored.get("stop_reason")
     return Run(
         run_id=str(stored.get("run_id")),
-        kind=stored.get("kind") if stored.get("kind") in ("chat", "invoke") else "chat",
+        kind=stored.get("kind") if stored.get("kind") in typing.get_args(RunKind) else "chat",
         started_at=started if isinstance(started, datetime) else epoch,
         ended_at=ended if isinstance(ended, datetime) else epoch,
         stop_reason=status if status in RUN_STATUSES else "error",

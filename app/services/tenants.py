@@ -16,6 +16,7 @@ from app.repositories.secrets import SecretRepository
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
 from app.services.catalog import ToolCatalog
+from app.services.client_tokens import ClientTokenService
 from app.services.outbound import TenantOutbound
 from app.services.seeding import Seeder
 
@@ -44,8 +45,10 @@ class TenantService:
         auth_cache_ttl_s: float = 0.0,
         stale_if_error_s: float = 0.0,
         outbound: TenantOutbound | None = None,
+        client_tokens: ClientTokenService | None = None,
     ) -> None:
         self._outbound = outbound
+        self._client_tokens = client_tokens
         self._tenants = tenants
         self._tools = tools
         self._seeder = seeder
@@ -110,8 +113,11 @@ class TenantService:
         return api_key
 
     async def delete(self, *, tenant_id: str) -> None:
-        """Delete a tenant: its keys stop working first, then its tools are removed."""
+        """Delete a tenant: its keys and client tokens stop working first, then its tools are
+        removed."""
         self._forget_keys_of(tenant_id)
+        if self._client_tokens is not None:
+            await self._client_tokens.drop_all(tenant_id=tenant_id)
         if not await self._tenants.delete(tenant_id=tenant_id):
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")
         await self._drop_data(tenant_id)
@@ -123,8 +129,10 @@ class TenantService:
             self._outbound.forget(tenant_id)
 
     async def _drop_data(self, tenant_id: str) -> None:
-        """Everything stored for the tenant apart from its record: tools, runs, MCP servers,
-        secrets."""
+        """Everything stored for the tenant apart from its record: client tokens, tools, runs,
+        MCP servers, secrets."""
+        if self._client_tokens is not None:
+            await self._client_tokens.drop_all(tenant_id=tenant_id)
         await self._tools.drop_all(tenant_id=tenant_id)
         await self._runs.drop_all(tenant_id=tenant_id)
         await self._mcp_servers.drop_all(tenant_id=tenant_id)

@@ -52,6 +52,8 @@ class TypedTool:
     context: tuple[ContextSlot, ...] = ()
     secrets: frozenset[str] = frozenset()  # tenant secrets it reads when it runs
     incompatible_providers: dict[str, list[str]] = field(default_factory=dict)
+    title: str | None = None
+    annotations: dict[str, bool] | None = None  # MCP tool annotations, snake_case names
     schema: dict[str, Any] = field(init=False)  # the chat-completions `tools` entry
     hidden_names: frozenset[str] = field(init=False)  # arguments a caller's model may not set
 
@@ -149,6 +151,10 @@ def parse_stored_tool(
         "context": context,
         "secrets": frozenset(secrets),
         "incompatible_providers": incompatibilities(function.name),
+        "title": stored.title,
+        "annotations": (
+            stored.annotations.model_dump(exclude_none=True) if stored.annotations else None
+        ),
     }
     if stored.type == "function":
         return stored, FunctionTool(**common)

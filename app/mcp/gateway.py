@@ -1,0 +1,194 @@
+"""`/mcp`: each tenant's tools served over MCP (streamable HTTP) with the `mcp` SDK's server.
+
+Stateless: every request carries its bearer (tenant key or client token), no session lives in
+a process, so any replica answers any request. Responses are JSON, not SSE streams.
+
+- `tools/list`: the caller's enabled tools (a client token's selection only) with the schema a
+  model sees (context parameters stripped), `title`, description and annotations; then the
+  tools of the MCP servers the tenant may use, re-served as `{server}__{tool}` (a server that
+  cannot be reached is left out).
+- `tools/call`: through the one invocation path (limits, context merged server-side, secrets,
+  scrubbing, timeout), recorded as a run of kind `mcp`. A tool's failure is an `isError`
+  result; an unknown tool is a JSON-RPC error (invalid params).
+
+An MCP client is an LLM client: it never sees context values and cannot set them. With a
+client token, the token's bound values are the context; with the tenant key there is none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import mcp.types as mcp_types
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+
+from app.api.problems import problem_response
+from app.errors import AppError, NotFoundError, UnauthorizedError
+from app.mcp.config import SEPARATOR
+from app.mcp.hub import mcp_server_tool
+from app.tools.typed import TypedTool
+
+if TYPE_CHECKING:
+    from app.container import Services
+    from app.deps import TenantContext
+
+CALLER = "toolgate.caller"  # the scope key the handlers read the authenticated caller from
+_ANNOTATIONS = {
+    "read_only_hint": "readOnlyHint",
+    "destructive_hint": "destructiveHint",
+    "idempotent_hint": "idempotentHint",
+    "open_world_hint": "openWorldHint",
+}
+
+
+def _caller(ctx: Any) -> TenantContext:
+    request: Request | None = ctx.request
+    if request is None or CALLER not in request.scope:
+        raise MCPError(mcp_types.INVALID_REQUEST, "not authenticated")
+    caller: TenantContext = request.scope[CALLER]
+    return caller
+
+
+def served_tool(tool: TypedTool) -> mcp_types.Tool:
+    """A tool as MCP clients see it: the model's schema (context parameters stripped)."""
+    annotations = None
+    if tool.annotations:
+        annotations = mcp_types.ToolAnnotations.model_validate(
+            {_ANNOTATIONS[k]: v for k, v in tool.annotations.items() if k in _ANNOTATIONS}
+        )
+    return mcp_types.Tool(
+        name=tool.name,
+        title=tool.title,
+        description=tool.description or None,
+        input_schema=tool.json_parameters,
+        annotations=annotations,
+    )
+
+
+class McpGateway:
+    """The ASGI endpoint: authenticate, then hand the request to the SDK's session manager."""
+
+    def __init__(self) -> None:
+        self.server: Server[Any] = Server(
+            "toolgate",
+            version="0.1.0",
+            instructions="The tools of one toolgate tenant.",
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+        self._manager: StreamableHTTPSessionManager | None = None
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """For the app's lifespan: a fresh manager each time (one cannot be run twice). Its
+        task group lives in a task of its own, entered and left there, whichever task runs
+        the lifespan's start and end."""
+        manager = StreamableHTTPSessionManager(app=self.server, stateless=True, json_response=True)
+        ready, stop = asyncio.Event(), asyncio.Event()
+
+        async def serve() -> None:
+            async with manager.run():
+                ready.set()
+                await stop.wait()
+
+        task = asyncio.create_task(serve(), name="mcp-endpoint")
+        waiting = asyncio.create_task(ready.wait())
+        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            waiting.cancel()
+            await task  # it failed to start: raise why
+        self._manager = manager
+        try:
+            yield
+        finally:
+            self._manager = None
+            stop.set()
+            await task
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        from app.deps import _presented, authenticate
+
+        services: Services = scope["app"].state.services
+        try:
+            presented = _presented(Request(scope))
+            scope[CALLER] = await authenticate(services, presented, client_tokens=True)
+        except AppError as exc:
+            headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, UnauthorizedError) else {}
+            response = problem_response(exc.status_code, exc.message, headers=headers)
+            await response(scope, receive, send)
+            return
+        if self._manager is None:
+            raise RuntimeError("the MCP endpoint is not running (app lifespan not started)")
+        await self._manager.handle_request(scope, receive, send)
+
+    async def _offered(self, caller: TenantContext) -> list[TypedTool]:
+        """The stored tools the caller may see and call."""
+        enabled = await caller.services.catalog.enabled(tenant_id=caller.id)
+        token = caller.token
+        return [t for t in enabled if token is None or token.selects(t)]
+
+    async def _list_tools(
+        self, ctx: Any, params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        caller = _caller(ctx)
+        tools: list[TypedTool] = list(await self._offered(caller))
+        hub = caller.services.mcp_servers.hub
+        servers = await caller.services.mcp_servers.usable(tenant_id=caller.id)
+        context = caller.token.context if caller.token else {}
+        found, _skipped = await hub.reachable_tools(servers, context)
+        taken = {t.name for t in tools}
+        for server, listed in found:
+            for item in listed:
+                tool = mcp_server_tool(server, item)
+                if tool.name not in taken and (caller.token is None or caller.token.selects(tool)):
+                    tools.append(tool)
+        return mcp_types.ListToolsResult(tools=[served_tool(t) for t in tools])
+
+    async def _call_tool(
+        self, ctx: Any, params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult:
+        caller = _caller(ctx)
+        stored = {t.name: t for t in await self._offered(caller)}
+        tool = stored.get(params.name)
+        if tool is None and SEPARATOR not in params.name:
+            raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown tool: {params.name}")
+        tool_id = tool.tool_id if tool is not None else params.name
+        token = caller.token
+
+        def allowed(found: TypedTool) -> bool:  # enabled stored tools, and the token's selection
+            return (found.kind == "mcp" or found.tool_id in stored_ids) and (
+                token is None or token.selects(found)
+            )
+
+        stored_ids = {t.tool_id for t in stored.values()}
+        try:
+            result = await caller.services.invocations.call(
+                tool_id,
+                dict(params.arguments or {}),
+                dict(token.context) if token else {},
+                tenant_id=caller.id,
+                kind="mcp",
+                allowed=allowed,
+            )
+        except NotFoundError:
+            raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown tool: {params.name}") from None
+        except AppError as exc:  # 429 past the tenant's limits, 502/504 from an MCP server
+            return _error_result(exc.message)
+        if result["status"] == "ok":
+            return mcp_types.CallToolResult(
+                content=[mcp_types.TextContent(type="text", text=result["content"] or "")]
+            )
+        return _error_result(result["error"]["message"])
+
+
+def _error_result(message: str) -> mcp_types.CallToolResult:
+    return mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text=message)], is_error=True
+    )

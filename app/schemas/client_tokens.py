@@ -1,0 +1,53 @@
+"""Client tokens: what a frontend hands one end user's agent instead of the tenant key."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, Field, StringConstraints
+
+from app.schemas.chat import ContextArguments
+from app.schemas.fields import ClientModel, Name, Tag
+
+TokenName = Annotated[str, StringConstraints(min_length=1, max_length=100)]
+MAX_LIFETIME_S = 366 * 86_400
+
+
+class ClientTokenCreate(ClientModel):
+    """A token that opens `/mcp` and `/chat` (never the CRUD routes) for one client."""
+
+    name: TokenName = Field(description="Who it is for, as you will recognise it in the list.")
+    context_arguments: ContextArguments = Field(
+        default_factory=dict,
+        description="Context values bound to the token: they win over anything a request sends "
+        "and are never shown again (nor to the client or its model).",
+    )
+    tool_ids: list[Name] | None = Field(
+        default=None,
+        max_length=256,
+        description="The tools it may see and call; with `tags`, a tool matching either.",
+    )
+    tags: list[Tag] | None = Field(
+        default=None, max_length=32, description="Tools with at least one of these tags."
+    )
+    expires_in_s: int | None = Field(
+        default=None,
+        ge=60,
+        le=MAX_LIFETIME_S,
+        description="Lifetime in seconds (60 to 366 days); default: until revoked.",
+    )
+
+
+class ClientToken(BaseModel):
+    token_id: str
+    name: str
+    context_names: list[str] = Field(description="The bound context arguments (values hidden).")
+    tool_ids: list[str] | None
+    tags: list[str] | None
+    created_at: datetime
+    expires_at: datetime | None
+
+
+class ClientTokenCreated(ClientToken):
+    token: str = Field(description="The token itself (tgc_...): shown only here, store it now.")

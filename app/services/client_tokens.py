@@ -1,0 +1,205 @@
+"""Client tokens: random, shown once, stored as HMAC-SHA256 like tenant keys, with their
+context values sealed (AES-GCM, app/crypto.py) and their tool selection.
+
+A token opens `/mcp` and `/chat` for its tenant: its context values are bound server-side (they
+win over anything a request sends) and it sees only its selected tools. Revoking applies at once
+on this replica and within AUTH_CACHE_TTL_S on the others; an expired token is refused at once
+everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+
+from app.cache import LoadingCache
+from app.crypto import SecretBox, UnsealError, associated_data
+from app.errors import ConflictError, NotFoundError, ServiceUnavailableError
+from app.limits import TenantLocks
+from app.repositories.client_tokens import ClientTokenRepository
+from app.repositories.database import Document, utc_now
+from app.schemas.client_tokens import ClientToken as ShownToken
+from app.schemas.client_tokens import ClientTokenCreate, ClientTokenCreated
+from app.services.secrets import ResealReport
+from app.tools.typed import TypedTool
+
+TOKEN_PREFIX = "tgc_"
+_TOKEN_SHAPE = re.compile(r"^tgc_[A-Za-z0-9_-]{43}$")
+MAX_CACHED_TOKENS = 100_000
+
+
+def is_client_token(presented: str) -> bool:
+    return presented.startswith(TOKEN_PREFIX)
+
+
+def _aad(tenant_id: str, token_id: str) -> bytes:
+    return associated_data(tenant_id, "client_tokens", token_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientToken:
+    """A verified token: whose it is, what it binds and what it may use."""
+
+    token_id: str
+    tenant_id: str
+    context: dict[str, Any]
+    tool_ids: frozenset[str] | None
+    tags: frozenset[str] | None
+    expires_at: datetime | None
+
+    def selects(self, tool: TypedTool) -> bool:
+        if self.tool_ids is None and self.tags is None:
+            return True
+        return tool.tool_id in (self.tool_ids or ()) or not (self.tags or frozenset()).isdisjoint(
+            tool.tags
+        )
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
+
+
+class ClientTokenService:
+    def __init__(
+        self,
+        *,
+        tokens: ClientTokenRepository,
+        box: SecretBox,
+        key_secret: bytes,
+        max_count: int,
+        cache_ttl_s: float,
+        stale_if_error_s: float = 0.0,
+    ) -> None:
+        self._tokens = tokens
+        self._box = box
+        self._key_secret = key_secret
+        self._max_count = max_count
+        self._create_lock = TenantLocks()
+        self._cache: LoadingCache[str, ClientToken | None] = LoadingCache(
+            self._read,
+            ttl_s=cache_ttl_s,
+            stale_if_error_s=stale_if_error_s,
+            max_entries=MAX_CACHED_TOKENS,
+            name="client tokens",
+            keep=lambda token: token is not None,
+        )
+
+    def _hash(self, token: str) -> str:
+        return hmac.new(self._key_secret, token.encode(), hashlib.sha256).hexdigest()
+
+    async def _read(self, key_hash: str) -> ClientToken | None:
+        doc = await self._tokens.find_by_key_hash(key_hash)
+        if doc is None:
+            return None
+        try:
+            context = orjson.loads(
+                self._box.open(doc["sealed_context"], _aad(doc["tenant_id"], doc["token_id"]))
+            )
+        except UnsealError:
+            raise ServiceUnavailableError(
+                "a client token's bound context cannot be decrypted "
+                "(SECRETS_KEY changed without SECRETS_OLD_KEYS?)"
+            ) from None
+        expires_at = doc.get("expires_at")
+        return ClientToken(
+            token_id=doc["token_id"],
+            tenant_id=doc["tenant_id"],
+            context=context,
+            tool_ids=None if doc.get("tool_ids") is None else frozenset(doc["tool_ids"]),
+            tags=None if doc.get("tags") is None else frozenset(doc["tags"]),
+            expires_at=None if expires_at is None else expires_at.astimezone(UTC),
+        )
+
+    async def verify(self, presented: str) -> ClientToken | None:
+        """The token, or None for a malformed, unknown, revoked or expired one."""
+        if not _TOKEN_SHAPE.match(presented):
+            return None
+        token = await self._cache.get(self._hash(presented))
+        if token is None or token.expired(datetime.now(UTC)):
+            return None
+        return token
+
+    async def create(self, body: ClientTokenCreate, *, tenant_id: str) -> ClientTokenCreated:
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token_id = "ct_" + secrets.token_hex(8)
+        now = utc_now()
+        doc: Document = {
+            "token_id": token_id,
+            "tenant_id": tenant_id,
+            "name": body.name,
+            "key_hash": self._hash(token),
+            "sealed_context": self._box.seal(
+                orjson.dumps(body.context_arguments).decode(), _aad(tenant_id, token_id)
+            ),
+            "context_names": sorted(body.context_arguments),
+            "tool_ids": body.tool_ids,
+            "tags": body.tags,
+            "created_at": now,
+            "expires_at": (
+                None if body.expires_in_s is None else now + timedelta(seconds=body.expires_in_s)
+            ),
+        }
+        async with self._create_lock(tenant_id):
+            if await self._tokens.count(tenant_id=tenant_id) >= self._max_count:
+                raise ConflictError(
+                    f"the tenant already has {self._max_count} client tokens "
+                    "(MAX_CLIENT_TOKENS_PER_TENANT); revoke one first"
+                )
+            await self._tokens.insert(doc)
+        return ClientTokenCreated(**_shown(doc).model_dump(), token=token)
+
+    async def list(self, *, tenant_id: str) -> list[ShownToken]:
+        return [_shown(doc) for doc in await self._tokens.all(tenant_id=tenant_id)]
+
+    async def revoke(self, token_id: str, *, tenant_id: str) -> None:
+        key_hash = await self._tokens.delete(token_id, tenant_id=tenant_id)
+        if key_hash is None:
+            raise NotFoundError(f"client token '{token_id}' does not exist")
+        self._cache.invalidate(key_hash)
+
+    async def drop_all(self, *, tenant_id: str) -> None:
+        await self._tokens.drop_all(tenant_id=tenant_id)
+        self._cache.invalidate_values(
+            lambda token: token is not None and token.tenant_id == tenant_id
+        )
+
+    async def aclose(self) -> None:
+        await self._cache.aclose()
+
+
+def _shown(doc: Document) -> ShownToken:
+    return ShownToken(
+        token_id=doc["token_id"],
+        name=doc["name"],
+        context_names=list(doc.get("context_names", [])),
+        tool_ids=doc.get("tool_ids"),
+        tags=doc.get("tags"),
+        created_at=doc["created_at"],
+        expires_at=doc.get("expires_at"),
+    )
+
+
+async def reseal_client_tokens(
+    tokens: ClientTokenRepository, box: SecretBox, *, tenant_id: str, report: ResealReport
+) -> None:
+    """Re-seal every token's bound context that an old key sealed (rotate-secrets)."""
+    for token_id, text in (await tokens.sealed_all(tenant_id=tenant_id)).items():
+        if not box.needs_resealing(text):
+            report.current += 1
+            continue
+        aad = _aad(tenant_id, token_id)
+        try:
+            fresh = box.seal(box.open(text, aad), aad)
+        except UnsealError:
+            report.failed.append(f"{tenant_id}/client_tokens/{token_id}")
+            continue
+        if await tokens.reseal(token_id, text, fresh, tenant_id=tenant_id):
+            report.resealed += 1
+        else:
+            report.current += 1
