@@ -26,7 +26,7 @@ async def get_services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-def _presented(request: Request) -> str:
+def presented_bearer(request: Request) -> str:
     scheme, _, key = request.headers.get("authorization", "").partition(" ")
     key = key.strip()
     if scheme.lower() != "bearer" or not key:
@@ -56,7 +56,9 @@ class TenantKeyAuth(HTTPBearer):
 
     async def __call__(self, request: Request) -> TenantContext:  # type: ignore[override]
         services: Services = request.app.state.services
-        return await authenticate(services, _presented(request), client_tokens=self._client_tokens)
+        return await authenticate(
+            services, presented_bearer(request), client_tokens=self._client_tokens
+        )
 
 
 async def authenticate(services: Services, presented: str, *, client_tokens: bool) -> TenantContext:
@@ -89,7 +91,7 @@ class AdminKeyAuth(HTTPBearer):
 
     async def __call__(self, request: Request) -> None:  # type: ignore[override]
         services: Services = request.app.state.services
-        presented = _presented(request)
+        presented = presented_bearer(request)
         if services.tenants.is_admin_key(presented):
             return
         if await services.tenants.tenant_for_key(presented) is not None or (

@@ -13,13 +13,13 @@ from starlette.routing import Route
 
 from app.api import chat, client_tokens, health, mcp_servers, runs, secrets, tenants, tools
 from app.api.docs import install_docs
+from app.api.mcp_endpoint import McpGateway
 from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from app.api.problems import PROBLEM_MEDIA_TYPE, install_error_handlers
 from app.config import Settings, get_settings
 from app.container import build_services
 from app.logs import configure_logging
 from app.mcp.config import McpConfigError, McpServer, load_operator_servers
-from app.mcp.gateway import McpGateway
 from app.metrics import Metrics
 from app.tools.registry import FunctionDictionaryError, FunctionRegistry, load_registry
 

@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from app.api.problems import problem_response
+from app.deps import TenantContext, authenticate, presented_bearer
 from app.errors import AppError, NotFoundError, UnauthorizedError
 from app.mcp.config import SEPARATOR
 from app.mcp.hub import mcp_server_tool
@@ -37,7 +38,6 @@ from app.tools.typed import TypedTool
 
 if TYPE_CHECKING:
     from app.container import Services
-    from app.deps import TenantContext
 
 CALLER = "toolgate.caller"  # the scope key the handlers read the authenticated caller from
 _ANNOTATIONS = {
@@ -113,11 +113,9 @@ class McpGateway:
             await task
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from app.deps import _presented, authenticate
-
         services: Services = scope["app"].state.services
         try:
-            presented = _presented(Request(scope))
+            presented = presented_bearer(Request(scope))
             scope[CALLER] = await authenticate(services, presented, client_tokens=True)
         except AppError as exc:
             headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, UnauthorizedError) else {}
