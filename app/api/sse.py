@@ -10,13 +10,22 @@ from fastapi.responses import StreamingResponse
 from app.services.chat import ChatEvent
 
 KEEPALIVE = b": keep-alive\n\n"
-EVENT_NAMES = ("iteration", "message.delta", "tool_call", "tool_result", "done", "error")
+EVENT_NAMES = (
+    "mcp_server_skipped",
+    "iteration",
+    "message.delta",
+    "tool_call",
+    "tool_result",
+    "done",
+    "error",
+)
 
 # The OpenAPI description of the stream: one server-sent event whose `data` is JSON.
 STREAM_DOC = {
     "description": "With `stream: true` or `Accept: text/event-stream`: server-sent events "
-    "`iteration`, `message.delta`, `tool_call`, `tool_result`, then `done` (the same body as "
-    "without streaming) or `error` (the same problem body).",
+    "`mcp_server_skipped` (first, one per MCP server that could not be reached), `iteration`, "
+    "`message.delta`, `tool_call`, `tool_result`, then `done` (the same body as without "
+    "streaming) or `error` (the same problem body).",
     "content": {
         "text/event-stream": {
             "schema": {

@@ -68,6 +68,8 @@ class ChatRun:
     parallel_tool_calls: bool
     # The caller's context values, the secrets its tools read and its MCP sessions.
     call: CallScope = field(default_factory=CallScope)
+    # MCP servers left out because they could not be reached: name -> why.
+    skipped_servers: dict[str, str] = field(default_factory=dict)
 
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]

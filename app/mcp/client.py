@@ -190,11 +190,23 @@ def call_outcome(result: mcp_types.CallToolResult) -> ToolOutcome:
     """A tool result as text for the model; `isError` results become error outcomes."""
     parts = [_content_text(block) for block in result.content]
     text = "\n".join(part for part in parts if part)
-    if not text and result.structured_content is not None:
-        text = orjson.dumps(result.structured_content, default=str).decode()
+    structured = result.structured_content
+    if structured is not None and not any(_same_json(part, structured) for part in parts):
+        # Kept alongside the text, unless a text part already says the same.
+        data = orjson.dumps(structured, default=str).decode()
+        text = f"{text}\n{data}" if text else data
     if result.is_error:
         return ToolOutcome.error(text or "the MCP tool reported an error", "tool_error")
     return ToolOutcome("ok", text)
+
+
+def _same_json(text: str, structured: dict[str, Any]) -> bool:
+    """`text` is `structured` as JSON (servers often send both), or its `result` wrapped."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return value == structured or {"result": value} == structured
 
 
 def _content_text(block: Any) -> str:

@@ -30,7 +30,7 @@ from pydantic import (
 
 from app.outbound import reserved_header_problems
 from app.schemas.fields import HeaderName, HeaderValue, Name, ServerName, problem_lines
-from app.schemas.mcp import ContextMapping, Transport
+from app.schemas.mcp import ContextMapping, McpToolName, ToolExclusion, ToolSelection, Transport
 
 if TYPE_CHECKING:
     from app.tools.netguard import OutboundPolicy
@@ -57,6 +57,8 @@ class OperatorServerEntry(BaseModel):
         default=None, description="Tenant ids that may use this server; absent means every tenant."
     )
     context: dict[Name, ContextMapping] = Field(default_factory=dict)
+    include: list[McpToolName] | None = ToolSelection
+    exclude: list[McpToolName] = ToolExclusion
 
     @model_validator(mode="after")
     def _transport_fields(self) -> OperatorServerEntry:
@@ -101,8 +103,14 @@ class McpServer:
     context: dict[str, dict[str, str]] = field(default_factory=dict)
     # Changes whenever the entry does, so cached tool lists of an old entry are never used.
     revision: str = field(default_factory=lambda: uuid.uuid4().hex)
+    include: frozenset[str] | None = None  # only these of its tools (None: all)
+    exclude: frozenset[str] = frozenset()
     # A tenant server's outbound policy (the tenant's allow list included); set when resolved.
     policy: OutboundPolicy | None = field(default=None, compare=False, repr=False)
+
+    def offers(self, tool: str) -> bool:
+        """Whether the server's tool named `tool` (its name on the server) is offered."""
+        return (self.include is None or tool in self.include) and tool not in self.exclude
 
     def available_to(self, tenant_id: str) -> bool:
         return self.tenants is None or tenant_id in self.tenants
@@ -130,6 +138,8 @@ class McpServer:
             description=doc.get("description", ""),
             context={k: dict(v) for k, v in doc.get("context", {}).items()},
             revision=doc["revision"],
+            include=None if doc.get("include") is None else frozenset(doc["include"]),
+            exclude=frozenset(doc.get("exclude", [])),
         )
 
 
@@ -176,6 +186,8 @@ def parse_operator_servers(text: str | None) -> dict[str, McpServer]:
             tenants=None if entry.tenants is None else frozenset(entry.tenants),
             context={k: v.model_dump(exclude_none=True) for k, v in entry.context.items()},
             revision=f"{revision}:{name}",
+            include=None if entry.include is None else frozenset(entry.include),
+            exclude=frozenset(entry.exclude),
         )
         for name, entry in document.mcpServers.items()
     }

@@ -137,13 +137,13 @@ class McpHub:
         key = _cache_key(server, headers)
         cached = self._cache.get(key)
         if cached is not None and cached[0] > time.monotonic():
-            return cached[1]
+            return [t for t in cached[1] if server.offers(t.name)]
         pending = self._inflight.get(key)
         if pending is None:  # one fetch per server, however many chats start at once
             pending = asyncio.ensure_future(self._fetch(server, headers, key))
             self._inflight[key] = pending
             pending.add_done_callback(lambda _: self._inflight.pop(key, None))
-        return await asyncio.shield(pending)
+        return [t for t in await asyncio.shield(pending) if server.offers(t.name)]
 
     async def _fetch(
         self, server: McpServer, headers: dict[str, str], key: str
@@ -307,9 +307,23 @@ def mcp_server_tool(server: McpServer, tool: mcp_types.Tool) -> McpServerTool:
         json_parameters=visible,
         context=tuple(context),
         incompatible_providers=schema_incompatibilities(name, visible),
+        title=tool.title or (tool.annotations.title if tool.annotations else None),
+        annotations=_annotations(tool.annotations),
         server=server.name,
         mcp_tool=tool.name,
     )
+
+
+def _annotations(annotations: mcp_types.ToolAnnotations | None) -> dict[str, bool] | None:
+    """The server's hints, kept as they are (snake_case, as stored tools have them)."""
+    if annotations is None:
+        return None
+    hints = {
+        key: value
+        for key, value in annotations.model_dump(exclude_none=True).items()
+        if isinstance(value, bool)
+    }
+    return hints or None
 
 
 def mcp_tool_document(tool: McpServerTool) -> dict[str, Any]:

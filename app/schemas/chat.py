@@ -82,6 +82,11 @@ class TokenUsage(BaseModel):
     total_tokens: int
 
 
+class SkippedServer(BaseModel):
+    name: str
+    reason: str
+
+
 class ChatResponse(BaseModel):
     run_id: str
     message: dict[str, Any]
@@ -93,3 +98,8 @@ class ChatResponse(BaseModel):
     iterations: int
     tool_calls: list[ToolCallResult]
     usage: TokenUsage
+    skipped_mcp_servers: list[SkippedServer] = Field(
+        default_factory=list,
+        description="MCP servers of the chat that could not be reached: their tools were left "
+        "out, and the chat went on without them.",
+    )

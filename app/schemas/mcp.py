@@ -47,6 +47,17 @@ class ContextMapping(BaseModel):
         return self
 
 
+McpToolName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+ToolSelection: Any = Field(
+    default=None,
+    max_length=256,
+    description="Only these of the server's tools (their names on the server); default: all.",
+)
+ToolExclusion: Any = Field(
+    default_factory=list, max_length=256, description="Never these of the server's tools."
+)
+
+
 class McpServerCreate(ClientModel):
     """A tenant's MCP server, reached over HTTP. (`stdio` servers are operator-only.)"""
 
@@ -64,6 +75,8 @@ class McpServerCreate(ClientModel):
         max_length=MAX_CONTEXT_MAPPINGS,
         description="Chat context arguments mapped onto a tool argument or a request header.",
     )
+    include: list[McpToolName] | None = ToolSelection
+    exclude: list[McpToolName] = ToolExclusion
 
     @field_validator("headers")
     @classmethod
@@ -84,6 +97,8 @@ class McpServerOut(BaseModel):
     )
     description: str = ""
     context: dict[str, dict[str, str]] = Field(default_factory=dict)
+    include: list[str] | None = None
+    exclude: list[str] = Field(default_factory=list)
     created_at: datetime | None = None
 
 

@@ -17,7 +17,7 @@ from app.chat.model import ModelNotConfiguredError
 from app.errors import AppError, ForbiddenError, UnprocessableError, field_error, problem_body
 from app.limits import TenantLimits
 from app.logs import hiding_forms
-from app.mcp.config import McpServer
+from app.mcp.config import SEPARATOR, McpServer
 from app.mcp.hub import ChatSessions, mcp_server_tool
 from app.metrics import Metrics
 from app.repositories.database import utc_now
@@ -100,16 +100,24 @@ class ChatService:
         enabled = await self._catalog.enabled(tenant_id=tenant_id)
         if token is not None:
             enabled = [tool for tool in enabled if token.selects(tool)]
-        tools: list[TypedTool] = _selected(enabled, request.tool_ids, request.tags)
+        stored_ids, mcp_ids = _split_tool_ids(request.tool_ids, enabled, self._mcp is not None)
+        tools: list[TypedTool] = _selected(enabled, stored_ids, request.tags)
         context = dict(request.context_arguments)
         if token is not None:
             context.update(token.context)  # bound server-side: wins over the body
-        sessions, servers = None, []
-        if request.mcp_servers and self._mcp is not None:
-            servers = await self._mcp.resolve(
-                request.mcp_servers, tenant_id=tenant_id, path="$.mcp_servers"
+        sessions, servers, skipped = None, [], dict[str, str]()
+        if (request.mcp_servers or mcp_ids) and self._mcp is not None:
+            whole = await self._mcp.resolve(
+                request.mcp_servers or [], tenant_id=tenant_id, path="$.mcp_servers"
             )
-            tools = tools + await self._mcp_tools(servers, context, taken={t.name for t in tools})
+            # A server named in `mcp_servers` offers all its tools, whatever `tool_ids` picks.
+            mcp_ids = {k: v for k, v in mcp_ids.items() if k not in {s.name for s in whole}}
+            picked = await self._mcp.resolve(list(mcp_ids), tenant_id=tenant_id, path="$.tool_ids")
+            servers = whole + picked
+            found, skipped = await self._mcp_tools(
+                servers, mcp_ids, context, taken={t.name for t in tools}, token=token
+            )
+            tools = tools + found
             sessions = self._mcp.hub.chat_sessions(servers, context)
         needed = set().union(*(t.secrets for t in tools))  # computed when the catalog loads
         secrets = (
@@ -123,6 +131,7 @@ class ChatService:
             model=request.model or self._default_model,
             max_iterations=max_iterations,
             parallel_tool_calls=request.parallel_tool_calls,
+            skipped_servers=skipped,
             call=CallScope(
                 context=context,
                 secrets=secrets,
@@ -138,14 +147,35 @@ class ChatService:
         )
 
     async def _mcp_tools(
-        self, servers: list[McpServer], context: dict[str, Any], *, taken: set[str]
-    ) -> list[TypedTool]:
-        """The servers' tools (listed concurrently); 422 if a name would be offered twice."""
+        self,
+        servers: list[McpServer],
+        picked: dict[str, set[str]],
+        context: dict[str, Any],
+        *,
+        taken: set[str],
+        token: ClientToken | None,
+    ) -> tuple[list[TypedTool], dict[str, str]]:
+        """The servers' tools (listed concurrently): all of a server named in `mcp_servers`,
+        the picked ones of a server named only through `tool_ids`. A server that cannot be
+        reached is left out with the reason; 422 for a picked tool a reachable server lacks,
+        or a name that would be offered twice."""
         assert self._mcp is not None
         found: list[TypedTool] = []
-        for server, tools in await self._mcp.hub.tools(servers, context):
-            for listed in tools:
-                tool = mcp_server_tool(server, listed)
+        reachable, skipped = await self._mcp.hub.reachable_tools(servers, context)
+        for server, listed in reachable:
+            wanted = picked.get(server.name)
+            tools = [mcp_server_tool(server, item) for item in listed]
+            tools = [t for t in tools if token is None or token.selects(t)]
+            if wanted is not None:
+                missing = sorted(wanted - {t.tool_id for t in tools})
+                if missing:
+                    raise UnprocessableError(
+                        "Some requested tools do not exist or are disabled.",
+                        errors=[field_error("$.tool_ids", f"unavailable: {', '.join(missing)}")],
+                    )
+            for tool in tools:
+                if wanted is not None and tool.tool_id not in wanted:
+                    continue
                 if tool.name in taken:
                     raise UnprocessableError(
                         "Two tools of this chat would have the same name.",
@@ -158,7 +188,7 @@ class ChatService:
                     )
                 taken.add(tool.name)
                 found.append(tool)
-        return found
+        return found, skipped
 
     async def run(
         self, chat: ChatRun, *, tenant_id: str, run_id: str, events: EventSink | None = None
@@ -170,10 +200,20 @@ class ChatService:
         status, error = "error", None
         call = chat.call
         try:
+            if events is not None:
+                for name, why in chat.skipped_servers.items():
+                    await events("mcp_server_skipped", {"name": name, "reason": why})
             with hiding_forms(call.scrub.values):  # no log line of the run can carry them
                 result = await self._loop.run(chat, events=events, progress=progress)
             status = result.stop_reason
-            return {**_response(result), "run_id": run_id}
+            return {
+                **_response(result),
+                "run_id": run_id,
+                "skipped_mcp_servers": [
+                    {"name": name, "reason": reason}
+                    for name, reason in chat.skipped_servers.items()
+                ],
+            }
         except asyncio.CancelledError:
             status = "cancelled"
             raise
@@ -210,6 +250,25 @@ def hidden_values(
         *(value for value in secrets.values() if value),
         *(value for server in servers for value in server.headers.values()),
     ]
+
+
+def _split_tool_ids(
+    tool_ids: list[str] | None, enabled: Sequence[TypedTool], mcp: bool
+) -> tuple[list[str] | None, dict[str, set[str]]]:
+    """The requested ids of stored tools, and `{server}__{tool}` ids by server name (an id of
+    an enabled stored tool is always that tool)."""
+    if tool_ids is None or not mcp:
+        return tool_ids, {}
+    stored_ids = {tool.tool_id for tool in enabled}
+    stored: list[str] = []
+    picked: dict[str, set[str]] = {}
+    for tool_id in tool_ids:
+        server, separator, _ = tool_id.partition(SEPARATOR)
+        if tool_id in stored_ids or not separator or not server:
+            stored.append(tool_id)
+        else:
+            picked.setdefault(server, set()).add(tool_id)
+    return stored, picked
 
 
 def _selected(

@@ -227,6 +227,8 @@ def _shown(server: McpServer, created_at: Any = None) -> dict[str, Any]:
         "source": server.source,
         "description": server.description,
         "context": server.context,
+        "include": None if server.include is None else sorted(server.include),
+        "exclude": sorted(server.exclude),
     }
     if server.source == "tenant":
         shown["url"] = server.url

@@ -307,18 +307,88 @@ async def test_unknown_or_unavailable_servers_are_422(mcp_chat: McpChat) -> None
     assert mcp_chat.fake.requests == []
 
 
-async def test_an_unreachable_server_fails_the_chat_before_the_model(mcp_chat: McpChat) -> None:
+async def test_a_dead_server_is_skipped_and_the_chat_goes_on_with_the_live_one(
+    mcp_chat: McpChat,
+) -> None:
     # Nothing listens there (port 9 would now be refused by the port policy before any connect).
     entry = {"name": "gone", "type": "sse", "url": f"http://127.0.0.1:{free_port()}/sse"}
     headers = mcp_chat.tenant.headers
     assert (
         await mcp_chat.http.post("/mcp-servers", json=entry, headers=headers)
     ).status_code == 201
+    body = await mcp_chat.call(
+        script.tool_calls(("demo-http__add", {"a": 2, "b": 3})),
+        script.text("5"),
+        mcp_servers=["gone", "demo-http"],
+        tool_ids=[],
+    )
+    assert body["stop_reason"] == "completed" and body["tool_calls"][0]["status"] == "ok"
+    [skipped] = body["skipped_mcp_servers"]
+    assert skipped["name"] == "gone" and "MCP server 'gone' is unavailable" in skipped["reason"]
+    offered = {t["function"]["name"] for t in mcp_chat.fake.requests[0]["tools"]}
+    assert "demo-http__add" in offered and not any(n.startswith("gone__") for n in offered)
+
+    # Streamed: the skip is the first event, and in `done`.
     mcp_chat.fake.reset(script.text("hi"))
-    response = await mcp_chat.chat(mcp_servers=["gone"])
-    assert response.status_code == 502
-    assert "MCP server 'gone' is unavailable" in response.json()["detail"]
-    assert mcp_chat.fake.requests == []
+    streamed = await mcp_chat.http.post(
+        "/chat",
+        json={
+            "messages": [{"role": "user", "content": "hi"}],
+            "mcp_servers": ["gone"],
+            "stream": True,
+        },
+        headers=headers,
+    )
+    assert streamed.status_code == 200
+    assert streamed.text.startswith("event: mcp_server_skipped")
+    assert '"skipped_mcp_servers":[{"name":"gone"' in streamed.text.replace(" ", "")
+
+
+async def test_single_mcp_tools_are_picked_by_id_in_tool_ids(mcp_chat: McpChat) -> None:
+    body = await mcp_chat.call(
+        script.tool_calls(("demo-http__add", {"a": 1, "b": 2})),
+        script.text("3"),
+        tool_ids=["demo-http__add", "rolldice"],
+    )
+    assert body["tool_calls"][0]["status"] == "ok"
+    offered = [t["function"]["name"] for t in mcp_chat.fake.requests[0]["tools"]]
+    assert sorted(offered) == ["demo-http__add", "roll_dice"]
+
+    mcp_chat.fake.reset(script.text("hi"))
+    missing = await mcp_chat.chat(tool_ids=["demo-http__nothing", "nope__add"])
+    assert missing.status_code == 422
+    assert missing.json()["errors"] == [{"path": "$.tool_ids", "message": "unknown: nope"}]
+    missing = await mcp_chat.chat(tool_ids=["demo-http__nothing"])
+    assert missing.status_code == 422
+    assert missing.json()["errors"] == [
+        {"path": "$.tool_ids", "message": "unavailable: demo-http__nothing"}
+    ]
+
+
+async def test_include_and_exclude_choose_a_servers_tools(
+    mcp_chat: McpChat, demo_http: McpDemoServer
+) -> None:
+    entry = {
+        "name": "picked",
+        "type": "streamable-http",
+        "url": demo_http.url,
+        "include": ["add", "whoami", "fail"],
+        "exclude": ["fail"],
+    }
+    headers = mcp_chat.tenant.headers
+    created = await mcp_chat.http.post("/mcp-servers", json=entry, headers=headers)
+    assert created.status_code == 201, created.text
+    assert created.json()["include"] == ["add", "fail", "whoami"]
+    listed = await mcp_chat.http.get("/mcp-servers/picked/tools", headers=headers)
+    assert sorted(t["tool_id"] for t in listed.json()) == ["picked__add", "picked__whoami"]
+    await mcp_chat.call(script.text("hi"), mcp_servers=["picked"], tool_ids=[])
+    offered = [t["function"]["name"] for t in mcp_chat.fake.requests[0]["tools"]]
+    assert sorted(offered) == ["picked__add", "picked__whoami"]
+    # An excluded tool cannot be called by id either.
+    invoked = await mcp_chat.http.post(
+        "/tools/picked__fail/invoke", json={"arguments": {"reason": "x"}}, headers=headers
+    )
+    assert invoked.status_code == 404
 
 
 async def test_a_name_offered_twice_is_422(mcp_chat: McpChat) -> None:

@@ -6,10 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mcp.types as mcp_types
 import orjson
 import pytest
 
 from app.main import create_app
+from app.mcp.client import call_outcome
 from app.mcp.config import (
     McpConfigError,
     exposed_tool_name,
@@ -146,3 +148,30 @@ def test_long_names_stay_within_64_characters_and_distinct() -> None:
     b = exposed_tool_name("server", "t" * 80 + "b")
     assert len(a) == len(b) == 64 and a != b
     assert a.startswith("server__ttt")
+
+
+def test_operator_entries_choose_tools_with_include_and_exclude() -> None:
+    servers = parse_operator_servers(
+        '{"mcpServers": {"docs": {"url": "https://mcp.example.com/mcp",'
+        ' "include": ["search", "fetch"], "exclude": ["fetch"]}, "all": {"command": "x"}}}'
+    )
+    assert servers["docs"].offers("search") and not servers["docs"].offers("fetch")
+    assert not servers["docs"].offers("delete")
+    assert servers["all"].offers("anything")
+
+
+def test_structured_content_is_kept_beside_text_unless_it_says_the_same() -> None:
+    both = mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text="2 results")],
+        structured_content={"items": [1, 2]},
+    )
+    assert call_outcome(both).content == '2 results\n{"items":[1,2]}'
+    same = mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text='{"items": [1, 2]}')],
+        structured_content={"items": [1, 2]},
+    )
+    assert call_outcome(same).content == '{"items": [1, 2]}'
+    wrapped = mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text="42")], structured_content={"result": 42}
+    )
+    assert call_outcome(wrapped).content == "42"
