@@ -6,7 +6,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints
 
-from app.schemas.fields import MAX_JSON_DEPTH, BoundedJSON, ClientModel, Name, ServerName, Tag
+from app.schemas.fields import (
+    MAX_JSON_DEPTH,
+    BoundedJSON,
+    ClientModel,
+    Name,
+    ServerName,
+    Tag,
+    WholeNumber,
+)
 
 ContextValue = str | int | float | bool | list[str]
 # Keys are context parameter names; the schema says so (no other key is accepted).
@@ -59,7 +67,7 @@ class ChatRequest(ClientModel):
         description="MCP servers whose tools join the chat, named `{server}__{tool}`.",
     )
     model: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
-    max_iterations: int | None = Field(default=None, ge=1, le=1000)
+    max_iterations: Annotated[int, Field(ge=1, le=1000), WholeNumber] | None = None
     parallel_tool_calls: bool = True
     stream: bool = Field(
         default=False,

@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import BaseModel, Field, StringConstraints
 
 from app.schemas.chat import ContextArguments
-from app.schemas.fields import ClientModel, Name, Tag
+from app.schemas.fields import ClientModel, Name, Tag, WholeNumber
 
 TokenName = Annotated[str, StringConstraints(min_length=1, max_length=100)]
 MAX_LIFETIME_S = 366 * 86_400
@@ -31,10 +31,8 @@ class ClientTokenCreate(ClientModel):
     tags: list[Tag] | None = Field(
         default=None, max_length=32, description="Tools with at least one of these tags."
     )
-    expires_in_s: int | None = Field(
+    expires_in_s: Annotated[int, Field(ge=60, le=MAX_LIFETIME_S), WholeNumber] | None = Field(
         default=None,
-        ge=60,
-        le=MAX_LIFETIME_S,
         description="Lifetime in seconds (60 to 366 days); default: until revoked.",
     )
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    StringConstraints,
+    ValidationError,
+)
 
 NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 TAG_PATTERN = r"^[a-zA-Z0-9_.:-]{1,64}$"
@@ -64,3 +71,12 @@ class ClientModel(BaseModel):
     """What clients send: unknown fields are rejected, types are not coerced."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _whole_float_as_int(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# JSON Schema's `integer` includes 3.0; strict models refuse floats, so a whole one is taken.
+# The bounds go before the validator, or the schema would not state them.
+WholeNumber = BeforeValidator(_whole_float_as_int)

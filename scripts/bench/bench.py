@@ -28,6 +28,27 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 INVOKE = "POST /tools/{tool_id}/invoke (function tool)"
+MCP_CALL = "MCP tools/call over /mcp (function tool, protocol 2025-06-18)"
+MCP_CALL_MODERN = "MCP tools/call over /mcp (function tool, protocol 2026-07-28)"
+
+
+def mcp_call(version: str, key: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """A `tools/call` of the seeded dice roller as an MCP client sends it over streamable HTTP:
+    stateless, one POST; 2026-07-28 carries its envelope in `_meta` and two headers."""
+    params: dict[str, Any] = {"name": "roll_dice", "arguments": {"d": 6}}
+    headers = {
+        "Authorization": f"Bearer {key}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": version,
+    }
+    if version >= "2026":
+        params["_meta"] = {
+            "io.modelcontextprotocol/protocolVersion": version,
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+        }
+        headers.update({"Mcp-Method": "tools/call", "Mcp-Name": "roll_dice"})
+    return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}, headers
 
 
 def free_port() -> int:
@@ -173,11 +194,12 @@ class Bench:
             self.fake.stop()  # never leave the fake model behind when the service fails
             raise
         self.base = f"http://127.0.0.1:{self.service_port}"
-        # Idle connections are dropped by the driver before the service's keep-alive (30 s) ends.
+        # Idle connections are dropped by the driver before the service's keep-alive (75 s) ends.
         connector = aiohttp.TCPConnector(limit=200, keepalive_timeout=10)
         self.session = aiohttp.ClientSession(connector=connector)
         admin_h = {"Authorization": f"Bearer {admin}"}
-        self.key = {"Authorization": f"Bearer {await self._tenant('bench', admin_h)}"}
+        self.key_value = await self._tenant("bench", admin_h)
+        self.key = {"Authorization": f"Bearer {self.key_value}"}
         self.list_key = {"Authorization": f"Bearer {await self._tenant('bench-list', admin_h)}"}
         for index in range(50 - 3):  # 3 seeded function tools + 47 external tools = 50
             tool = {
@@ -334,6 +356,9 @@ class Bench:
                     "/tools/rolldice/invoke", self.key, method="POST", body=invoke
                 ),
             )
+            for name, version in ((MCP_CALL, "2025-06-18"), (MCP_CALL_MODERN, "2026-07-28")):
+                body, headers = mcp_call(version, self.key_value)
+                self.record(name, **await self.endpoint("/mcp", headers, method="POST", body=body))
         await self.slow_model()
 
     async def slow_model(self) -> None:
@@ -391,9 +416,17 @@ def headline(summary: dict[str, dict[str, list[float]]]) -> list[str]:
                 f"{naive['cpu_ms_per_iteration'][0]:.3f} ms = {ratio:.2f}x"
             )
     ping = summary["GET /ping"]["requests_per_s"][0]
-    for name in ("GET /tools/{tool_id}", "GET /tools/ (50 tools)", INVOKE):
+    for name in (
+        "GET /tools/{tool_id}",
+        "GET /tools/ (50 tools)",
+        INVOKE,
+        MCP_CALL,
+        MCP_CALL_MODERN,
+    ):
+        cpu = summary[name]["cpu_ms_per_request"][0]
         lines.append(
-            f"{name}: {summary[name]['requests_per_s'][0] / ping:.2f}x of /ping requests/s"
+            f"{name}: {summary[name]['requests_per_s'][0] / ping:.2f}x of /ping requests/s, "
+            f"{cpu:.2f} ms CPU per request"
         )
     c1 = summary["toolgate: 1 call, concurrency 1"]
     lines.append(
