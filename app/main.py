@@ -153,9 +153,10 @@ def create_app(
     for module in (health, tools, chat, runs, mcp_servers, secrets, client_tokens, tenants):
         app.include_router(module.router)
     # MCP over streamable HTTP (docs/mcp.md); not a REST route, so not in the OpenAPI document.
-    gateway = McpGateway()
+    # Right after /ping: routes are matched in order, and a tools/call is a hot path too.
     # Starlette serves an endpoint that is not a function as an ASGI app.
-    app.router.routes.append(Route("/mcp", gateway, methods=["GET", "POST", "DELETE"]))
+    gateway = McpGateway()
+    app.router.routes.insert(1, Route("/mcp", gateway, methods=["GET", "POST", "DELETE"]))
     if app.openapi_url:
         install_docs(app, openapi_url=app.openapi_url)
     return app
