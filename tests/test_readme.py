@@ -81,6 +81,8 @@ def test_readme_tour_runs_top_to_bottom(tmp_path: Path) -> None:
     assert chat["stop_reason"] == "completed" and chat["tool_calls"][0]["name"] == "roll_dice"
     assert "event: done" in answers  # the streamed chat
     assert "u-42" not in json.dumps(chat)  # the context value never reaches the caller
+    mcp = json.loads(next(line for line in lines if line.startswith('{"jsonrpc"')))
+    assert mcp["result"]["isError"] is False and 1 <= int(mcp["result"]["content"][0]["text"]) <= 6
     assert any(line.startswith('{"items":') and "next_cursor" in line for line in lines)  # runs
     assert lines[-2] == "204" and '"api_key":"tg_' in lines[-1]  # tool deleted, key rotated
     # no process of the tour is left: `kill %1` stopped the service and the fake model
