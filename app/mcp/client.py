@@ -201,7 +201,10 @@ def call_outcome(result: mcp_types.CallToolResult) -> ToolOutcome:
 
 
 def _same_json(text: str, structured: dict[str, Any]) -> bool:
-    """`text` is `structured` as JSON (servers often send both), or its `result` wrapped."""
+    """`text` says what `structured` says (servers often send both): it is the same JSON, or
+    the value the SDK wraps as `{"result": ...}` (as JSON, or a plain string)."""
+    if structured == {"result": text}:
+        return True
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:

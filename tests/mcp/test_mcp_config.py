@@ -175,3 +175,8 @@ def test_structured_content_is_kept_beside_text_unless_it_says_the_same() -> Non
         content=[mcp_types.TextContent(type="text", text="42")], structured_content={"result": 42}
     )
     assert call_outcome(wrapped).content == "42"
+    text = mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text="hello")],
+        structured_content={"result": "hello"},
+    )
+    assert call_outcome(text).content == "hello"
