@@ -51,16 +51,16 @@ async def test_concurrent_misses_share_one_read() -> None:
 
 async def test_a_used_entry_is_refreshed_before_it_expires_without_waiting() -> None:
     source = Source()
-    keys = cache(source, ttl_s=0.4)
+    keys = cache(source, ttl_s=1.0)
     assert await keys.get("k") == "k:v1"
-    await asyncio.sleep(0.25)  # past half the TTL
+    await asyncio.sleep(0.6)  # past half the TTL
     source.value, source.gate = "v2", asyncio.Event()
     # Answered at once from the entry, while one background read starts.
     assert await asyncio.wait_for(keys.get("k"), 0.05) == "k:v1"
     assert await asyncio.wait_for(keys.get("k"), 0.05) == "k:v1"
     assert source.reads == 2
     source.gate.set()
-    await asyncio.sleep(0.2)  # past the first read's TTL: the refreshed entry is served
+    await asyncio.sleep(0.5)  # past the first read's TTL: the refreshed entry is served
     assert await asyncio.wait_for(keys.get("k"), 0.05) == "k:v2"
 
 
@@ -81,17 +81,17 @@ async def test_a_failed_refresh_serves_the_last_value_for_the_grace_only(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     source = Source()
-    keys = cache(source, ttl_s=0.2, stale_if_error_s=0.3)
+    keys = cache(source, ttl_s=0.4, stale_if_error_s=1.0)
     await keys.get("k")
     source.error = NetworkTimeout("timed out")
-    await asyncio.sleep(0.12)
+    await asyncio.sleep(0.25)
     with caplog.at_level(logging.WARNING, logger="app.cache"):
         assert await keys.get("k") == "k:v1"  # starts a refresh, which fails
         await asyncio.sleep(0.01)
     assert "test: could not refresh from the database (NetworkTimeout)" in caplog.text
-    await asyncio.sleep(0.15)  # past the TTL, within the grace: no wait, no error
+    await asyncio.sleep(0.25)  # past the TTL, within the grace: no wait, no error
     assert await asyncio.wait_for(keys.get("k"), 0.05) == "k:v1"
-    await asyncio.sleep(0.3)  # past TTL + grace: the error shows
+    await asyncio.sleep(1.0)  # past TTL + grace: the error shows
     with pytest.raises(NetworkTimeout):
         await keys.get("k")
     source.error = None  # the database is back: reads resume
