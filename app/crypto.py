@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import os
 
 from cryptography.exceptions import InvalidTag
@@ -55,6 +56,11 @@ def new_key() -> str:
 
 def key_id(key: bytes) -> str:
     return hashlib.sha256(key).hexdigest()[:12]
+
+
+def key_hash(secret: bytes, key: str) -> str:
+    """How a bearer key (tenant key, client token) is stored and looked up: HMAC-SHA256."""
+    return hmac.new(secret, key.encode(), hashlib.sha256).hexdigest()
 
 
 def associated_data(tenant_id: str, *parts: str) -> bytes:

@@ -261,13 +261,13 @@ class McpGateway:
             raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown tool: {params.name}")
         tool_id = tool.tool_id if tool is not None else params.name
         token = caller.token
+        stored_ids = {t.tool_id for t in stored.values()}
 
         def allowed(found: TypedTool) -> bool:  # enabled stored tools, and the token's selection
             return (found.kind == "mcp" or found.tool_id in stored_ids) and (
                 token is None or token.selects(found)
             )
 
-        stored_ids = {t.tool_id for t in stored.values()}
         try:
             result = await caller.services.invocations.call(
                 tool_id,

@@ -9,8 +9,6 @@ everywhere.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import re
 import secrets
 from dataclasses import dataclass
@@ -20,14 +18,14 @@ from typing import Any
 import orjson
 
 from app.cache import LoadingCache
-from app.crypto import SecretBox, UnsealError, associated_data
+from app.crypto import SecretBox, UnsealError, associated_data, key_hash
 from app.errors import ConflictError, NotFoundError, ServiceUnavailableError
 from app.limits import TenantLocks
 from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Document, utc_now
 from app.schemas.client_tokens import ClientToken as ShownToken
 from app.schemas.client_tokens import ClientTokenCreate, ClientTokenCreated
-from app.services.secrets import ResealReport
+from app.services.secrets import ResealReport, reseal_each
 from app.tools.typed import TypedTool
 
 TOKEN_PREFIX = "tgc_"
@@ -91,7 +89,7 @@ class ClientTokenService:
         )
 
     def _hash(self, token: str) -> str:
-        return hmac.new(self._key_secret, token.encode(), hashlib.sha256).hexdigest()
+        return key_hash(self._key_secret, token)
 
     async def _read(self, key_hash: str) -> ClientToken | None:
         doc = await self._tokens.find_by_key_hash(key_hash)
@@ -189,17 +187,11 @@ async def reseal_client_tokens(
     tokens: ClientTokenRepository, box: SecretBox, *, tenant_id: str, report: ResealReport
 ) -> None:
     """Re-seal every token's bound context that an old key sealed (rotate-secrets)."""
-    for token_id, text in (await tokens.sealed_all(tenant_id=tenant_id)).items():
-        if not box.needs_resealing(text):
-            report.current += 1
-            continue
-        aad = _aad(tenant_id, token_id)
-        try:
-            fresh = box.seal(box.open(text, aad), aad)
-        except UnsealError:
-            report.failed.append(f"{tenant_id}/client_tokens/{token_id}")
-            continue
-        if await tokens.reseal(token_id, text, fresh, tenant_id=tenant_id):
-            report.resealed += 1
-        else:
-            report.current += 1
+    await reseal_each(
+        await tokens.sealed_all(tenant_id=tenant_id),
+        box,
+        aad=lambda token_id: _aad(tenant_id, token_id),
+        label=lambda token_id: f"{tenant_id}/client_tokens/{token_id}",
+        write=lambda token_id, old, new: tokens.reseal(token_id, old, new, tenant_id=tenant_id),
+        report=report,
+    )

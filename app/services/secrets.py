@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,21 +87,41 @@ class SecretService:
         await self._secrets.drop_all(tenant_id=tenant_id)
 
 
+async def reseal_each(
+    sealed: dict[str, str],
+    box: SecretBox,
+    *,
+    aad: Callable[[str], bytes],
+    label: Callable[[str], str],
+    write: Callable[[str, str, str], Awaitable[bool]],
+    report: ResealReport,
+) -> None:
+    """Re-seal each value an old key sealed: `write(key, old, new)` stores it unless the value
+    changed meanwhile (then it was written under the current key)."""
+    for key, text in sealed.items():
+        if not box.needs_resealing(text):
+            report.current += 1
+            continue
+        try:
+            fresh = box.seal(box.open(text, aad(key)), aad(key))
+        except UnsealError:
+            report.failed.append(label(key))
+            continue
+        if await write(key, text, fresh):
+            report.resealed += 1
+        else:
+            report.current += 1  # replaced meanwhile, under the current key
+
+
 async def reseal_secrets(
     secrets: SecretRepository, box: SecretBox, *, tenant_id: str, report: ResealReport
 ) -> None:
     """Re-seal every secret of the tenant that an old key sealed."""
-    for name, text in (await secrets.sealed_all(tenant_id=tenant_id)).items():
-        if not box.needs_resealing(text):
-            report.current += 1
-            continue
-        aad = secret_aad(tenant_id, name)
-        try:
-            fresh = box.seal(box.open(text, aad), aad)
-        except UnsealError:
-            report.failed.append(f"{tenant_id}/secrets/{name}")
-            continue
-        if await secrets.reseal(name, text, fresh, tenant_id=tenant_id):
-            report.resealed += 1
-        else:
-            report.current += 1  # replaced by a PUT meanwhile, under the current key
+    await reseal_each(
+        await secrets.sealed_all(tenant_id=tenant_id),
+        box,
+        aad=lambda name: secret_aad(tenant_id, name),
+        label=lambda name: f"{tenant_id}/secrets/{name}",
+        write=lambda name, old, new: secrets.reseal(name, old, new, tenant_id=tenant_id),
+        report=report,
+    )

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
 import secrets
 from typing import Any
 
 from app.cache import LoadingCache
+from app.crypto import key_hash
 from app.errors import NotFoundError
 from app.repositories.mcp_servers import McpServerRepository
 from app.repositories.runs import RunStore
@@ -71,7 +71,7 @@ class TenantService:
         )
 
     def _hash(self, api_key: str) -> str:
-        return hmac.new(self._key_secret, api_key.encode(), hashlib.sha256).hexdigest()
+        return key_hash(self._key_secret, api_key)
 
     def is_admin_key(self, presented: str) -> bool:
         """Constant-time comparison with the admin key."""

@@ -257,6 +257,15 @@ async def test_rotation_re_seals_secrets_and_mcp_headers_under_the_new_key(
         assert (
             await client.post("/mcp-servers", json=mcp, headers=acme.headers)
         ).status_code == 201
+        token = await client.post(
+            "/client-tokens",
+            json={"name": "alice", "context_arguments": {"user_id": "token-canary-user"}},
+            headers=acme.headers,
+        )
+        assert token.status_code == 201
+        bearer = {"Authorization": f"Bearer {token.json()['token']}"}
+        tokens = services(app).database.collection("client_tokens")
+        assert "token-canary-user" not in str(await tokens.find_one({}))
         [server_doc] = await raw_documents(app, "acme", "mcp_servers")
         assert "mcp-canary" not in str(server_doc)
         assert server_doc["headers"]["Authorization"].startswith("v1.")
@@ -265,13 +274,14 @@ async def test_rotation_re_seals_secrets_and_mcp_headers_under_the_new_key(
         refused = _rotate(secantus_server.url, database, new)
         assert refused.returncode == 1, refused.stdout + refused.stderr
         assert "acme/secrets/key" in refused.stdout and "acme/mcp-servers/docs" in refused.stdout
+        assert f"acme/client_tokens/{token.json()['token_id']}" in refused.stdout
         assert CANARY not in refused.stdout + refused.stderr
 
         done = _rotate(secantus_server.url, database, new, old_key)
         assert done.returncode == 0, done.stdout + done.stderr
-        assert "re-encrypted 2 value(s)" in done.stdout
+        assert "re-encrypted 3 value(s)" in done.stdout
         again = _rotate(secantus_server.url, database, new, old_key)
-        assert "re-encrypted 0 value(s)" in again.stdout and "2 already current" in again.stdout
+        assert "re-encrypted 0 value(s)" in again.stdout and "3 already current" in again.stdout
 
         [stored] = await raw_documents(app, "acme", "secrets")
         assert SecretBox(parse_key(new, setting="new")).needs_resealing(stored["sealed"]) is False
@@ -290,6 +300,9 @@ async def test_rotation_re_seals_secrets_and_mcp_headers_under_the_new_key(
             assert values == {"key": CANARY}
             shown = await new_client.get("/mcp-servers/docs", headers=acme.headers)
             assert shown.json()["headers"] == {"Authorization": "****6789"}
+            listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            listed = await new_client.post("/mcp", json=listing, headers=bearer)  # still opens
+            assert listed.status_code == 200 and listed.json()["result"]["tools"], listed.text
             unreadable = await services(old_app).secrets.resolve({"key"}, tenant_id="acme")
             assert unreadable == {"key": None}
             broken = await old_client.get("/mcp-servers/docs", headers=acme.headers)
