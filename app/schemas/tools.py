@@ -22,7 +22,13 @@ EnumValue = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 ParameterType = Literal["string", "integer", "number", "boolean", "array"]
 ItemType = Literal["string", "integer", "number", "boolean"]
 ToolType = Literal["function", "external"]
-HttpMethod = Literal["GET", "POST", "PUT", "DELETE"]
+HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+Placement = Literal["path", "query", "header", "body"]
+PLACEMENT_DOC = (
+    "External tools: where the value goes. `path` fills `{name}` in the URL (percent-encoded "
+    "within one segment), `query` a query parameter, `header` a request header of that name, "
+    "`body` a member of the JSON body. Unset: the query for GET and DELETE, the body otherwise."
+)
 
 
 # Arrays may be long, but a bound keeps every integer inside BSON's 64 bits and schemas sane.
@@ -37,12 +43,15 @@ class ItemsSchema(ClientModel):
 class ParameterSchema(ClientModel):
     """One LLM-visible parameter, in the seed's vocabulary (`min_items`, not `minItems`)."""
 
+    model_config = ConfigDict(serialize_by_alias=True)
+
     type: ParameterType
     description: Description | None = None
     enum: list[EnumValue] | None = Field(default=None, min_length=1, max_length=256)
     items: ItemsSchema | None = None
     min_items: int | None = Field(default=None, ge=0, le=MAX_ARRAY_BOUND)
     max_items: int | None = Field(default=None, ge=0, le=MAX_ARRAY_BOUND)
+    in_: Placement | None = Field(default=None, alias="in", description=PLACEMENT_DOC)
 
 
 class ParametersSchema(ClientModel):
@@ -84,6 +93,8 @@ class FunctionSpec(ClientModel):
 class ContextParameter(ClientModel):
     """A value the server supplies at run time; the model never sees it."""
 
+    model_config = ConfigDict(serialize_by_alias=True)
+
     name: Name
     type: ParameterType = "string"
     description: Description | None = None
@@ -92,6 +103,7 @@ class ContextParameter(ClientModel):
         description="Take the value from this tenant secret when the tool runs (never from the "
         "caller's context_arguments); the parameter's type must be string.",
     )
+    in_: Placement | None = Field(default=None, alias="in", description=PLACEMENT_DOC)
 
 
 # What the type of a tool implies for its `function`, stated in the schema so that clients (and

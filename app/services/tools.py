@@ -19,6 +19,7 @@ from app.tools.rules import (
     Problem,
     endpoint_problems,
     parameter_problems,
+    placement_problems,
     secret_problems,
     signature_problems,
 )
@@ -69,6 +70,7 @@ class ToolService:
         problems = parameter_problems(tool.function, tool.context_parameters)
         problems += endpoint_problems(tool.type, tool.function)
         problems += secret_problems(tool.type, tool.function, tool.context_parameters)
+        problems += placement_problems(tool.type, tool.function, tool.context_parameters)
         if tool.type == "external" and tool.function.url and not problems:
             unsafe = policy.url_safety_problem(tool.function.url)
             if unsafe:

@@ -12,6 +12,7 @@ import types
 import typing
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from app.outbound import reserved_header_problems, url_problem
 from app.schemas.tools import ContextParameter, FunctionSpec, ParameterSchema
@@ -105,6 +106,48 @@ def secret_problems(
         problems += [(path, problem) for problem in reserved_header_problems([name])]
         if value.count("{secret:") != len(SECRET_REFERENCE.findall(value)):
             problems.append((path, "write a secret reference as {secret:NAME}, NAME [A-Za-z0-9_-]"))
+    return problems
+
+
+URL_TEMPLATE = re.compile(r"\{([^{}]*)\}")
+
+
+def placement_problems(
+    tool_type: str, function: FunctionSpec, context_parameters: Sequence[ContextParameter]
+) -> list[Problem]:
+    """Where an external tool's arguments go: every `{name}` in the URL's path is a required
+    path parameter and every path parameter is in the URL; header parameters are headers the
+    tool may set; placements are for external tools only."""
+    placed = [
+        (f"$.function.parameters.properties.{name}.in", name, schema.in_)
+        for name, schema in function.parameters.properties.items()
+    ] + [
+        (f"$.context_parameters[{index}].in", context.name, context.in_)
+        for index, context in enumerate(context_parameters)
+    ]
+    if tool_type != "external":
+        return [(path, "only external tools place arguments") for path, _, where in placed if where]
+    problems: list[Problem] = []
+    parts = urlsplit(function.url or "")
+    if any(URL_TEMPLATE.search(part) for part in (parts.netloc, parts.query, parts.fragment)):
+        problems.append(("$.function.url", "only the URL's path may hold {name} templates"))
+    in_url = URL_TEMPLATE.findall(parts.path)
+    path_names = {name for _, name, where in placed if where == "path"}
+    required = set(function.parameters.required) | {c.name for c in context_parameters}
+    for name in in_url:
+        if name not in path_names:
+            problems.append(
+                ("$.function.url", f"'{{{name}}}' needs a parameter '{name}' with \"in\": \"path\"")
+            )
+    for path, name, where in placed:
+        if where == "path" and name not in in_url:
+            problems.append((path, f"the URL has no '{{{name}}}' for this path parameter"))
+        elif where == "path" and name not in required:
+            problems.append((path, "a path parameter must be required"))
+        elif where == "header":
+            problems += [(path, problem) for problem in reserved_header_problems([name])]
+            if name.lower() in {h.lower() for h in function.headers or {}}:
+                problems.append((path, f"the tool's headers already set '{name}'"))
     return problems
 
 

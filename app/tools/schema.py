@@ -11,7 +11,7 @@ def parameter_json_schema(parameter: dict[str, Any]) -> dict[str, Any]:
     """One stored parameter (seed vocabulary) as JSON Schema."""
     schema: dict[str, Any] = {}
     for key, value in parameter.items():
-        if value is None:
+        if value is None or key == "in":  # where an external tool sends it: not for the model
             continue
         if key == "items":
             schema["items"] = parameter_json_schema(value)

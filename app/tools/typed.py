@@ -20,6 +20,7 @@ from app.tools.rules import (
     SECRET_REFERENCE,
     endpoint_problems,
     parameter_problems,
+    placement_problems,
     secret_problems,
 )
 from app.tools.schema import parameters_json_schema
@@ -87,6 +88,8 @@ class ExternalTool(TypedTool):
     url: str
     method: str
     headers: dict[str, str] | None = None  # templates: `{secret:NAME}` filled at run time
+    # argument name -> path | query | header | body; None (and names absent): the seed's rule
+    placements: dict[str, str] | None = None
 
     kind: ClassVar[ToolKind] = "external"
 
@@ -123,6 +126,7 @@ def parse_stored_tool(
     found = parameter_problems(function, stored.context_parameters)
     found += endpoint_problems(stored.type, function)
     found += secret_problems(stored.type, function, stored.context_parameters)
+    found += placement_problems(stored.type, function, stored.context_parameters)
     if found:
         raise UnreadableToolError([f"{path}: {message}" for path, message in found])
     optional = defaults_of(function.name) if defaults_of and stored.type == "function" else None
@@ -131,7 +135,9 @@ def parse_stored_tool(
             name=c.name,
             argument=c.name,
             required=optional is None or c.name not in optional,
-            schema=c.model_dump(exclude_none=True, exclude={"name", "description", "secret"}),
+            schema=c.model_dump(
+                exclude_none=True, exclude={"name", "description", "secret", "in_"}
+            ),
             secret=c.secret,
         )
         for c in stored.context_parameters
@@ -160,4 +166,14 @@ def parse_stored_tool(
         return stored, FunctionTool(**common)
     assert function.url is not None and function.method is not None  # endpoint_problems
     headers = dict(function.headers) if function.headers else None
-    return stored, ExternalTool(**common, url=function.url, method=function.method, headers=headers)
+    placed: dict[str, str] = {
+        name: p.in_ for name, p in function.parameters.properties.items() if p.in_
+    }
+    placed |= {c.name: c.in_ for c in stored.context_parameters if c.in_}
+    return stored, ExternalTool(
+        **common,
+        url=function.url,
+        method=function.method,
+        headers=headers,
+        placements=placed or None,
+    )

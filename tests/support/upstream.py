@@ -74,9 +74,24 @@ async def redirect(request: Request) -> Response:
     return RedirectResponse("http://169.254.169.254/latest/meta-data/", status_code=302)
 
 
+async def anywhere(request: Request) -> JSONResponse:
+    """Any path under /p/: what arrived, exactly (the raw path, before any decoding)."""
+    body = await request.body()
+    seen = {
+        "method": request.method,
+        "raw_path": request.scope["raw_path"].decode("latin-1"),
+        "query": [[k, v] for k, v in request.query_params.multi_items()],
+        "headers": dict(request.headers),
+        "json": json.loads(body) if body else None,
+    }
+    RECEIVED.append(seen)
+    return JSONResponse(seen)
+
+
 upstream_app = Starlette(
     routes=[
-        Route("/echo", echo, methods=["GET", "POST", "PUT", "DELETE"]),
+        Route("/echo", echo, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
+        Route("/p/{rest:path}", anywhere, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
         Route("/status/{code:int}", fail, methods=["GET", "POST"]),
         Route("/reflect/{code:int}", reflect, methods=["GET"]),
         Route("/slow", slow, methods=["GET"]),
