@@ -43,6 +43,7 @@ from app.services.runs import RunRecorder, RunService
 from app.services.secrets import SecretService
 from app.services.seeding import Seeder
 from app.services.tenants import TenantService
+from app.services.tool_import import ToolImporter
 from app.services.tools import ToolService
 from app.tools.executors.external import ExternalExecutor
 from app.tools.executors.function import FunctionExecutor
@@ -73,6 +74,7 @@ class Services:
     outbound: TenantOutbound
     client_tokens: ClientTokenService
     catalog: ToolCatalog
+    importer: ToolImporter
 
 
 @dataclass(frozen=True)
@@ -343,20 +345,21 @@ async def build_services(
     stack.push_async_callback(client_tokens.aclose)
     tenants = build_tenant_service(settings, stores, seeder, run.outbound, client_tokens)
     stack.push_async_callback(tenants.aclose)
+    tools = ToolService(
+        tools=stores.tools,
+        registry=registry,
+        outbound=run.outbound,
+        catalog=stores.catalog,
+        max_tools=settings.max_tools_per_tenant,
+        max_schema_bytes=settings.max_tool_schema_bytes,
+    )
     return Services(
         settings=settings,
         database=stores.database,
         registry=registry,
         health=HealthService(database=stores.database),
         tenants=tenants,
-        tools=ToolService(
-            tools=stores.tools,
-            registry=registry,
-            outbound=run.outbound,
-            catalog=stores.catalog,
-            max_tools=settings.max_tools_per_tenant,
-            max_schema_bytes=settings.max_tool_schema_bytes,
-        ),
+        tools=tools,
         chat=build_chat_service(settings, run, stack),
         invocations=InvocationService(
             catalog=run.catalog,
@@ -375,4 +378,5 @@ async def build_services(
         outbound=run.outbound,
         client_tokens=client_tokens,
         catalog=run.catalog,
+        importer=ToolImporter(tools=tools, outbound=run.outbound),
     )

@@ -18,6 +18,7 @@ from app.schemas.tools import (
     Tool,
     ToolCreate,
     ToolId,
+    ToolImport,
     ToolPage,
     ToolType,
     ToolUpdate,
@@ -71,6 +72,21 @@ async def create_tool(
 ) -> Tool:
     """Create a tool for the calling tenant."""
     return await tenant.services.tools.create(body, tenant_id=tenant.id)
+
+
+@router.post(
+    "/import",
+    response_model_exclude_none=True,
+    dependencies=[WriteLimit],
+    responses=problem_responses(400, 409, 413, 422, 429),
+)
+async def import_tools(
+    body: Annotated[ToolImport, Body(openapi_examples=examples.TOOL_IMPORT)], tenant: TenantDep
+) -> dict[str, Any]:
+    """External tools from an OpenAPI 3.0 or 3.1 document, one per operation: all of them or
+    none (422 listing every problem). Operations a tool cannot express are skipped, each with
+    its reason; `dry_run` shows the result without storing it."""
+    return await tenant.services.importer.run(body, tenant_id=tenant.id)
 
 
 FormatQuery = Annotated[

@@ -147,6 +147,38 @@ TENANT: Examples = {
     "tenant": {"summary": "A new tenant; its key is shown once", "value": {"tenant_id": "acme"}},
 }
 
+TOOL_IMPORT: Examples = {
+    "inline": {
+        "summary": "A one-operation API, tried first (dry_run: nothing is stored)",
+        "value": {
+            "document": {
+                "openapi": "3.1.0",
+                "info": {"title": "Orders", "version": "1"},
+                "servers": [{"url": "https://shop.example.com/api"}],
+                "paths": {
+                    "/orders/{order_id}": {
+                        "get": {
+                            "operationId": "getOrder",
+                            "summary": "One order",
+                            "parameters": [
+                                {
+                                    "name": "order_id",
+                                    "in": "path",
+                                    "required": True,
+                                    "schema": {"type": "string"},
+                                }
+                            ],
+                        }
+                    }
+                },
+            },
+            "prefix": "shop_",
+            "tags": ["shop"],
+            "dry_run": True,
+        },
+    },
+}
+
 CLIENT_TOKEN: Examples = {
     "end_user": {
         "summary": "One end user's agent: their user id bound, the seeded dice tool only",

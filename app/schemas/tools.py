@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 from pydantic.config import JsonDict
+from pydantic.json_schema import SkipJsonSchema
 
 from app.schemas.fields import (
     ClientModel,
@@ -232,3 +240,55 @@ class ToolId(BaseModel):
     problems: list[str] | None = Field(
         default=None, description="Why the stored document cannot be read (see GET /tools/{id})."
     )
+
+
+class ToolImport(ClientModel):
+    """`POST /tools/import`: external tools from an OpenAPI 3.0 or 3.1 document, one per
+    operation. Give the document as JSON (`document`), as JSON or YAML text (`document_text`),
+    or as a `url` the service fetches through the outbound guard."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [{"required": [one]} for one in ("document", "document_text", "url")]
+        }
+    )
+
+    document: dict[str, Any] | SkipJsonSchema[None] = None
+    document_text: (
+        Annotated[str, StringConstraints(max_length=4_194_304)] | SkipJsonSchema[None]
+    ) = None
+    url: (
+        Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$", max_length=2048)]
+        | SkipJsonSchema[None]
+    ) = None
+    operation_ids: list[Annotated[str, StringConstraints(max_length=256)]] | None = Field(
+        default=None, max_length=1000, description="Only these operations (by operationId)."
+    )
+    openapi_tags: list[Annotated[str, StringConstraints(max_length=256)]] | None = Field(
+        default=None, max_length=100, description="Only operations with one of these tags."
+    )
+    prefix: Annotated[str, StringConstraints(pattern=r"^[a-zA-Z0-9_-]{0,32}$")] = Field(
+        default="", description="Put before every tool id and name (`shop_`)."
+    )
+    server_url: (
+        Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$", max_length=2048)] | None
+    ) = Field(default=None, description="Default: the document's first server.")
+    tags: list[Tag] = Field(default_factory=list, max_length=32, description="Tags to add.")
+    security: dict[Annotated[str, StringConstraints(max_length=256)], Name] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="Security scheme name -> tenant secret whose value is sent: an API key in "
+        "its header or query parameter, `Bearer <value>` for http bearer and OAuth 2 (a token "
+        "obtained elsewhere), `Basic <value>` for http basic (the value is the base64 "
+        "credentials).",
+    )
+    dry_run: bool = Field(
+        default=False, description="Return the tools and problems; store nothing."
+    )
+
+    @model_validator(mode="after")
+    def _no_explicit_null(self) -> ToolImport:
+        for name in ("document", "document_text", "url"):
+            if name in self.model_fields_set and getattr(self, name) is None:
+                raise ValueError(f"'{name}' may not be null: leave it out")
+        return self

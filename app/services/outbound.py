@@ -39,7 +39,7 @@ class TenantOutbound:
     ) -> None:
         self._tenants = tenants
         self.base = base
-        self._client_for = client_for
+        self.client_for = client_for  # a new client under a policy (the caller closes it)
         self._lists: LoadingCache[str, Allow] = LoadingCache(
             self._read,
             ttl_s=ttl_s,
@@ -77,7 +77,7 @@ class TenantOutbound:
         if client is not None:
             self._clients.move_to_end(allow)
             return client
-        client = self._clients[allow] = self._client_for(self._policy(allow))
+        client = self._clients[allow] = self.client_for(self._policy(allow))
         while len(self._clients) > MAX_CLIENTS:
             self._retire(self._clients.popitem(last=False)[1])
         return client

@@ -26,7 +26,7 @@ from app.tools.rules import (
 from app.tools.typed import ExternalTool, FunctionTool, parse_stored_tool
 
 # Literal routes under /tools/ that a tool with this id could never be fetched past.
-RESERVED_TOOL_IDS = frozenset({"ids", "create"})
+RESERVED_TOOL_IDS = frozenset({"ids", "create", "import"})
 
 
 class ToolService:
@@ -115,6 +115,38 @@ class ToolService:
             finally:
                 self._catalog.invalidate(tenant_id)
         return _shown(doc)
+
+    async def taken(self, *, tenant_id: str) -> tuple[set[str], set[str]]:
+        """The tenant's tool ids and function names (new tools may use neither)."""
+        snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
+        docs = await self._tools.all(tenant_id=tenant_id) if snapshot.unreadable else []
+        ids = set(snapshot.by_id)
+        names = {e.tool.name for e in snapshot.by_id.values() if e.tool is not None}
+        names |= {d["function"]["name"] for d in docs if isinstance(d.get("function"), dict)}
+        return ids, names
+
+    async def create_all(self, tools: list[ToolCreate], *, tenant_id: str) -> list[Tool]:
+        """Store checked tools together: all of them, or (on a failure, a cap) none."""
+        async with self._create_lock(tenant_id):
+            count = await self._tools.count(tenant_id=tenant_id)
+            if count + len(tools) > self._max_tools:
+                raise ConflictError(
+                    f"{len(tools)} more tools would pass the tenant's limit of {self._max_tools} "
+                    f"(MAX_TOOLS_PER_TENANT; it has {count}); nothing was stored"
+                )
+            stored: list[Tool] = []
+            try:
+                for tool in tools:
+                    stored.append(
+                        _shown(await self._tools.insert(_document(tool), tenant_id=tenant_id))
+                    )
+            except BaseException:
+                for done in stored:  # all or nothing
+                    await self._tools.delete(done.tool_id, tenant_id=tenant_id)
+                raise
+            finally:
+                self._catalog.invalidate(tenant_id)
+        return stored
 
     async def entry(self, tool_id: str, *, tenant_id: str) -> CatalogEntry:
         """One stored tool, readable or not; 404 if the tenant has none with this id."""

@@ -39,6 +39,8 @@ CROSS_FIELD_RULES = (
     "is required but not defined in properties",  # required names must be properties
     "() takes ",  # a function tool declares its function's parameters...
     " is optional but ",  # ...and makes required exactly the ones without a default
+    # An imported document is free-form JSON in the schema; being OpenAPI 3.x is checked after.
+    "not an OpenAPI 3.0 or 3.1 document",
 )
 
 

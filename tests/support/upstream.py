@@ -7,6 +7,7 @@ import base64
 import gzip
 import html
 import json
+from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -88,9 +89,21 @@ async def anywhere(request: Request) -> JSONResponse:
     return JSONResponse(seen)
 
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openapi"
+
+
+async def document(request: Request) -> Response:
+    """The stored OpenAPI documents, as a server publishes them."""
+    path = FIXTURES / request.path_params["name"]
+    if path.parent != FIXTURES or not path.is_file():
+        return PlainTextResponse("not found", status_code=404)
+    return PlainTextResponse(path.read_text())
+
+
 upstream_app = Starlette(
     routes=[
         Route("/echo", echo, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
+        Route("/openapi/{name}", document, methods=["GET"]),
         Route("/p/{rest:path}", anywhere, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
         Route("/status/{code:int}", fail, methods=["GET", "POST"]),
         Route("/reflect/{code:int}", reflect, methods=["GET"]),

@@ -1,0 +1,363 @@
+"""POST /tools/import: real OpenAPI documents become external tools, and every imported tool is
+called on a real local server that records the method, path, query, headers and body."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import TenantCredentials, create_tenant, http_client, make_settings, running_app
+from tests.support import functions
+from tests.support import upstream as upstream_api
+from tests.support.servers import ThreadedServer
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openapi"
+PETSTORE = (FIXTURES / "petstore-3.0.yaml").read_text()
+SCOPES = json.loads((FIXTURES / "non-oauth-scopes-3.1.json").read_text())
+SAMPLE = {"integer": 7, "number": 1.5, "boolean": True, "string": "x"}
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    settings = make_settings(None, outbound_allow=["127.0.0.1"], rate_limit_writes_per_minute=0)
+    async with running_app(settings, functions.registry) as app, http_client(app) as client:
+        yield client
+
+
+async def secret(
+    client: httpx.AsyncClient, tenant: TenantCredentials, name: str, value: str
+) -> None:
+    put = await client.put(f"/secrets/{name}", json={"value": value}, headers=tenant.headers)
+    assert put.status_code in (200, 201)
+
+
+async def ids(client: httpx.AsyncClient, tenant: TenantCredentials) -> set[str]:
+    return {t["tool_id"] for t in (await client.get("/tools/ids", headers=tenant.headers)).json()}
+
+
+def sample(schema: dict[str, Any]) -> Any:
+    if schema["type"] == "array":
+        return [SAMPLE[schema["items"]["type"]]]
+    return (schema.get("enum") or [SAMPLE[schema["type"]]])[0]
+
+
+async def call_each(
+    client: httpx.AsyncClient, tenant: TenantCredentials, tools: list[dict[str, Any]]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Invoke every tool with a value for each parameter; what the server received for each."""
+    seen = []
+    for tool in tools:
+        properties = tool["function"]["parameters"]["properties"]
+        arguments = {name: sample(schema) for name, schema in properties.items()}
+        upstream_api.RECEIVED.clear()
+        answer = await client.post(
+            f"/tools/{tool['tool_id']}/invoke",
+            json={"arguments": arguments},
+            headers=tenant.headers,
+        )
+        assert answer.status_code == 200 and answer.json()["status"] == "ok", answer.text
+        [received] = upstream_api.RECEIVED
+        seen.append((tool, received))
+    return seen
+
+
+async def test_petstore_30_imports_and_every_tool_reaches_the_server_as_declared(
+    client: httpx.AsyncClient, upstream: ThreadedServer
+) -> None:
+    acme = await create_tenant(client, "acme")
+    await secret(client, acme, "pet_key", "pk-0123456789")
+    await secret(client, acme, "pet_token", "tok-0123456789")
+    before = await ids(client, acme)
+    body = {
+        "document_text": PETSTORE,
+        "server_url": f"{upstream.url}/p/v3",
+        "security": {"api_key": "pet_key", "petstore_auth": "pet_token"},
+        "tags": ["petstore"],
+        "dry_run": True,
+    }
+    dry = await client.post("/tools/import", json=body, headers=acme.headers)
+    assert dry.status_code == 200, dry.text
+    assert await ids(client, acme) == before  # nothing stored
+    skipped = {s["operation"]: s["reason"] for s in dry.json()["skipped"]}
+    assert skipped == {
+        "POST /pet": "'category' is an object, which tool parameters cannot express",
+        "PUT /pet": "'category' is an object, which tool parameters cannot express",
+        "POST /pet/{petId}/uploadImage": "the request body is not JSON (application/octet-stream)",
+        "POST /user/createWithList": "the JSON body is not an object with named members",
+        "PUT /user/{username}": "'username' is both a path and a body parameter",
+    }
+    assert dry.json()["problems"] == []
+
+    done = await client.post("/tools/import", json={**body, "dry_run": False}, headers=acme.headers)
+    assert done.status_code == 200, done.text
+    tools = done.json()["tools"]
+    assert len(tools) == 14 and await ids(client, acme) == before | {t["tool_id"] for t in tools}
+    assert all(t["tags"] == ["petstore"] for t in tools)
+
+    for tool, received in await call_each(client, acme, tools):
+        function = tool["function"]
+        assert received["method"] == function["method"]
+        template = function["url"].removeprefix(upstream.url)
+        path = template
+        for name, schema in function["parameters"]["properties"].items():
+            value = sample(schema)
+            if schema.get("in") == "path":
+                path = path.replace(f"{{{name}}}", str(value).lower())
+            elif schema.get("in") == "query":
+                for item in value if isinstance(value, list) else [value]:
+                    assert [
+                        name,
+                        str(item).lower() if isinstance(item, bool) else str(item),
+                    ] in received["query"]
+            elif schema.get("in") == "header":
+                assert received["headers"][name.lower()] == str(value)
+            elif schema.get("in") == "body":
+                assert received["json"][name] == value
+        assert received["raw_path"] == path, (tool["tool_id"], received)
+
+    by_id = {t["tool_id"]: t for t in tools}
+    assert by_id["getPetById"]["function"]["headers"] == {"api_key": "{secret:pet_key}"}
+    pair = [by_id["getPetById"], by_id["findPetsByTags"]]
+    seen = {t["tool_id"]: r for t, r in await call_each(client, acme, pair)}
+    assert seen["getPetById"]["headers"]["api_key"] == "pk-0123456789"
+    assert seen["findPetsByTags"]["headers"]["authorization"] == "Bearer tok-0123456789"
+    assert seen["findPetsByTags"]["query"] == [["tags", "x"]]
+
+    # A path value that tries to escape reaches the server inside one segment.
+    upstream_api.RECEIVED.clear()
+    answer = await client.post(
+        "/tools/getUserByName/invoke",
+        json={"arguments": {"username": "../admin?x=1"}},
+        headers=acme.headers,
+    )
+    assert answer.json()["status"] == "ok"
+    assert upstream_api.RECEIVED[-1]["raw_path"] == "/p/v3/user/..%2Fadmin%3Fx%3D1"
+
+    # All or nothing: importing again collides with every id; nothing more is stored.
+    again = await client.post(
+        "/tools/import", json={**body, "dry_run": False}, headers=acme.headers
+    )
+    assert again.status_code == 422
+    assert any("is taken" in e["message"] for e in again.json()["errors"])
+    assert await ids(client, acme) == before | {t["tool_id"] for t in tools}
+
+
+async def test_a_31_document_without_servers_or_operation_ids(
+    client: httpx.AsyncClient, upstream: ThreadedServer
+) -> None:
+    acme = await create_tenant(client, "acme")
+    await secret(client, acme, "jwt", "eyJ-canary")
+    no_server = await client.post("/tools/import", json={"document": SCOPES}, headers=acme.headers)
+    assert no_server.status_code == 422
+    assert "give `server_url`" in json.dumps(no_server.json())
+    unmapped = await client.post(
+        "/tools/import",
+        json={"document": SCOPES, "server_url": f"{upstream.url}/p"},
+        headers=acme.headers,
+    )
+    assert unmapped.status_code == 422 and "map it to a secret" in unmapped.text
+    done = await client.post(
+        "/tools/import",
+        json={
+            "document": SCOPES,
+            "server_url": f"{upstream.url}/p",
+            "security": {"bearerAuth": "jwt"},
+        },
+        headers=acme.headers,
+    )
+    assert done.status_code == 200, done.text
+    [tool] = done.json()["tools"]
+    assert tool["tool_id"] == "get_users" and tool["function"]["method"] == "GET"
+    [(_, received)] = await call_each(client, acme, [tool])
+    assert received["raw_path"] == "/p/users"
+    assert received["headers"]["authorization"] == "Bearer eyJ-canary"
+
+
+async def test_the_services_own_openapi_document(
+    client: httpx.AsyncClient, upstream: ThreadedServer
+) -> None:
+    acme = await create_tenant(client, "acme")
+    await secret(client, acme, "tg_key", "tg-canary")
+    own = (await client.get("/openapi.json")).json()
+    assert own["openapi"].startswith("3.1")
+    body = {
+        "document": own,
+        "server_url": f"{upstream.url}/p",
+        "prefix": "tg_",
+        "security": dict.fromkeys(own["components"]["securitySchemes"], "tg_key"),
+        "openapi_tags": ["tools", "runs", "secrets", "client tokens"],
+    }
+    done = await client.post("/tools/import", json=body, headers=acme.headers)
+    assert done.status_code == 200, done.text
+    tools = done.json()["tools"]
+    assert {"tg_get_tool_tools__tool_id__get", "tg_list_runs_runs_get"} <= {
+        t["tool_id"] for t in tools
+    }
+    reasons = {s["operation"]: s["reason"] for s in done.json()["skipped"]}
+    assert "is an object" in reasons["POST /tools/create"]  # nested function spec: not mangled
+    for tool, received in await call_each(client, acme, tools):
+        assert received["method"] == tool["function"]["method"]
+        assert received["raw_path"].startswith("/p/") and "{" not in received["raw_path"]
+        assert received["headers"]["authorization"] == "Bearer tg-canary"
+
+
+async def test_by_url_through_the_outbound_guard(
+    client: httpx.AsyncClient, upstream: ThreadedServer
+) -> None:
+    acme = await create_tenant(client, "acme")
+    body = {
+        "url": f"{upstream.url}/openapi/petstore-3.0.yaml",
+        "operation_ids": ["getOrderById"],
+        "dry_run": True,
+    }
+    answer = await client.post("/tools/import", json=body, headers=acme.headers)
+    assert answer.status_code == 200, answer.text
+    [tool] = answer.json()["tools"]  # the relative server `/v3` resolved against the URL
+    assert tool["function"]["url"] == f"{upstream.url}/v3/store/order/{{orderId}}"
+    blocked = await client.post(
+        "/tools/import",
+        json={**body, "url": "http://169.254.169.254/openapi.json"},
+        headers=acme.headers,
+    )
+    assert blocked.status_code == 422 and blocked.json()["errors"][0]["path"] == "$.url"
+    missing = await client.post(
+        "/tools/import",
+        json={**body, "url": f"{upstream.url}/openapi/nothing.yaml"},
+        headers=acme.headers,
+    )
+    assert missing.status_code == 422 and "HTTP 404" in missing.text
+
+
+def _document(paths: dict[str, Any], components: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "t", "version": "1"},
+        "servers": [{"url": "https://api.example.com"}],
+        "paths": paths,
+        "components": components or {},
+    }
+
+
+def _body_op(schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "/things": {
+            "post": {
+                "operationId": "makeThing",
+                "requestBody": {"content": {"application/json": {"schema": schema}}},
+            }
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            {"document": {"swagger": "2.0", "paths": {}}},
+            "not an OpenAPI 3.0 or 3.1 document (found swagger 2.0)",
+        ),
+        ({"document": {"hello": "world"}}, "not an OpenAPI 3.0 or 3.1 document"),
+        ({"document_text": "a: [unclosed"}, "neither JSON nor YAML"),
+        ({"document_text": "a: &x [1]\nb: *x\n"}, "YAML anchors and aliases are not accepted"),
+        (
+            {"document": _document(_body_op({"$ref": "other.yaml#/Thing"}))},
+            "$ref 'other.yaml#/Thing' points outside the document",
+        ),
+        (
+            {
+                "document": _document(
+                    _body_op({"$ref": "#/components/schemas/Node"}),
+                    {
+                        "schemas": {
+                            "Node": {
+                                "type": "object",
+                                "properties": {"next": {"$ref": "#/components/schemas/Node"}},
+                            }
+                        }
+                    },
+                )
+            },
+            "refers to itself (a cycle)",
+        ),
+        (
+            {
+                "document": _document(
+                    {f"/p{i}": {"get": {"operationId": f"op{i}"}} for i in range(2000)}
+                )
+            },
+            "the document has 2000 operations; at most 500",
+        ),
+        ({"document": {}, "url": "https://api.example.com/x"}, "give exactly one of"),
+    ],
+)
+async def test_bad_documents_are_422_with_the_reason_and_store_nothing(
+    client: httpx.AsyncClient, body: dict[str, Any], expected: str
+) -> None:
+    acme = await create_tenant(client, "acme")
+    before = await ids(client, acme)
+    answer = await client.post("/tools/import", json=body, headers=acme.headers)
+    assert answer.status_code == 422, answer.text
+    assert expected in json.dumps(answer.json()), answer.json()
+    assert await ids(client, acme) == before
+
+
+async def test_a_10_mb_document_is_refused_before_it_is_read(client: httpx.AsyncClient) -> None:
+    acme = await create_tenant(client, "acme")
+    big = {"document_text": "x" * 10_000_000}
+    answer = await client.post("/tools/import", json=big, headers=acme.headers)
+    assert answer.status_code == 413
+
+
+async def test_unexpressible_operations_are_skipped_not_mangled(client: httpx.AsyncClient) -> None:
+    acme = await create_tenant(client, "acme")
+    paths = {
+        "/a": {
+            "post": {
+                "operationId": "withOneOf",
+                "requestBody": {
+                    "content": {
+                        "application/json": {
+                            "schema": {"oneOf": [{"type": "object"}, {"type": "string"}]}
+                        }
+                    }
+                },
+            }
+        },
+        "/b": {
+            "post": {
+                "operationId": "withForm",
+                "requestBody": {"content": {"multipart/form-data": {"schema": {"type": "object"}}}},
+            }
+        },
+        "/c": {
+            "get": {
+                "operationId": "withCookie",
+                "parameters": [{"name": "session", "in": "cookie", "schema": {"type": "string"}}],
+            }
+        },
+        "/d/{id}": {
+            "get": {
+                "operationId": "fine",
+                "parameters": [
+                    {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}
+                ],
+            }
+        },
+    }
+    answer = await client.post(
+        "/tools/import", json={"document": _document(paths), "dry_run": True}, headers=acme.headers
+    )
+    assert answer.status_code == 200, answer.text
+    reasons = {s["operation_id"]: s["reason"] for s in answer.json()["skipped"]}
+    assert reasons == {
+        "withOneOf": "the JSON body uses oneOf, which tool parameters cannot express",
+        "withForm": "the request body is not JSON (multipart/form-data)",
+        "withCookie": "the cookie parameter 'session' cannot be sent",
+    }
+    [tool] = answer.json()["tools"]
+    assert tool["function"]["parameters"]["properties"]["id"] == {"type": "integer", "in": "path"}
