@@ -75,6 +75,10 @@ def test_readme_tour_runs_top_to_bottom(tmp_path: Path) -> None:
     ids = next(json.loads(line) for line in lines if line.startswith('[{"tool_id"'))
     assert {"rolldice", "current-time", "calculator"} <= {t["tool_id"] for t in ids}
     assert '"tool_id":"weather-api"' in answers.replace(" ", "")
+    imported = json.loads(next(line for line in lines if line.startswith('{"dry_run"')))
+    [shop] = imported["tools"]
+    assert shop["tool_id"] == "shop_getOrder" and imported["skipped"] == []
+    assert shop["function"]["url"] == "https://shop.example.com/orders/{order_id}"
     invoked = next(json.loads(line) for line in lines if line.startswith('{"run_id"'))
     assert invoked["status"] == "ok" and 1 <= int(invoked["content"]) <= 20
     chat = next(json.loads(line) for line in lines if '"stop_reason"' in line)
