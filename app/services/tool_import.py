@@ -111,6 +111,15 @@ class ToolImporter:
                     field_error(f"{where}.function.name", f"'{tool.function.name}' is taken")
                 )
             creates.append(tool)
+        room = await self._tools.room(tenant_id=tenant_id)
+        if len(creates) > room:
+            problems.append(
+                field_error(
+                    "$.tools",
+                    f"{len(creates)} tools would pass the tenant's limit (MAX_TOOLS_PER_TENANT): "
+                    f"room for {max(room, 0)}; select fewer operations",
+                )
+            )
         return creates, problems
 
     async def _document(self, request: ToolImport, tenant_id: str) -> Any:

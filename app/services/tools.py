@@ -125,6 +125,10 @@ class ToolService:
         names |= {d["function"]["name"] for d in docs if isinstance(d.get("function"), dict)}
         return ids, names
 
+    async def room(self, *, tenant_id: str) -> int:
+        """How many more tools the tenant may have (MAX_TOOLS_PER_TENANT)."""
+        return self._max_tools - await self._tools.count(tenant_id=tenant_id)
+
     async def create_all(self, tools: list[ToolCreate], *, tenant_id: str) -> list[Tool]:
         """Store checked tools together: all of them, or (on a failure, a cap) none."""
         async with self._create_lock(tenant_id):

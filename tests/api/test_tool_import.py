@@ -361,3 +361,25 @@ async def test_unexpressible_operations_are_skipped_not_mangled(client: httpx.As
     }
     [tool] = answer.json()["tools"]
     assert tool["function"]["parameters"]["properties"]["id"] == {"type": "integer", "in": "path"}
+
+
+async def test_the_tool_cap_holds_for_a_whole_import() -> None:
+    # Room for 5 beside the 11 seeded functions of the test dictionary: Petstore gives 14.
+    settings = make_settings(None, max_tools_per_tenant=16, rate_limit_writes_per_minute=0)
+    async with running_app(settings, functions.registry) as app, http_client(app) as client:
+        acme = await create_tenant(client, "acme")
+        before = await ids(client, acme)
+        body = {"document_text": PETSTORE, "server_url": "https://petstore.example.com/v3"}
+        dry = await client.post(
+            "/tools/import", json={**body, "dry_run": True}, headers=acme.headers
+        )
+        assert dry.status_code == 200 and "MAX_TOOLS_PER_TENANT" in json.dumps(
+            dry.json()["problems"]
+        )
+        answer = await client.post("/tools/import", json=body, headers=acme.headers)
+        assert answer.status_code == 422 and "room for" in answer.text
+        assert await ids(client, acme) == before
+        picked = {**body, "operation_ids": ["getOrderById", "deleteOrder"]}
+        assert (
+            await client.post("/tools/import", json=picked, headers=acme.headers)
+        ).status_code == 200
