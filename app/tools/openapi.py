@@ -204,6 +204,10 @@ def _tool(
                 required.append(str(param_name))
     _body(resolver, operation, properties, required)
     headers, context = _security(document, operation, options)
+    fixed = {name.lower() for name in headers} | {c["name"].lower() for c in context}
+    for param, item in properties.items():
+        if item["in"] in ("header", "query") and param.lower() in fixed:
+            raise _Skip(f"the {item['in']} parameter '{param}' is also its credential")
     for item in properties.values():
         if not item.get("description"):
             item.pop("description", None)

@@ -383,3 +383,29 @@ async def test_the_tool_cap_holds_for_a_whole_import() -> None:
         assert (
             await client.post("/tools/import", json=picked, headers=acme.headers)
         ).status_code == 200
+
+
+async def test_a_parameter_that_is_also_the_credential_is_skipped(
+    client: httpx.AsyncClient,
+) -> None:
+    acme = await create_tenant(client, "acme")
+    doc = _document(
+        {
+            "/x": {
+                "get": {
+                    "operationId": "withKey",
+                    "security": [{"key": []}],
+                    "parameters": [
+                        {"name": "api_key", "in": "header", "schema": {"type": "string"}}
+                    ],
+                }
+            }
+        },
+        {"securitySchemes": {"key": {"type": "apiKey", "in": "header", "name": "api_key"}}},
+    )
+    body = {"document": doc, "security": {"key": "k"}, "dry_run": True}
+    answer = await client.post("/tools/import", json=body, headers=acme.headers)
+    assert answer.status_code == 200
+    assert answer.json()["skipped"][0]["reason"] == (
+        "the header parameter 'api_key' is also its credential"
+    )
