@@ -128,7 +128,10 @@ def placement_problems(
     if tool_type != "external":
         return [(path, "only external tools place arguments") for path, _, where in placed if where]
     problems: list[Problem] = []
-    parts = urlsplit(function.url or "")
+    try:
+        parts = urlsplit(function.url or "")
+    except ValueError:  # a malformed URL: endpoint_problems says so
+        return problems
     if any(URL_TEMPLATE.search(part) for part in (parts.netloc, parts.query, parts.fragment)):
         problems.append(("$.function.url", "only the URL's path may hold {name} templates"))
     in_url = URL_TEMPLATE.findall(parts.path)
