@@ -99,18 +99,6 @@ class McpHub:
             finally:
                 self.open_sessions -= 1
 
-    async def tools(
-        self, servers: list[McpServer], context: dict[str, Any]
-    ) -> list[tuple[McpServer, list[mcp_types.Tool]]]:
-        """Each server's tools, fetched concurrently where not cached; 502/504 naming a server."""
-        lists = await asyncio.gather(
-            *(self.server_tools(s, context) for s in servers), return_exceptions=True
-        )
-        for result in lists:
-            if isinstance(result, BaseException):
-                raise result
-        return list(zip(servers, lists, strict=True))  # type: ignore[arg-type]
-
     async def reachable_tools(
         self, servers: list[McpServer], context: dict[str, Any]
     ) -> tuple[list[tuple[McpServer, list[mcp_types.Tool]]], dict[str, str]]:

@@ -95,8 +95,11 @@ class McpServerService:
             stored = await self._servers.insert(document, tenant_id=tenant_id)
         return _shown(self._server(stored, tenant_id), stored.get("created_at"))
 
-    def _server(self, doc: dict[str, Any], tenant_id: str) -> McpServer:
-        """A stored server with its header values opened (they are sealed at rest)."""
+    def _server(
+        self, doc: dict[str, Any], tenant_id: str, policy: OutboundPolicy | None = None
+    ) -> McpServer:
+        """A stored server with its header values opened (they are sealed at rest), and the
+        tenant's outbound policy when it is going to be connected to."""
         name = doc["name"]
         opened = {}
         for header, sealed in doc.get("headers", {}).items():
@@ -108,7 +111,8 @@ class McpServerService:
                     f"the stored credentials of MCP server '{name}' cannot be decrypted "
                     "(SECRETS_KEY changed without SECRETS_OLD_KEYS?)"
                 ) from None
-        return McpServer.from_tenant_document({**doc, "headers": opened})
+        server = McpServer.from_tenant_document({**doc, "headers": opened})
+        return server if policy is None else dataclasses.replace(server, policy=policy)
 
     async def all(self, *, tenant_id: str) -> list[dict[str, Any]]:
         shown = [_shown(s) for s in self._operator_for(tenant_id).values()]
@@ -141,7 +145,7 @@ class McpServerService:
         own = await self._servers.all(tenant_id=tenant_id)
         if own:
             policy = await self._outbound.policy(tenant_id)
-            servers += [dataclasses.replace(self._server(d, tenant_id), policy=policy) for d in own]
+            servers += [self._server(doc, tenant_id, policy) for doc in own]
         return servers
 
     async def resolve(self, names: list[str], *, tenant_id: str, path: str) -> list[McpServer]:
@@ -158,7 +162,7 @@ class McpServerService:
                 missing.append(name)
             else:
                 policy = await self._outbound.policy(tenant_id)
-                found.append(dataclasses.replace(self._server(doc, tenant_id), policy=policy))
+                found.append(self._server(doc, tenant_id, policy))
         if missing:
             raise UnprocessableError(
                 "Some requested MCP servers do not exist.",

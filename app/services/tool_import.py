@@ -133,12 +133,13 @@ class ToolImporter:
 
     async def _fetch(self, url: str, tenant_id: str) -> str:
         """GET the document through the outbound guard (the tenant's policy), size-capped."""
-        problem = (await self._outbound.policy(tenant_id)).url_safety_problem(url)
+        policy = await self._outbound.policy(tenant_id)
+        problem = policy.url_safety_problem(url)
         if problem:
             raise UnprocessableError(
                 "The document's URL is not allowed.", errors=[field_error("$.url", problem)]
             )
-        client = self._outbound.client_for(await self._outbound.policy(tenant_id))
+        client = self._outbound.client_for(policy)
         try:
             async with client:
                 async with client.stream("GET", url, timeout=FETCH_TIMEOUT_S) as response:
