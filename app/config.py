@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     admin_api_key: SecretStr | None = None
     api_key_secret: SecretStr | None = None
     auth_cache_ttl_s: float = Field(default=2.0, ge=0, le=300)
+    # How often each replica reads the change stamps other replicas write (tool edits, key
+    # rotations, revocations), so their changes are seen here within about this (0: only TTLs).
+    cache_sync_interval_s: float = Field(default=1.0, ge=0, le=60)
     # How long past their TTL cached keys and tools are still served while the database cannot
     # be read (app/cache.py); 0: never.
     cache_stale_if_error_s: float = Field(default=30.0, ge=0, le=3600)
@@ -106,6 +109,11 @@ class Settings(BaseSettings):
     rate_limit_chat_per_minute: int = Field(default=60, ge=0, le=1_000_000)
     rate_limit_writes_per_minute: int = Field(default=120, ge=0, le=1_000_000)
     max_concurrent_chats_per_tenant: int = Field(default=8, ge=0, le=10_000)
+    # Where the limits above are counted (docs/replicas.md): `shared` in MongoDB, exact across
+    # replicas; `local` in each process; `auto` is shared with MONGODB_URL, else local.
+    limits: Literal["auto", "local", "shared"] = "auto"
+    # A replica that dies holding chat slots gives them back after this (shared limits).
+    chat_lease_s: float = Field(default=15.0, ge=1, le=600)
     max_tools_per_tenant: int = Field(default=500, ge=1, le=100_000)
     max_tool_schema_bytes: int = Field(default=32_768, ge=512, le=1_048_576)
     max_mcp_servers_per_tenant: int = Field(default=20, ge=1, le=1000)
@@ -173,6 +181,18 @@ class Settings(BaseSettings):
         if problems:
             raise ValueError("refusing to start in production: " + "; ".join(problems))
         return self
+
+    @model_validator(mode="after")
+    def _shared_needs_a_database(self) -> Settings:
+        if self.limits == "shared" and self.uses_memory_store:
+            raise ValueError(
+                "LIMITS=shared needs MONGODB_URL: the in-memory store lives in one process"
+            )
+        return self
+
+    @property
+    def shared_limits(self) -> bool:
+        return self.limits == "shared" or (self.limits == "auto" and not self.uses_memory_store)
 
     @property
     def metrics_access(self) -> Literal["token", "public", "closed"]:

@@ -20,13 +20,14 @@ from app.chat.model import ModelClient
 from app.chat.openai_sdk import OpenAISDKClient
 from app.config import Settings
 from app.crypto import SecretBox
-from app.limits import ConcurrencyLimiter, RateLimiter, TenantLimits
+from app.limits import ConcurrencyLimiter, Fence, Limits, RateLimiter, TenantLimits
 from app.mcp.config import McpServer
 from app.mcp.executor import McpExecutor
 from app.mcp.hub import McpHub, McpLimits
 from app.metrics import Metrics
 from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Database
+from app.repositories.limits import LimitRepository
 from app.repositories.mcp_servers import McpServerRepository
 from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
 from app.repositories.secrets import SecretRepository
@@ -45,6 +46,7 @@ from app.services.seeding import Seeder
 from app.services.tenants import TenantService
 from app.services.tool_import import ToolImporter
 from app.services.tools import ToolService
+from app.shared_limits import SharedLimits
 from app.tools.executors.external import ExternalExecutor
 from app.tools.executors.function import FunctionExecutor
 from app.tools.invocation import InvocationLimits, ToolInvoker
@@ -69,7 +71,7 @@ class Services:
     runs: RunService
     mcp_servers: McpServerService
     secrets: SecretService
-    limits: TenantLimits
+    limits: Limits
     metrics: Metrics
     outbound: TenantOutbound
     client_tokens: ClientTokenService
@@ -116,13 +118,16 @@ def build_tool_http_client(settings: Settings, policy: OutboundPolicy) -> httpx.
     )
 
 
-def build_secret_service(settings: Settings, repository: SecretRepository) -> SecretService:
+def build_secret_service(
+    settings: Settings, repository: SecretRepository, fence: Fence
+) -> SecretService:
     current, old = settings.secret_keys()
     return SecretService(
         secrets=repository,
         box=SecretBox(current, old),
         max_count=settings.max_secrets_per_tenant,
         max_bytes=settings.max_secret_bytes,
+        fence=fence,
     )
 
 
@@ -153,12 +158,27 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
     )
 
 
-def build_limits(settings: Settings) -> TenantLimits:
-    return TenantLimits(
+def build_limits(settings: Settings, database: Database, stack: AsyncExitStack) -> Limits:
+    """This process's limits; with shared limits they are the fallback while the database does
+    not answer."""
+    local = TenantLimits(
         chats=RateLimiter(settings.rate_limit_chat_per_minute, what="chats"),
         writes=RateLimiter(settings.rate_limit_writes_per_minute, what="writes"),
         concurrent_chats=ConcurrencyLimiter(settings.max_concurrent_chats_per_tenant),
     )
+    if not settings.shared_limits:
+        return local
+    shared = SharedLimits(
+        LimitRepository(database),
+        chats_per_minute=settings.rate_limit_chat_per_minute,
+        writes_per_minute=settings.rate_limit_writes_per_minute,
+        max_concurrent=settings.max_concurrent_chats_per_tenant,
+        lease_s=settings.chat_lease_s,
+        fallback=local,
+    )
+    shared.start()
+    stack.push_async_callback(shared.aclose)
+    return shared
 
 
 def build_invoker(
@@ -210,6 +230,7 @@ def build_mcp_service(
     outbound: TenantOutbound,
     box: SecretBox,
     operator: dict[str, McpServer],
+    fence: Fence,
     stack: AsyncExitStack,
 ) -> McpServerService:
     hub = McpHub(
@@ -227,6 +248,7 @@ def build_mcp_service(
         outbound=outbound,
         box=box,
         max_servers=settings.max_mcp_servers_per_tenant,
+        fence=fence,
     )
 
 
@@ -262,7 +284,7 @@ class _Runtime:
     outbound: TenantOutbound
     invoker: ToolInvoker
     recorder: RunRecorder
-    limits: TenantLimits
+    limits: Limits
     secrets: SecretService
     mcp: McpServerService
     metrics: Metrics
@@ -306,11 +328,11 @@ def build_runtime(
         stale_if_error_s=settings.cache_stale_if_error_s,
     )
     stack.push_async_callback(outbound.aclose)
-    secrets = build_secret_service(settings, stores.secrets)
-    mcp = build_mcp_service(settings, stores, outbound, secrets.box, operator, stack)
-    limits = build_limits(settings)
+    limits = build_limits(settings, stores.database, stack)
+    secrets = build_secret_service(settings, stores.secrets, limits.fence)
+    mcp = build_mcp_service(settings, stores, outbound, secrets.box, operator, limits.fence, stack)
     metrics.track(
-        active_chats=lambda: limits.concurrent_chats.total,
+        active_chats=lambda: limits.active_runs,
         mcp_sessions=lambda: mcp.hub.open_sessions,
     )
     recorder = RunRecorder(stores.runs)
@@ -341,6 +363,7 @@ async def build_services(
         max_count=settings.max_client_tokens_per_tenant,
         cache_ttl_s=settings.auth_cache_ttl_s,
         stale_if_error_s=settings.cache_stale_if_error_s,
+        fence=run.limits.fence,
     )
     stack.push_async_callback(client_tokens.aclose)
     tenants = build_tenant_service(settings, stores, seeder, run.outbound, client_tokens)
@@ -352,6 +375,7 @@ async def build_services(
         catalog=stores.catalog,
         max_tools=settings.max_tools_per_tenant,
         max_schema_bytes=settings.max_tool_schema_bytes,
+        fence=run.limits.fence,
     )
     return Services(
         settings=settings,

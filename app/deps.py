@@ -123,7 +123,7 @@ AdminDep = Depends(require_admin)
 
 async def limit_writes(tenant: TenantDep) -> None:
     """Per-tenant rate limit on writes (RATE_LIMIT_WRITES_PER_MINUTE): 429 with Retry-After."""
-    tenant.services.limits.writes.check(tenant.id)
+    await tenant.services.limits.check_write(tenant.id)
 
 
 WriteLimit = Depends(limit_writes)

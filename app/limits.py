@@ -1,7 +1,8 @@
-"""Per-tenant rate limits and concurrent-chat caps, held in this process.
+"""Per-tenant rate limits, concurrent-run caps and object-cap fences.
 
-With several replicas each keeps its own counts, so a tenant gets up to N times the rate and the
-concurrency (README, "Limits"); exact global limits need a shared store (Redis, MongoDB).
+`TenantLimits` holds them in this process: the in-memory store's, or `LIMITS=local` (with N
+replicas a tenant then gets up to N times the rates and the concurrency). `SharedLimits`
+(app/shared_limits.py) holds them in MongoDB, exact across replicas. Services see `Limits`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from app.errors import AppError
 
@@ -111,24 +114,69 @@ class ConcurrencyLimiter:
         return release
 
 
+Release = Callable[[], None]
+# fence(tenant_id, what): held while counting and inserting `what`, so a cap holds exactly.
+Fence = Callable[[str, str], AbstractAsyncContextManager[None]]
+
+
+class Limits(Protocol):
+    """What services ask of the limits, wherever they are counted."""
+
+    async def admit_run(self, tenant_id: str) -> Release:
+        """A chat or a tool invocation: one of the tenant's run tokens and one of its run slots
+        (429 otherwise); returns the slot's release function (idempotent)."""
+
+    async def check_write(self, tenant_id: str) -> None:
+        """One of the tenant's write tokens (429 otherwise)."""
+
+    @property
+    def fence(self) -> Fence:
+        """Held while counting and inserting `what` (tools, secrets...): a cap holds exactly."""
+
+    @property
+    def active_runs(self) -> int:
+        """Runs this process holds slots for."""
+
+
 class TenantLocks:
-    """One lock per tenant: a count-then-insert cap holds exactly within this process."""
+    """One lock per key: a count-then-insert cap holds exactly within this process."""
 
     def __init__(self) -> None:
-        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._locks: defaultdict[object, asyncio.Lock] = defaultdict(asyncio.Lock)
 
-    def __call__(self, tenant_id: str) -> asyncio.Lock:
-        return self._locks[tenant_id]
+    def __call__(self, key: object) -> asyncio.Lock:
+        return self._locks[key]
+
+
+def local_fence() -> Fence:
+    """A fence that holds within this process (the in-memory store, LIMITS=local)."""
+    locks = TenantLocks()
+
+    def fence(tenant_id: str, what: str) -> AbstractAsyncContextManager[None]:
+        return locks((what, tenant_id))
+
+    return fence
 
 
 @dataclass(frozen=True)
 class TenantLimits:
+    """The limits counted in this process."""
+
     chats: RateLimiter
     writes: RateLimiter
     concurrent_chats: ConcurrencyLimiter
+    fence: Fence = field(default_factory=local_fence)
 
-    def admit_run(self, tenant_id: str) -> Callable[[], None]:
-        """A chat or a tool invocation: one of the tenant's run tokens and one of its run slots
-        (429 otherwise); returns the slot's release function."""
+    def admit_run_now(self, tenant_id: str) -> Release:
         self.chats.check(tenant_id)
         return self.concurrent_chats.acquire(tenant_id)
+
+    async def admit_run(self, tenant_id: str) -> Release:
+        return self.admit_run_now(tenant_id)
+
+    async def check_write(self, tenant_id: str) -> None:
+        self.writes.check(tenant_id)
+
+    @property
+    def active_runs(self) -> int:
+        return self.concurrent_chats.total

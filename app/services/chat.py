@@ -15,7 +15,7 @@ from typing import Any
 from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
 from app.chat.model import ModelNotConfiguredError
 from app.errors import AppError, ForbiddenError, UnprocessableError, field_error, problem_body
-from app.limits import TenantLimits
+from app.limits import Limits
 from app.logs import hiding_forms
 from app.mcp.config import SEPARATOR, McpServer
 from app.mcp.hub import ChatSessions, mcp_server_tool
@@ -46,7 +46,7 @@ class ChatService:
         default_model: str,
         max_iterations_cap: int,
         recorder: RunRecorder,
-        limits: TenantLimits,
+        limits: Limits,
         keep_messages: bool = False,
         mcp: McpServerService | None = None,
         secrets: SecretService | None = None,
@@ -70,7 +70,7 @@ class ChatService:
     ) -> StartedChat:
         """Take a chat slot and prepare the chat: every 429/4xx/503 is raised here, before any
         run. The started chat holds the slot until it ends, however it ends."""
-        release = self._limits.admit_run(tenant_id)
+        release = await self._limits.admit_run(tenant_id)
         try:
             prepared = await self.prepare(request, tenant_id=tenant_id, token=token)
         except BaseException:

@@ -20,7 +20,7 @@ import orjson
 from app.cache import LoadingCache
 from app.crypto import SecretBox, UnsealError, associated_data, key_hash
 from app.errors import ConflictError, NotFoundError, ServiceUnavailableError
-from app.limits import TenantLocks
+from app.limits import Fence, local_fence
 from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Document, utc_now
 from app.schemas.client_tokens import ClientToken as ShownToken
@@ -73,12 +73,13 @@ class ClientTokenService:
         max_count: int,
         cache_ttl_s: float,
         stale_if_error_s: float = 0.0,
+        fence: Fence | None = None,
     ) -> None:
         self._tokens = tokens
         self._box = box
         self._key_secret = key_secret
         self._max_count = max_count
-        self._create_lock = TenantLocks()
+        self._fence = fence or local_fence()
         self._cache: LoadingCache[str, ClientToken | None] = LoadingCache(
             self._read,
             ttl_s=cache_ttl_s,
@@ -143,7 +144,7 @@ class ClientTokenService:
                 None if body.expires_in_s is None else now + timedelta(seconds=body.expires_in_s)
             ),
         }
-        async with self._create_lock(tenant_id):
+        async with self._fence(tenant_id, "client tokens"):  # the cap holds exactly
             if await self._tokens.count(tenant_id=tenant_id) >= self._max_count:
                 raise ConflictError(
                     f"the tenant already has {self._max_count} client tokens "

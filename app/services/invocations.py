@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from app.errors import NotFoundError, UnprocessableError
-from app.limits import TenantLimits
+from app.limits import Limits
 from app.logs import hiding_forms
 from app.mcp.config import SEPARATOR, McpServer
 from app.mcp.hub import ChatSessions, mcp_server_tool
@@ -38,7 +38,7 @@ class InvocationService:
         catalog: ToolCatalog,
         invoker: ToolInvoker,
         recorder: RunRecorder,
-        limits: TenantLimits,
+        limits: Limits,
         secrets: SecretService,
         mcp: McpServerService,
         outbound: TenantOutbound,
@@ -71,7 +71,7 @@ class InvocationService:
     ) -> dict[str, Any]:
         """One tool run, recorded as a run of `kind`; `allowed` turns other tools into 404s
         (the MCP endpoint: enabled tools, and a client token's selection)."""
-        release = self._limits.admit_run(tenant_id)
+        release = await self._limits.admit_run(tenant_id)
         sessions: ChatSessions | None = None
         try:
             tool, server = await self._resolve(tool_id, context, tenant_id=tenant_id)

@@ -16,7 +16,7 @@ from app.errors import (
     UnprocessableError,
     field_error,
 )
-from app.limits import TenantLocks
+from app.limits import Fence, local_fence
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub, mcp_server_tool, mcp_tool_document
 from app.outbound import url_problem
@@ -52,11 +52,12 @@ class McpServerService:
         outbound: TenantOutbound,
         box: SecretBox,
         max_servers: int = 20,
+        fence: Fence | None = None,
     ) -> None:
         self._servers = servers
         self._box = box
         self._max_servers = max_servers
-        self._create_lock = TenantLocks()
+        self._fence = fence or local_fence()
         self._operator = operator
         self._hub = hub
         self._outbound = outbound
@@ -86,7 +87,7 @@ class McpServerService:
             "context": {k: v.model_dump(exclude_none=True) for k, v in body.context.items()},
             "revision": uuid.uuid4().hex,
         }
-        async with self._create_lock(tenant_id):  # the cap holds exactly in this process
+        async with self._fence(tenant_id, "MCP servers"):  # the cap holds exactly
             if await self._servers.count(tenant_id=tenant_id) >= self._max_servers:
                 raise ConflictError(
                     f"the tenant already has {self._max_servers} MCP servers "

@@ -9,7 +9,7 @@ from typing import Any
 
 from app.crypto import SecretBox, UnsealError, associated_data
 from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
-from app.limits import TenantLocks
+from app.limits import Fence, local_fence
 from app.repositories.secrets import SecretRepository
 
 logger = logging.getLogger(__name__)
@@ -30,13 +30,19 @@ class ResealReport:
 
 class SecretService:
     def __init__(
-        self, *, secrets: SecretRepository, box: SecretBox, max_count: int, max_bytes: int
+        self,
+        *,
+        secrets: SecretRepository,
+        box: SecretBox,
+        max_count: int,
+        max_bytes: int,
+        fence: Fence | None = None,
     ) -> None:
         self._secrets = secrets
         self._box = box
         self._max_count = max_count
         self._max_bytes = max_bytes
-        self._write_lock = TenantLocks()
+        self._fence = fence or local_fence()
 
     @property
     def box(self) -> SecretBox:
@@ -53,7 +59,7 @@ class SecretService:
                 "The secret is not valid.", errors=[field_error("$.value", "contains NUL")]
             )
         sealed = self._box.seal(value, secret_aad(tenant_id, name))
-        async with self._write_lock(tenant_id):  # the cap holds exactly in this process
+        async with self._fence(tenant_id, "secrets"):  # the cap holds exactly
             if not await self._secrets.exists(name, tenant_id=tenant_id):
                 if await self._secrets.count(tenant_id=tenant_id) >= self._max_count:
                     raise ConflictError(

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 
 from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
-from app.limits import TenantLocks
+from app.limits import Fence, local_fence
 from app.repositories.tools import ToolRepository
 from app.schemas.tools import Tool, ToolCreate, ToolFields, ToolUpdate
 from app.services.catalog import CatalogEntry, ToolCatalog, shown_tool
@@ -39,6 +39,7 @@ class ToolService:
         catalog: ToolCatalog,
         max_tools: int = 500,
         max_schema_bytes: int = 32_768,
+        fence: Fence | None = None,
     ) -> None:
         self._tools = tools
         self._registry = registry
@@ -46,7 +47,7 @@ class ToolService:
         self._catalog = catalog
         self._max_tools = max_tools
         self._max_schema_bytes = max_schema_bytes
-        self._create_lock = TenantLocks()  # the cap on tools holds exactly in this process
+        self._fence = fence or local_fence()
 
     async def check(self, tool: ToolFields, *, tenant_id: str) -> None:
         """Raise a 422 listing every rule `tool` breaks, each with its JSON path."""
@@ -104,7 +105,7 @@ class ToolService:
                 ],
             )
         await self.check(tool, tenant_id=tenant_id)
-        async with self._create_lock(tenant_id):
+        async with self._fence(tenant_id, "tools"):  # the cap holds exactly
             if await self._tools.count(tenant_id=tenant_id) >= self._max_tools:
                 raise ConflictError(
                     f"the tenant already has {self._max_tools} tools (MAX_TOOLS_PER_TENANT); "
@@ -131,7 +132,7 @@ class ToolService:
 
     async def create_all(self, tools: list[ToolCreate], *, tenant_id: str) -> list[Tool]:
         """Store checked tools together: all of them, or (on a failure, a cap) none."""
-        async with self._create_lock(tenant_id):
+        async with self._fence(tenant_id, "tools"):  # the cap holds exactly
             count = await self._tools.count(tenant_id=tenant_id)
             if count + len(tools) > self._max_tools:
                 raise ConflictError(

@@ -1,0 +1,183 @@
+"""Shared limits: one document per tenant and limit in the `limits` collection, changed only by
+single atomic updates, so every replica on the database counts against the same numbers.
+
+A limit document (`_id` like `chats:acme`):
+- `t`: the bucket's theoretical arrival time in ms (GCRA, the token-bucket algorithm in one
+  number): the bucket is full when `t <= now`; a grant of g tokens moves it g intervals on;
+  tokens available now are `floor((now + burst - t) / interval)`.
+- `l`: the concurrent-run leases, one entry per replica: `{r: replica, n: held, e: expiry}`. A
+  replica renews its entry while it holds runs; an entry past its expiry (a crashed replica)
+  counts for nothing and is dropped by the next update.
+- `x`: when the document may go (a TTL index): past it the bucket is full and no lease is live,
+  which is what a missing document means.
+
+A fence document (`_id` like `fence:tools:acme`) is a short lease on one tenant's object cap:
+whoever holds it may count and insert (`h`: the holder, `e`: its expiry in ms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pymongo import ASCENDING, ReturnDocument
+from pymongo.errors import DuplicateKeyError, OperationFailure
+
+from app.repositories.database import Database, Document
+
+UPSERT_TRIES = 3
+KEEP_MS = 60_000  # how long an idle document stays past the point where it means nothing
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A token bucket: `burst` tokens, one back every `interval_ms`; interval 0: no rate limit."""
+
+    interval_ms: float
+    burst: int
+
+    @classmethod
+    def per_minute(cls, rate: int) -> Bucket:
+        return cls(60_000 / rate if rate > 0 else 0.0, rate)
+
+    @property
+    def tolerance_ms(self) -> float:
+        return self.interval_ms * self.burst
+
+
+@dataclass(frozen=True)
+class Grant:
+    granted: int
+    tat_ms: float  # the bucket after the update
+
+    def tokens_left(self, bucket: Bucket, now_ms: float) -> float:
+        if bucket.interval_ms <= 0:
+            return float("inf")
+        return (now_ms + bucket.tolerance_ms - self.tat_ms) / bucket.interval_ms
+
+
+def _live_others(replica: str, now_ms: float) -> dict[str, Any]:
+    """The lease entries of other replicas that have not expired."""
+    return {
+        "$filter": {
+            "input": {"$ifNull": ["$l", []]},
+            "cond": {"$and": [{"$ne": ["$$this.r", replica]}, {"$gt": ["$$this.e", now_ms]}]},
+        }
+    }
+
+
+def _own(replica: str, held: Any, expires_ms: float) -> dict[str, Any]:
+    """This replica's entry as a one-element list, or an empty list when it holds nothing."""
+    entry = {"r": replica, "n": held, "e": expires_ms}
+    return {"$cond": [{"$gt": [held, 0]}, [entry], []]}
+
+
+class LimitRepository:
+    def __init__(self, database: Database) -> None:
+        self._collection: Any = database.collection("limits")
+
+    async def ensure_indexes(self) -> None:
+        await self._collection.create_index([("x", ASCENDING)], expireAfterSeconds=0)
+
+    async def admit(
+        self,
+        key: str,
+        *,
+        want: int,
+        bucket: Bucket,
+        cap: int,
+        replica: str,
+        held: int,
+        now_ms: float,
+        lease_ms: float,
+    ) -> Grant:
+        """Grant up to `want` runs in one atomic update: limited by the bucket's tokens and by
+        `cap` minus every live lease (this replica's counted as `held`, which also writes its
+        releases since the last update); cap 0 means no cap."""
+        limits: list[Any] = [want]
+        if bucket.interval_ms > 0:
+            available = {"$subtract": [now_ms + bucket.tolerance_ms, "$t"]}
+            limits.append({"$floor": {"$divide": [available, bucket.interval_ms]}})
+        if cap > 0:
+            others = {"$sum": {"$map": {"input": "$l", "in": "$$this.n"}}}
+            limits.append({"$subtract": [cap - held, others]})
+        pipeline = [
+            {
+                "$set": {
+                    "t": {"$max": [{"$ifNull": ["$t", now_ms]}, now_ms]},
+                    "l": _live_others(replica, now_ms),
+                }
+            },
+            {"$set": {"g": {"$max": [0, {"$min": limits}]}}},
+            {
+                "$set": {
+                    "t": {"$add": ["$t", {"$multiply": ["$g", bucket.interval_ms]}]},
+                    "l": {
+                        "$concatArrays": [
+                            "$l",
+                            _own(replica, {"$add": [held, "$g"]}, now_ms + lease_ms),
+                        ]
+                    },
+                    "x": _expiry(now_ms + bucket.tolerance_ms + lease_ms),
+                }
+            },
+        ]
+        doc = await self._upsert(key, pipeline)
+        return Grant(granted=int(doc["g"]), tat_ms=float(doc["t"]))
+
+    async def _upsert(self, key: str, pipeline: list[Document]) -> Document:
+        """The update, retried when two replicas created the document at once (one insert wins;
+        the other sees a duplicate key, or on some servers no document): then it exists."""
+        for _ in range(UPSERT_TRIES):
+            try:
+                doc: Document | None = await self._collection.find_one_and_update(
+                    {"_id": key},
+                    pipeline,
+                    upsert=True,
+                    projection={"g": 1, "t": 1},
+                    return_document=ReturnDocument.AFTER,
+                )
+            except DuplicateKeyError:
+                continue
+            if doc is not None:
+                return doc
+        raise OperationFailure(f"the limit document {key!r} could not be created or updated")
+
+    async def sync_lease(
+        self, key: str, *, replica: str, held: int, now_ms: float, lease_ms: float
+    ) -> None:
+        """Write this replica's count of runs held and renew its lease (drop it at 0)."""
+        pipeline = [
+            {
+                "$set": {
+                    "l": {
+                        "$concatArrays": [
+                            _live_others(replica, now_ms),
+                            _own(replica, held, now_ms + lease_ms),
+                        ]
+                    },
+                    "x": {"$max": [{"$ifNull": ["$x", None]}, _expiry(now_ms + lease_ms)]},
+                }
+            }
+        ]
+        await self._collection.update_one({"_id": key}, pipeline, upsert=True)
+
+    async def take_fence(self, key: str, *, holder: str, now_ms: float, ttl_ms: float) -> bool:
+        """Hold the fence unless someone else holds it and has not expired."""
+        try:
+            await self._collection.update_one(
+                {"_id": key, "e": {"$lt": now_ms}},
+                {"$set": {"h": holder, "e": now_ms + ttl_ms, "x": _expiry(now_ms + ttl_ms)}},
+                upsert=True,
+            )
+        except DuplicateKeyError:  # the document exists and its holder's time has not run out
+            return False
+        return True
+
+    async def release_fence(self, key: str, *, holder: str) -> None:
+        await self._collection.delete_one({"_id": key, "h": holder})
+
+
+def _expiry(until_ms: float) -> datetime:
+    return datetime.fromtimestamp(until_ms / 1000, UTC) + timedelta(milliseconds=KEEP_MS)
