@@ -34,6 +34,7 @@ from app.repositories.secrets import SecretRepository
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
 from app.services.catalog import ToolCatalog
+from app.services.changes import ChangeFeed, Publish, unpublished
 from app.services.chat import ChatService
 from app.services.client_tokens import ClientTokenService
 from app.services.health import HealthService
@@ -90,6 +91,11 @@ class _Stores:
     secrets: SecretRepository
     runs: RunStore
     catalog: ToolCatalog
+    changes: ChangeFeed | None  # None for the in-memory store: one process, nothing to tell
+
+    @property
+    def publish(self) -> Publish:
+        return self.changes.publish if self.changes is not None else unpublished
 
 
 def build_model_client(settings: Settings) -> ModelClient | None:
@@ -155,6 +161,11 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
         secrets=SecretRepository(database),
         runs=runs,
         catalog=catalog,
+        changes=(
+            None
+            if database.in_memory
+            else ChangeFeed(database, interval_s=settings.cache_sync_interval_s)
+        ),
     )
 
 
@@ -273,6 +284,7 @@ def build_tenant_service(
         stale_if_error_s=settings.cache_stale_if_error_s,
         outbound=outbound,
         client_tokens=client_tokens,
+        publish=stores.publish,
     )
 
 
@@ -326,6 +338,7 @@ def build_runtime(
         client_for=lambda tenant_policy: build_tool_http_client(settings, tenant_policy),
         ttl_s=settings.auth_cache_ttl_s,
         stale_if_error_s=settings.cache_stale_if_error_s,
+        publish=stores.publish,
     )
     stack.push_async_callback(outbound.aclose)
     limits = build_limits(settings, stores.database, stack)
@@ -364,6 +377,7 @@ async def build_services(
         cache_ttl_s=settings.auth_cache_ttl_s,
         stale_if_error_s=settings.cache_stale_if_error_s,
         fence=run.limits.fence,
+        publish=stores.publish,
     )
     stack.push_async_callback(client_tokens.aclose)
     tenants = build_tenant_service(settings, stores, seeder, run.outbound, client_tokens)
@@ -376,7 +390,12 @@ async def build_services(
         max_tools=settings.max_tools_per_tenant,
         max_schema_bytes=settings.max_tool_schema_bytes,
         fence=run.limits.fence,
+        publish=stores.publish,
     )
+    if stores.changes is not None:  # other replicas' changes: forget what is cached here
+        stores.changes.listen(tenants.forget_tenant)
+        stores.changes.start()
+        stack.push_async_callback(stores.changes.aclose)
     return Services(
         settings=settings,
         database=stores.database,

@@ -102,7 +102,7 @@ class LimitRepository:
         if cap > 0:
             others = {"$sum": {"$map": {"input": "$l", "in": "$$this.n"}}}
             limits.append({"$subtract": [cap - held, others]})
-        pipeline = [
+        pipeline: list[Document] = [
             {
                 "$set": {
                     "t": {"$max": [{"$ifNull": ["$t", now_ms]}, now_ms]},

@@ -25,6 +25,7 @@ from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Document, utc_now
 from app.schemas.client_tokens import ClientToken as ShownToken
 from app.schemas.client_tokens import ClientTokenCreate, ClientTokenCreated
+from app.services.changes import Publish, unpublished
 from app.services.secrets import ResealReport, reseal_each
 from app.tools.typed import TypedTool
 
@@ -74,12 +75,14 @@ class ClientTokenService:
         cache_ttl_s: float,
         stale_if_error_s: float = 0.0,
         fence: Fence | None = None,
+        publish: Publish = unpublished,
     ) -> None:
         self._tokens = tokens
         self._box = box
         self._key_secret = key_secret
         self._max_count = max_count
         self._fence = fence or local_fence()
+        self._publish = publish
         self._cache: LoadingCache[str, ClientToken | None] = LoadingCache(
             self._read,
             ttl_s=cache_ttl_s,
@@ -161,9 +164,14 @@ class ClientTokenService:
         if key_hash is None:
             raise NotFoundError(f"client token '{token_id}' does not exist")
         self._cache.invalidate(key_hash)
+        await self._publish(tenant_id)
 
     async def drop_all(self, *, tenant_id: str) -> None:
         await self._tokens.drop_all(tenant_id=tenant_id)
+        self.forget_tenant(tenant_id)
+
+    def forget_tenant(self, tenant_id: str) -> None:
+        """Forget the tenant's cached tokens (a change published elsewhere)."""
         self._cache.invalidate_values(
             lambda token: token is not None and token.tenant_id == tenant_id
         )

@@ -18,6 +18,7 @@ import httpx
 from app.cache import LoadingCache
 from app.errors import NotFoundError, UnprocessableError, field_error
 from app.repositories.tenants import TenantRepository
+from app.services.changes import Publish, unpublished
 from app.tools.netguard import OutboundPolicy, allow_entry_problem
 
 MAX_CACHED_TENANTS = 100_000
@@ -36,8 +37,10 @@ class TenantOutbound:
         client_for: Callable[[OutboundPolicy], httpx.AsyncClient],
         ttl_s: float,
         stale_if_error_s: float = 0.0,
+        publish: Publish = unpublished,
     ) -> None:
         self._tenants = tenants
+        self._publish = publish
         self.base = base
         self.client_for = client_for  # a new client under a policy (the caller closes it)
         self._lists: LoadingCache[str, Allow] = LoadingCache(
@@ -101,7 +104,7 @@ class TenantOutbound:
 
     async def set_allow_list(self, tenant_id: str, allow: list[str]) -> list[str]:
         """Replace the tenant's list; 422 naming every malformed entry. Applies at once here
-        and within AUTH_CACHE_TTL_S on other replicas."""
+        and within CACHE_SYNC_INTERVAL_S on other replicas (docs/replicas.md)."""
         errors = [
             field_error(f"$.allow[{index}]", problem)
             for index, entry in enumerate(allow)
@@ -113,10 +116,11 @@ class TenantOutbound:
         if not await self._tenants.set_outbound_allow(entries, tenant_id=tenant_id):
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")
         self._lists.invalidate(tenant_id)
+        await self._publish(tenant_id)
         return entries
 
     def forget(self, tenant_id: str) -> None:
-        """The tenant was deleted."""
+        """The tenant was deleted, or changed on another replica."""
         self._lists.invalidate(tenant_id)
 
     async def aclose(self) -> None:

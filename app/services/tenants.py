@@ -16,6 +16,7 @@ from app.repositories.secrets import SecretRepository
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
 from app.services.catalog import ToolCatalog
+from app.services.changes import Publish, unpublished
 from app.services.client_tokens import ClientTokenService
 from app.services.outbound import TenantOutbound
 from app.services.seeding import Seeder
@@ -46,8 +47,10 @@ class TenantService:
         stale_if_error_s: float = 0.0,
         outbound: TenantOutbound | None = None,
         client_tokens: ClientTokenService | None = None,
+        publish: Publish = unpublished,
     ) -> None:
         self._outbound = outbound
+        self._publish = publish
         self._client_tokens = client_tokens
         self._tenants = tenants
         self._tools = tools
@@ -86,6 +89,13 @@ class TenantService:
     def _forget_keys_of(self, tenant_id: str) -> None:
         self._auth_cache.invalidate_values(lambda cached: cached == tenant_id)
 
+    def forget_tenant(self, tenant_id: str) -> None:
+        """Forget everything cached for the tenant here (it changed on another replica)."""
+        self._forget_keys_of(tenant_id)
+        self._forget_cached(tenant_id)
+        if self._client_tokens is not None:
+            self._client_tokens.forget_tenant(tenant_id)
+
     async def aclose(self) -> None:
         await self._auth_cache.aclose()
 
@@ -97,6 +107,7 @@ class TenantService:
         await self._drop_data(tenant_id)
         await self._seeder.prepare_tenant(tenant_id)
         self._forget_cached(tenant_id)
+        await self._publish(tenant_id)
         return tenant, api_key
 
     async def page(self, *, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
@@ -110,6 +121,7 @@ class TenantService:
             tenant_id=tenant_id, key_hash=self._hash(api_key)
         ):
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")
+        await self._publish(tenant_id)
         return api_key
 
     async def delete(self, *, tenant_id: str) -> None:
@@ -122,6 +134,7 @@ class TenantService:
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")
         await self._drop_data(tenant_id)
         self._forget_cached(tenant_id)
+        await self._publish(tenant_id)
 
     def _forget_cached(self, tenant_id: str) -> None:
         self._catalog.invalidate(tenant_id)

@@ -11,6 +11,7 @@ from app.limits import Fence, local_fence
 from app.repositories.tools import ToolRepository
 from app.schemas.tools import Tool, ToolCreate, ToolFields, ToolUpdate
 from app.services.catalog import CatalogEntry, ToolCatalog, shown_tool
+from app.services.changes import Publish, unpublished
 from app.services.outbound import TenantOutbound
 from app.tools.netguard import OutboundPolicy
 from app.tools.providers import Provider
@@ -40,6 +41,7 @@ class ToolService:
         max_tools: int = 500,
         max_schema_bytes: int = 32_768,
         fence: Fence | None = None,
+        publish: Publish = unpublished,
     ) -> None:
         self._tools = tools
         self._registry = registry
@@ -48,6 +50,7 @@ class ToolService:
         self._max_tools = max_tools
         self._max_schema_bytes = max_schema_bytes
         self._fence = fence or local_fence()
+        self._publish = publish
 
     async def check(self, tool: ToolFields, *, tenant_id: str) -> None:
         """Raise a 422 listing every rule `tool` breaks, each with its JSON path."""
@@ -115,6 +118,7 @@ class ToolService:
                 doc = await self._tools.insert(_document(tool), tenant_id=tenant_id)
             finally:
                 self._catalog.invalidate(tenant_id)
+                await self._publish(tenant_id)
         return _shown(doc)
 
     async def taken(self, *, tenant_id: str) -> tuple[set[str], set[str]]:
@@ -151,6 +155,7 @@ class ToolService:
                 raise
             finally:
                 self._catalog.invalidate(tenant_id)
+                await self._publish(tenant_id)
         return stored
 
     async def entry(self, tool_id: str, *, tenant_id: str) -> CatalogEntry:
@@ -229,6 +234,7 @@ class ToolService:
             doc = await self._tools.replace(tool_id, _document(tool), tenant_id=tenant_id)
         finally:
             self._catalog.invalidate(tenant_id)
+            await self._publish(tenant_id)
         if doc is None:
             raise NotFoundError(f"tool '{tool_id}' does not exist")
         return _shown(doc)
@@ -236,6 +242,7 @@ class ToolService:
     async def delete(self, tool_id: str, *, tenant_id: str) -> None:
         deleted = await self._tools.delete(tool_id, tenant_id=tenant_id)
         self._catalog.invalidate(tenant_id)
+        await self._publish(tenant_id)
         if not deleted:
             raise NotFoundError(f"tool '{tool_id}' does not exist")
 

@@ -1,8 +1,11 @@
-"""Two replicas on one database: caches are fresh at once locally, within their TTL elsewhere."""
+"""Two replicas on one database: caches are fresh at once locally; elsewhere within the sync
+interval (the change stamps), or within their TTL with the sync off."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Awaitable, Callable
 
 from tests.conftest import (
     ADMIN,
@@ -18,10 +21,15 @@ from tests.support.secantus import SecantusServer
 TTL_S = 0.5
 
 
-async def test_rotation_and_tool_edits_reach_the_other_replica_within_the_ttl(
+async def test_without_the_sync_changes_reach_the_other_replica_within_the_ttl(
     secantus_server: SecantusServer,
 ) -> None:
-    settings = make_settings(secantus_server.url, auth_cache_ttl_s=TTL_S, tool_cache_ttl_s=TTL_S)
+    settings = make_settings(
+        secantus_server.url,
+        auth_cache_ttl_s=TTL_S,
+        tool_cache_ttl_s=TTL_S,
+        cache_sync_interval_s=0,
+    )
     async with (
         running_app(settings, functions.registry) as app_a,
         running_app(settings, functions.registry) as app_b,
@@ -45,3 +53,77 @@ async def test_rotation_and_tool_edits_reach_the_other_replica_within_the_ttl(
         await asyncio.sleep(TTL_S + 0.1)
         assert (await b.get("/tools/ids", headers=acme.headers)).status_code == 401
         assert (await b.get("/tools/weather-api", headers=new)).status_code == 200
+
+
+SYNC_S = 0.3
+LONG_TTL_S = 60.0
+
+
+async def seen_within(check: Callable[[], Awaitable[bool]], bound_s: float) -> float:
+    """Seconds until `check` holds; fails past `bound_s`."""
+    started = time.monotonic()
+    while not await check():
+        assert time.monotonic() - started < bound_s, f"not seen within {bound_s} s"
+        await asyncio.sleep(0.02)
+    return time.monotonic() - started
+
+
+async def test_with_the_sync_changes_reach_the_other_replica_within_the_interval(
+    secantus_server: SecantusServer,
+) -> None:
+    """TTLs of a minute: only the change stamps can make B see A's writes this fast."""
+    settings = make_settings(
+        secantus_server.url,
+        auth_cache_ttl_s=LONG_TTL_S,
+        tool_cache_ttl_s=LONG_TTL_S,
+        cache_sync_interval_s=SYNC_S,
+    )
+    bound = SYNC_S + 1.0  # one interval, plus the poll and this machine's noise
+    async with (
+        running_app(settings, functions.registry) as app_a,
+        running_app(settings, functions.registry) as app_b,
+        http_client(app_a) as a,
+        http_client(app_b) as b,
+    ):
+        acme = await create_tenant(a, "acme")
+        token = (
+            await a.post("/client-tokens", json={"name": "alice"}, headers=acme.headers)
+        ).json()
+        bearer = {"Authorization": f"Bearer {token['token']}"}
+
+        async def b_status(path: str, headers: dict[str, str]) -> int:
+            return (await b.get(path, headers=headers)).status_code
+
+        # B caches the key, the tools, the token.
+        async def b_lists_the_tool() -> bool:
+            listed = (await b.get("/tools/ids", headers=acme.headers)).json()
+            return "weather-api" in {tool["tool_id"] for tool in listed}
+
+        assert not await b_lists_the_tool()
+        listed = await b.post("/mcp", json=LIST, headers=bearer)
+        assert listed.status_code == 200
+
+        created = await a.post("/tools/create", json=external_tool(), headers=acme.headers)
+        assert created.status_code == 201
+
+        await seen_within(b_lists_the_tool, bound)
+
+        revoked = await a.delete(f"/client-tokens/{token['token_id']}", headers=acme.headers)
+        assert revoked.status_code == 204
+
+        async def token_refused() -> bool:
+            return (await b.post("/mcp", json=LIST, headers=bearer)).status_code == 401
+
+        await seen_within(token_refused, bound)
+
+        rotated = await a.post("/tenants/acme/keys", headers=ADMIN)
+        new = {"Authorization": f"Bearer {rotated.json()['api_key']}"}
+
+        async def old_key_refused() -> bool:
+            return await b_status("/tools/ids", acme.headers) == 401
+
+        await seen_within(old_key_refused, bound)
+        assert await b_status("/tools/ids", new) == 200
+
+
+LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}

@@ -1,0 +1,155 @@
+"""Cache coherence across replicas: per-tenant change stamps in MongoDB, polled by every replica.
+
+A write that changes what replicas cache for a tenant (its tools, keys, client tokens, outbound
+allow list, the tenant itself) bumps the tenant's stamp in the `changes` collection: a version
+and the database server's time. Every replica reads the stamps changed since its last read once
+per CACHE_SYNC_INTERVAL_S, in one query whatever the number of tenants, and forgets what it
+caches for each tenant whose stamp moved. So a change made on one replica is seen on every other
+within about the interval, and requests never wait for the database.
+
+Change streams would push the same signal, but need a replica set (a standalone server refuses
+them) and hold a cursor per replica; the poll works on every deployment, is one indexed query a
+second, and the TTLs stay the bound when it cannot run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pymongo import ASCENDING, DESCENDING
+from pymongo.errors import PyMongoError
+
+from app.repositories.database import Database
+
+logger = logging.getLogger(__name__)
+
+# A stamp written just before a read may become visible just after it: every read looks this far
+# back past the newest stamp seen (versions already seen are not signalled twice).
+OVERLAP = timedelta(seconds=5)
+KEEP_STAMPS_S = 86_400  # a stamp untouched for a day is deleted (TTL index)
+PUBLISH_RETRIES_S = (0.2, 1.0, 3.0)
+WARN_EVERY_S = 10.0
+
+# publish(tenant_id): tell the other replicas that what they cache for the tenant changed.
+Publish = Callable[[str], Awaitable[None]]
+
+
+async def unpublished(tenant_id: str) -> None:
+    """The in-memory store's publish: there are no other replicas."""
+
+
+class ChangeFeed:
+    def __init__(self, database: Database, *, interval_s: float) -> None:
+        self._collection: Any = database.collection("changes")
+        self._interval_s = interval_s
+        self._listeners: list[Callable[[str], None]] = []
+        self._seen: dict[str, tuple[int, datetime]] = {}  # tenant -> (version, stamped at)
+        self._newest: datetime | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._retries: set[asyncio.Task[None]] = set()
+        self._warned_at = -WARN_EVERY_S
+        self.polls = 0  # successful reads (tests, metrics)
+
+    def listen(self, forget: Callable[[str], None]) -> None:
+        """Call `forget(tenant_id)` for each tenant another replica changed."""
+        self._listeners.append(forget)
+
+    def start(self) -> None:
+        if self._interval_s > 0:
+            self._task = asyncio.create_task(self._poll_forever(), name="changes: poll")
+
+    async def aclose(self) -> None:
+        tasks = [*self._retries, *([self._task] if self._task else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def publish(self, tenant_id: str) -> None:
+        """Tell the other replicas (call after the write). If the database does not take the
+        stamp now, it is retried in the background; meanwhile the TTLs bound the staleness."""
+        try:
+            await self._stamp(tenant_id)
+        except PyMongoError as exc:
+            self._warn("could not publish a change", exc)
+            task = asyncio.create_task(self._retry(tenant_id), name="changes: publish")
+            self._retries.add(task)
+            task.add_done_callback(self._retries.discard)
+
+    async def _stamp(self, tenant_id: str) -> None:
+        await self._collection.update_one(
+            {"_id": tenant_id},
+            {"$inc": {"v": 1}, "$currentDate": {"at": True}},
+            upsert=True,
+        )
+
+    async def _retry(self, tenant_id: str) -> None:
+        for delay in PUBLISH_RETRIES_S:
+            await asyncio.sleep(delay)
+            try:
+                await self._stamp(tenant_id)
+                return
+            except PyMongoError:
+                continue
+        logger.warning(
+            "changes: a change of tenant %s was not published; other replicas see it within "
+            "their cache TTL",
+            tenant_id,
+        )
+
+    async def _poll_forever(self) -> None:
+        try:
+            await self._collection.create_index(
+                [("at", ASCENDING)], expireAfterSeconds=KEEP_STAMPS_S
+            )
+        except PyMongoError as exc:
+            self._warn("could not create the index", exc)
+        while True:
+            started = time.monotonic()
+            try:
+                await self.poll()
+            except PyMongoError as exc:
+                self._warn("could not read the change stamps", exc)
+            await asyncio.sleep(max(0.0, self._interval_s - (time.monotonic() - started)))
+
+    async def poll(self) -> list[str]:
+        """One read of the stamps; forgets, and returns, the tenants that changed since the last.
+        The first read only learns where the stamps stand (nothing is cached before it)."""
+        first = self._newest is None
+        if first:
+            newest = await self._collection.find_one({}, {"at": 1}, sort=[("at", DESCENDING)])
+            self._newest = newest["at"] if newest else datetime(1970, 1, 1, tzinfo=UTC)
+        assert self._newest is not None
+        since = self._newest - OVERLAP
+        changed = []
+        async for doc in self._collection.find({"at": {"$gte": since}}):
+            tenant_id, version, at = str(doc["_id"]), int(doc["v"]), doc["at"]
+            known = self._seen.get(tenant_id)
+            if known is None or known[0] != version:
+                self._seen[tenant_id] = (version, at)
+                if not first:
+                    changed.append(tenant_id)
+            self._newest = max(self._newest, at)
+        cutoff = self._newest - OVERLAP
+        for tenant_id in [t for t, (_, at) in self._seen.items() if at < cutoff]:
+            del self._seen[tenant_id]
+        for tenant_id in changed:
+            for forget in self._listeners:
+                forget(tenant_id)
+        self.polls += 1
+        return changed
+
+    def _warn(self, what: str, exc: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._warned_at >= WARN_EVERY_S:
+            self._warned_at = now
+            logger.warning(
+                "changes: %s (%s); other replicas' changes are seen within the cache TTLs "
+                "meanwhile",
+                what,
+                type(exc).__name__,
+            )

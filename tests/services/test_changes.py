@@ -1,0 +1,35 @@
+"""The change stamps on a real MongoDB-wire server: each change is signalled once, to readers."""
+
+from __future__ import annotations
+
+from app.repositories.database import Database
+from app.services.changes import ChangeFeed
+from tests.conftest import make_settings
+from tests.support.secantus import SecantusServer
+
+
+async def test_each_change_is_signalled_once_and_the_first_read_only_learns(
+    secantus_server: SecantusServer,
+) -> None:
+    settings = make_settings(secantus_server.url)
+    writer_db, reader_db = Database.from_settings(settings), Database.from_settings(settings)
+    writer = ChangeFeed(writer_db, interval_s=0)
+    reader = ChangeFeed(reader_db, interval_s=0)
+    forgotten: list[str] = []
+    reader.listen(forgotten.append)
+    try:
+        await writer.publish("acme")  # before the reader started: nothing of it is cached
+        assert await reader.poll() == []
+        assert await reader.poll() == []
+
+        await writer.publish("acme")
+        await writer.publish("globex")
+        await writer.publish("globex")  # two changes between reads: one signal
+        assert sorted(await reader.poll()) == ["acme", "globex"]
+        assert await reader.poll() == []  # within the overlap window, seen versions are quiet
+        await writer.publish("acme")
+        assert await reader.poll() == ["acme"]
+        assert sorted(forgotten) == ["acme", "acme", "globex"]
+    finally:
+        await writer_db.close()
+        await reader_db.close()
