@@ -1,4 +1,4 @@
-"""Shared limits on a real MongoDB-wire server: two SharedLimits on one database are two replicas."""
+"""Shared limits on a real MongoDB-wire server: two SharedLimits on one database, two replicas."""
 
 from __future__ import annotations
 
