@@ -51,6 +51,9 @@ class Cluster:
     def url(self, index: int, path: str) -> str:
         return self.replicas[index % len(self.replicas)].url + path
 
+    async def status(self, index: int, path: str, headers: dict[str, str]) -> int:
+        return (await self.http.get(self.url(index, path), headers=headers)).status_code
+
     async def new_tenant(self, tenant_id: str) -> dict[str, str]:
         created = await self.http.post(
             self.url(0, "/tenants"), json={"tenant_id": tenant_id}, headers=ADMIN
@@ -237,10 +240,7 @@ async def test_a_rotated_key_stops_working_on_every_replica_within_the_sync_boun
     new = {"Authorization": f"Bearer {rotated.json()['api_key']}"}
 
     async def refused_everywhere() -> bool:
-        codes = [
-            (await cluster.http.get(cluster.url(n, "/tools/ids"), headers=old)).status_code
-            for n in range(len(cluster.replicas))
-        ]
+        codes = [await cluster.status(n, "/tools/ids", old) for n in range(len(cluster.replicas))]
         return codes == [401] * len(cluster.replicas)
 
     took = await until(refused_everywhere, SYNC_S + 1.5)
