@@ -8,10 +8,18 @@
 - **Object caps** are fenced: a create counts and inserts while holding a short per-tenant lease
   document, so creates racing on different replicas cannot overrun the cap.
 
-Cost, kept off the hot path where it can be: the admissions waiting for one tenant in this
-process go to the database together (one update grants several; the first come get them), and
-releases are written with the next update of that tenant (an admission, or a sync started by the
-release), so a busy process makes far fewer than one round trip per run.
+What it costs, and how that is kept down (docs/replicas.md, "Shared limits"):
+- The admissions waiting for one tenant in this process go to the database together: one update
+  grants several, first come first served.
+- A tenant whose limits are far above what it uses (at least 100 a minute and 100 at once)
+  gets spares: an update sets aside up to SPARE_MAX tokens and slots for this replica, while at
+  least HEADROOM times that many stay free for the others, and the next admissions take them
+  without a round trip. A finished run's slot goes back to the spares. Spares not used within
+  SPARE_IDLE_S go back to the database. Near a limit nothing is set aside and every admission is
+  one exact update: the limits are never exceeded; at worst a replica refuses while another
+  still holds a few spares (for at most SPARE_IDLE_S after that one's last run).
+- Releases with no spares (limits of less than 100) are written by the next update of that
+  tenant, or by an update the release starts.
 
 When the database cannot be reached, the check falls back to this process's own limits (and
 says so in the log): the service keeps serving with per-replica limits rather than refusing
@@ -26,6 +34,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 
 from pymongo.errors import PyMongoError
 
@@ -38,10 +47,32 @@ logger = logging.getLogger(__name__)
 FENCE_TTL_MS = 15_000.0  # a holder that dies frees the fence after this
 FENCE_WAIT_S = 10.0  # a create waits at most this long for another replica's create
 WARN_EVERY_S = 10.0
+SPARE_MAX = 32  # tokens and slots one update may set aside for this replica
+SPARE_PER = 100  # ... one for each this many of the limit (none below it)
+HEADROOM = 4  # ... while this many times as many stay free for the other replicas
+SPARE_IDLE_S = 0.5  # spares unused this long go back
 
 
 def _now_ms() -> float:
     return time.time() * 1000
+
+
+@dataclass
+class _Tenant:
+    """One tenant's runs in this process. The database counts `held + spare_slots` for it."""
+
+    held: int = 0  # runs in progress
+    spare_slots: int = 0
+    spare_tokens: int = 0
+    waiting: list[asyncio.Future[Release]] = field(default_factory=list)
+    worker: asyncio.Task[None] | None = None
+    sync: bool = False  # write the lease (renew it, give spares back)
+    last_used: float = 0.0
+    idle_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.held or self.spare_slots or self.spare_tokens or self.waiting)
 
 
 class SharedLimits:
@@ -62,65 +93,104 @@ class SharedLimits:
         self._lease_ms = lease_s * 1000
         self._fallback = fallback
         self.replica = uuid.uuid4().hex[:16]  # a new one each start: a dead process's lease
-        self._held: dict[str, int] = {}  # tenant -> runs this process holds shared slots for
-        self._synced: dict[str, int] = {}  # tenant -> the count last written
-        self._waiting: dict[str, list[asyncio.Future[Release]]] = {}
-        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._spare = min(
+            SPARE_MAX,
+            chats_per_minute // SPARE_PER if chats_per_minute else SPARE_MAX,
+            max_concurrent // SPARE_PER if max_concurrent else SPARE_MAX,
+        )
+        self._tenants: dict[str, _Tenant] = {}
         self._locks = TenantLocks()
         self._renewer: asyncio.Task[None] | None = None
         self._warned_at = -WARN_EVERY_S
+        self.round_trips = 0  # admission and lease updates (tests, the benchmark)
 
     @property
     def active_runs(self) -> int:
-        return sum(self._held.values()) + self._fallback.active_runs
+        return sum(t.held for t in self._tenants.values()) + self._fallback.active_runs
 
     def start(self) -> None:
         self._renewer = asyncio.create_task(self._renew_forever(), name="limits: leases")
 
     async def aclose(self) -> None:
+        logger.info("shared limits: %d round trips", self.round_trips)
         if self._renewer is not None:
             self._renewer.cancel()
             await asyncio.gather(self._renewer, return_exceptions=True)
-        workers = list(self._workers.values())
+        workers = [t.worker for t in self._tenants.values() if t.worker is not None]
         await asyncio.gather(*workers, return_exceptions=True)
-        for tenant_id in [t for t, held in self._held.items() if held != self._synced.get(t)]:
-            await self._sync(tenant_id)  # one try: what is left expires with the lease
+        for tenant_id, tenant in list(self._tenants.items()):
+            if tenant.idle_timer is not None:
+                tenant.idle_timer.cancel()
+            if tenant.spare_slots or tenant.spare_tokens:
+                await self._sync(tenant_id, tenant)  # one try: what is left expires
 
     # Runs: a rate token and a slot.
 
     async def admit_run(self, tenant_id: str) -> Release:
         if self._chats.interval_ms <= 0 and self._cap <= 0:
             return _nothing
+        tenant = self._tenants.get(tenant_id)
+        if tenant is None:
+            tenant = self._tenants[tenant_id] = _Tenant()
+        if self._take_spare(tenant):
+            return self._release_for(tenant_id, tenant)
         waiter: asyncio.Future[Release] = asyncio.get_running_loop().create_future()
-        self._waiting.setdefault(tenant_id, []).append(waiter)
-        self._wake(tenant_id)
+        tenant.waiting.append(waiter)
+        self._wake(tenant_id, tenant)
         return await waiter
 
-    def _wake(self, tenant_id: str) -> None:
-        if tenant_id not in self._workers:
-            worker = asyncio.create_task(self._work(tenant_id), name="limits: tenant")
-            self._workers[tenant_id] = worker
+    def _take_spare(self, tenant: _Tenant, *, queued: bool = False) -> bool:
+        """Admit from this replica's spares, without a round trip (first come: a new caller
+        only when nobody is waiting)."""
+        if (tenant.waiting and not queued) or self._spare == 0:
+            return False
+        if self._chats.interval_ms > 0 and tenant.spare_tokens < 1:
+            return False
+        if self._cap > 0 and tenant.spare_slots < 1:
+            return False
+        tenant.spare_tokens -= 1 if self._chats.interval_ms > 0 else 0
+        tenant.spare_slots -= 1 if self._cap > 0 else 0
+        tenant.held += 1
+        tenant.last_used = time.monotonic()
+        return True
 
-    async def _work(self, tenant_id: str) -> None:
-        """One tenant's updates, one at a time: the waiting admissions in one update, else the
-        releases not written yet."""
+    def _wake(self, tenant_id: str, tenant: _Tenant) -> None:
+        if tenant.worker is None:
+            tenant.worker = asyncio.create_task(
+                self._work(tenant_id, tenant), name="limits: tenant"
+            )
+
+    async def _work(self, tenant_id: str, tenant: _Tenant) -> None:
+        """One tenant's updates, one at a time: the waiting admissions in one update, else a
+        lease write (releases, renewal, spares given back)."""
+        failed = False  # a lease write failed: the renewer tries again, admissions go on
         try:
             while True:
-                batch = self._waiting.pop(tenant_id, [])
-                if batch:
-                    await self._admit(tenant_id, batch)
-                elif self._held.get(tenant_id, 0) != self._synced.get(tenant_id, 0):
-                    if not await self._sync(tenant_id):
-                        return  # the renewer tries again
+                if tenant.waiting:
+                    # Those who queued while an update was in flight: its spares first.
+                    while tenant.waiting and self._take_spare(tenant, queued=True):
+                        self._grant(tenant_id, tenant, tenant.waiting.pop(0))
+                    if tenant.waiting:
+                        batch, tenant.waiting = tenant.waiting, []
+                        await self._admit(tenant_id, tenant, batch)
+                elif tenant.sync and not failed:
+                    tenant.sync = False
+                    failed = not await self._sync(tenant_id, tenant)
                 else:
                     return
         finally:
-            del self._workers[tenant_id]
+            tenant.worker = None
+            if tenant.empty and self._tenants.get(tenant_id) is tenant:
+                del self._tenants[tenant_id]
 
-    async def _admit(self, tenant_id: str, batch: list[asyncio.Future[Release]]) -> None:
-        held = self._held.get(tenant_id, 0)
+    async def _admit(
+        self, tenant_id: str, tenant: _Tenant, batch: list[asyncio.Future[Release]]
+    ) -> None:
+        held, returned, spare_slots = tenant.held, tenant.spare_tokens, tenant.spare_slots
+        tenant.spare_tokens = tenant.spare_slots = 0  # given back by this update
         now = _now_ms()
         try:
+            self.round_trips += 1
             grant = await self._repository.admit(
                 f"chats:{tenant_id}",
                 want=len(batch),
@@ -130,9 +200,15 @@ class SharedLimits:
                 held=held,
                 now_ms=now,
                 lease_ms=self._lease_ms,
+                spare=self._spare,
+                headroom=HEADROOM * self._spare,
+                returned=returned,
             )
         except PyMongoError as exc:
             self._warn(exc)
+            tenant.spare_tokens += returned  # not given back after all
+            tenant.spare_slots += spare_slots
+            tenant.sync = True  # the next write sets the lease to what is true
             for waiter in batch:
                 self._settle_locally(tenant_id, waiter)
             return
@@ -143,21 +219,31 @@ class SharedLimits:
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
-        self._synced[tenant_id] = held + grant.granted
-        self._held[tenant_id] = self._held.get(tenant_id, 0) + grant.granted
+        # Slots released while the update was in flight are still counted: they are spares.
+        tenant.held += grant.granted
+        tenant.spare_slots += grant.spare
+        tenant.spare_tokens = grant.spare
+        if self._spare == 0 and tenant.spare_slots:
+            tenant.sync = True  # no spares kept at these limits: write the releases
+        if grant.spare or tenant.spare_slots:
+            self._watch_idle(tenant_id, tenant)
         refusal = None if grant.granted >= len(batch) else self._refusal(grant, now)
         granted = grant.granted
         for waiter in batch:
             if granted > 0:
                 granted -= 1
-                release = self._release_for(tenant_id)
-                if waiter.done():  # its caller left: give the slot back
-                    release()
-                else:
-                    waiter.set_result(release)
+                tenant.last_used = time.monotonic()
+                self._grant(tenant_id, tenant, waiter)
             elif not waiter.done():
                 assert refusal is not None
                 waiter.set_exception(refusal)
+
+    def _grant(self, tenant_id: str, tenant: _Tenant, waiter: asyncio.Future[Release]) -> None:
+        release = self._release_for(tenant_id, tenant)
+        if waiter.done():  # its caller left: give the slot back
+            release()
+        else:
+            waiter.set_result(release)
 
     def _refusal(self, grant: Grant, now_ms: float) -> TooManyRequestsError:
         if grant.tokens_left(self._chats, now_ms) < 1:
@@ -173,7 +259,7 @@ class SharedLimits:
             retry_after_s=1,
         )
 
-    def _release_for(self, tenant_id: str) -> Release:
+    def _release_for(self, tenant_id: str, tenant: _Tenant) -> Release:
         released = False
 
         def release() -> None:
@@ -181,10 +267,34 @@ class SharedLimits:
             if released:
                 return
             released = True
-            self._held[tenant_id] -= 1
-            self._wake(tenant_id)  # written by the next update of this tenant
+            tenant.held -= 1
+            tenant.spare_slots += 1  # still counted by the database until written
+            if self._spare == 0:
+                tenant.sync = True
+                self._wake(tenant_id, tenant)
+            else:
+                self._watch_idle(tenant_id, tenant)
 
         return release
+
+    def _watch_idle(self, tenant_id: str, tenant: _Tenant) -> None:
+        """Give the spares back once the tenant has been idle here for SPARE_IDLE_S."""
+        if tenant.idle_timer is not None:
+            return
+
+        def check() -> None:
+            tenant.idle_timer = None
+            if not (tenant.spare_slots or tenant.spare_tokens):
+                return
+            idle = time.monotonic() - tenant.last_used
+            if idle < SPARE_IDLE_S:
+                tenant.idle_timer = loop.call_later(SPARE_IDLE_S - idle, check)
+                return
+            tenant.sync = True
+            self._wake(tenant_id, tenant)
+
+        loop = asyncio.get_running_loop()
+        tenant.idle_timer = loop.call_later(SPARE_IDLE_S, check)
 
     def _settle_locally(self, tenant_id: str, waiter: asyncio.Future[Release]) -> None:
         if waiter.done():
@@ -194,37 +304,46 @@ class SharedLimits:
         except TooManyRequestsError as refused:
             waiter.set_exception(refused)
 
-    async def _sync(self, tenant_id: str) -> bool:
-        held = self._held.get(tenant_id, 0)
+    async def _sync(self, tenant_id: str, tenant: _Tenant) -> bool:
+        """Write the lease as the runs in progress (spares go back) and renew it."""
+        held, returned, spare_slots = tenant.held, tenant.spare_tokens, tenant.spare_slots
+        tenant.spare_tokens = tenant.spare_slots = 0
         try:
+            self.round_trips += 1
             await self._repository.sync_lease(
                 f"chats:{tenant_id}",
                 replica=self.replica,
                 held=held,
                 now_ms=_now_ms(),
                 lease_ms=self._lease_ms,
+                returned_ms=returned * self._chats.interval_ms,
             )
         except PyMongoError as exc:
             self._warn(exc)
+            # Not written: the database still counts them; the renewer tries again.
+            tenant.spare_tokens += returned
+            tenant.spare_slots += spare_slots
+            tenant.sync = True
             return False
-        self._synced[tenant_id] = held
-        if held == 0 and self._held.get(tenant_id) == 0:
-            del self._held[tenant_id]
-            self._synced.pop(tenant_id, None)
+        # Slots released while the update was in flight are still counted: they are spares.
+        if tenant.spare_slots and self._spare == 0:
+            tenant.sync = True
+        elif tenant.spare_slots:
+            self._watch_idle(tenant_id, tenant)
         return True
 
     async def _renew_forever(self) -> None:
-        """Renew this replica's leases (and write releases a failed update left behind)."""
+        """Renew this replica's leases (and write what a failed update left behind)."""
         try:
             await self._repository.ensure_indexes()  # the TTL index that clears idle documents
         except PyMongoError as exc:
             logger.warning("shared limits: could not create the TTL index (%s)", exc)
         while self._cap > 0:
             await asyncio.sleep(self._lease_ms / 3000)
-            for tenant_id in list(self._held):
-                if tenant_id not in self._workers:
-                    self._synced.pop(tenant_id, None)  # forces a write: the renewal
-                    self._wake(tenant_id)
+            for tenant_id, tenant in list(self._tenants.items()):
+                if tenant.held or tenant.spare_slots or tenant.sync:
+                    tenant.sync = True
+                    self._wake(tenant_id, tenant)
 
     # Writes.
 

@@ -49,6 +49,7 @@ class Bucket:
 @dataclass(frozen=True)
 class Grant:
     granted: int
+    spare: int  # set aside for this replica beyond what was asked
     tat_ms: float  # the bucket after the update
 
     def tokens_left(self, bucket: Bucket, now_ms: float) -> float:
@@ -91,40 +92,68 @@ class LimitRepository:
         held: int,
         now_ms: float,
         lease_ms: float,
+        spare: int = 0,
+        headroom: int = 0,
+        returned: int = 0,
     ) -> Grant:
         """Grant up to `want` runs in one atomic update: limited by the bucket's tokens and by
-        `cap` minus every live lease (this replica's counted as `held`, which also writes its
-        releases since the last update); cap 0 means no cap."""
-        limits: list[Any] = [want]
+        `cap` minus every live lease (cap 0: no cap). This replica's lease is written as `held`
+        (its runs in progress) plus what this update grants, which also gives back its releases
+        and spares since the last update; `returned` unused tokens go back to the bucket.
+
+        Then, only while at least `headroom` tokens and slots would stay free for the other
+        replicas, up to `spare` more are set aside for this replica (a token and a slot each):
+        it admits that many more runs without a round trip."""
+        counted: list[Any] = []
         if bucket.interval_ms > 0:
             available = {"$subtract": [now_ms + bucket.tolerance_ms, "$t"]}
-            limits.append({"$floor": {"$divide": [available, bucket.interval_ms]}})
+            counted.append({"$floor": {"$divide": [available, bucket.interval_ms]}})
         if cap > 0:
             others = {"$sum": {"$map": {"input": "$l", "in": "$$this.n"}}}
-            limits.append({"$subtract": [cap - held, others]})
+            counted.append({"$subtract": [cap - held, others]})
+        free: Any = {"$min": counted} if counted else want + spare + headroom
+        after = {"$subtract": [{"$subtract": ["$f", "$g"]}, headroom]}
         pipeline: list[Document] = [
             {
                 "$set": {
-                    "t": {"$max": [{"$ifNull": ["$t", now_ms]}, now_ms]},
+                    "t": {
+                        "$max": [
+                            {
+                                "$subtract": [
+                                    {"$ifNull": ["$t", now_ms]},
+                                    returned * bucket.interval_ms,
+                                ]
+                            },
+                            now_ms,
+                        ]
+                    },
                     "l": _live_others(replica, now_ms),
                 }
             },
-            {"$set": {"g": {"$max": [0, {"$min": limits}]}}},
+            {"$set": {"f": free}},
+            {"$set": {"g": {"$max": [0, {"$min": [want, "$f"]}]}}},
+            {"$set": {"s": {"$max": [0, {"$min": [spare, after]}]}}},
             {
                 "$set": {
-                    "t": {"$add": ["$t", {"$multiply": ["$g", bucket.interval_ms]}]},
+                    "t": {
+                        "$add": [
+                            "$t",
+                            {"$multiply": [{"$add": ["$g", "$s"]}, bucket.interval_ms]},
+                        ]
+                    },
                     "l": {
                         "$concatArrays": [
                             "$l",
-                            _own(replica, {"$add": [held, "$g"]}, now_ms + lease_ms),
+                            _own(replica, {"$add": [held, "$g", "$s"]}, now_ms + lease_ms),
                         ]
                     },
                     "x": _expiry(now_ms + bucket.tolerance_ms + lease_ms),
                 }
             },
+            {"$unset": "f"},
         ]
         doc = await self._upsert(key, pipeline)
-        return Grant(granted=int(doc["g"]), tat_ms=float(doc["t"]))
+        return Grant(granted=int(doc["g"]), spare=int(doc["s"]), tat_ms=float(doc["t"]))
 
     async def _upsert(self, key: str, pipeline: list[Document]) -> Document:
         """The update, retried when two replicas created the document at once (one insert wins;
@@ -135,7 +164,7 @@ class LimitRepository:
                     {"_id": key},
                     pipeline,
                     upsert=True,
-                    projection={"g": 1, "t": 1},
+                    projection={"g": 1, "s": 1, "t": 1},
                     return_document=ReturnDocument.AFTER,
                 )
             except DuplicateKeyError:
@@ -145,12 +174,21 @@ class LimitRepository:
         raise OperationFailure(f"the limit document {key!r} could not be created or updated")
 
     async def sync_lease(
-        self, key: str, *, replica: str, held: int, now_ms: float, lease_ms: float
+        self,
+        key: str,
+        *,
+        replica: str,
+        held: int,
+        now_ms: float,
+        lease_ms: float,
+        returned_ms: float = 0.0,
     ) -> None:
-        """Write this replica's count of runs held and renew its lease (drop it at 0)."""
-        pipeline = [
+        """Write this replica's count of runs held and renew its lease (drop it at 0); give back
+        `returned_ms` of the bucket (unused spare tokens)."""
+        pipeline: list[Document] = [
             {
                 "$set": {
+                    "t": {"$subtract": [{"$ifNull": ["$t", now_ms]}, returned_ms]},
                     "l": {
                         "$concatArrays": [
                             _live_others(replica, now_ms),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from app.limits import ConcurrencyLimiter, RateLimiter, Release, TenantLimits, TooManyRequestsError
 from app.repositories.database import Database
 from app.repositories.limits import LimitRepository
-from app.shared_limits import SharedLimits
+from app.shared_limits import SPARE_IDLE_S, SharedLimits
 from tests.conftest import make_settings
 from tests.support.secantus import SecantusServer, free_port
 
@@ -209,3 +210,46 @@ async def test_without_the_database_a_replica_counts_on_its_own(
     finally:
         await limits.aclose()
         await database.close()
+
+
+async def test_far_from_its_limits_a_busy_tenant_rarely_waits_for_the_database(
+    replica: Replica,
+) -> None:
+    a = replica(chats=1_000_000, cap=10_000)
+    for _ in range(20):
+        releases = await asyncio.gather(*(a.admit_run("acme") for _ in range(16)))
+        for release in releases:
+            release()
+    assert a.round_trips <= 20  # 320 runs; without spares, one update or more per batch
+    assert a.active_runs == 0
+    leases = await repository_of(a)._collection.find_one({"_id": "chats:acme"})
+    assert [lease["r"] for lease in leases["l"]] == [a.replica]  # holding spares
+    await asyncio.sleep(SPARE_IDLE_S + 0.3)  # idle: the spares go back
+    leases = await repository_of(a)._collection.find_one({"_id": "chats:acme"})
+    assert leases["l"] == []
+
+
+async def test_spares_never_take_a_cap_past_its_limit(replica: Replica) -> None:
+    a, b = replica(cap=200), replica(cap=200)  # two spares an update, eight kept free
+    granted, refused = await outcomes(*(x.admit_run("acme") for x in [a, b] * 150))
+    assert len(granted) <= 200
+    assert len(granted) >= 200 - 2 * 2  # at most the other replica's spares stay unused
+    for release in granted:
+        release()
+    await asyncio.sleep(SPARE_IDLE_S + 0.3)  # idle: spares and releases written back
+    again, _ = await outcomes(*(x.admit_run("acme") for x in [a, b] * 150))
+    assert 196 <= len(again) <= 200
+
+
+async def test_spare_tokens_never_take_a_rate_past_its_limit(replica: Replica) -> None:
+    a, b = replica(chats=1000), replica(chats=1000)  # ten spares an update
+    started = time.monotonic()
+    granted = 0
+    for attempt in range(1300):
+        try:
+            (await (a if attempt % 2 else b).admit_run("acme"))()
+            granted += 1
+        except TooManyRequestsError:
+            pass
+    refilled = (time.monotonic() - started) * 1000 / 60 + 1
+    assert 1000 - 2 * 10 <= granted <= 1000 + refilled
