@@ -1,0 +1,84 @@
+"""The Kubernetes manifests (deploy/kubernetes): valid against the Kubernetes schemas, and
+consistent with the service they run (its settings, probes, port, drain time)."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from app.config import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy" / "kubernetes"
+KUBERNETES = "1.33.0"
+MANIFESTS = ["deployment.yaml", "service.yaml", "pdb.yaml", "secret.example.yaml"]
+
+
+def load(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((DEPLOY / name).read_text())
+    return loaded
+
+
+def container() -> dict[str, Any]:
+    found: dict[str, Any] = load("deployment.yaml")["spec"]["template"]["spec"]["containers"][0]
+    return found
+
+
+@pytest.mark.parametrize("name", MANIFESTS)
+def test_each_manifest_is_valid_for_kubernetes(name: str) -> None:
+    kubernetes_validate.validate(load(name), KUBERNETES, strict=True)
+
+
+def test_the_validator_refuses_a_misspelt_field() -> None:
+    broken = copy.deepcopy(load("deployment.yaml"))
+    spec = broken["spec"]["template"]["spec"]["containers"][0]
+    spec["readinesProbe"] = spec.pop("readinessProbe")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES, strict=True)
+
+
+def test_kustomize_applies_everything_but_the_example_secret() -> None:
+    resources = load("kustomization.yaml")["resources"]
+    assert sorted(resources) == sorted(set(MANIFESTS) - {"secret.example.yaml"})
+
+
+def test_probes_port_and_selectors_match_the_service() -> None:
+    spec = container()
+    assert spec["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert spec["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert [port["containerPort"] for port in spec["ports"]] == [8000]
+    assert re.search(r"^EXPOSE 8000$", (ROOT / "Dockerfile").read_text(), re.M)
+    labels = load("deployment.yaml")["spec"]["template"]["metadata"]["labels"]
+    assert load("service.yaml")["spec"]["selector"] == labels
+    assert load("pdb.yaml")["spec"]["selector"]["matchLabels"] == labels
+    assert load("service.yaml")["spec"]["ports"][0]["targetPort"] == spec["ports"][0]["name"]
+    requests = spec["resources"]["requests"]
+    assert {"cpu", "memory"} <= set(requests)
+
+
+def test_every_variable_is_a_setting_and_every_secret_key_is_documented() -> None:
+    settings = {name.upper() for name in Settings.model_fields}
+    secret_keys = set(load("secret.example.yaml")["stringData"])
+    for variable in container()["env"]:
+        assert variable["name"] in settings, variable["name"]
+        ref = variable.get("valueFrom", {}).get("secretKeyRef")
+        if ref is not None:
+            assert ref["name"] == "toolgate"
+            assert ref["key"] == variable["name"]
+            assert ref["key"] in secret_keys or ref.get("optional"), ref
+    named = {variable["name"]: variable.get("value") for variable in container()["env"]}
+    assert named["LIMITS"] == "shared" and named["APP_ENV"] == "production"
+    for secret in ("MONGODB_URL", "ADMIN_API_KEY", "API_KEY_SECRET", "SECRETS_KEY"):
+        assert named[secret] is None, f"{secret} must come from the Secret"
+
+
+def test_a_replica_is_given_the_time_to_drain_its_chats() -> None:
+    pod = load("deployment.yaml")["spec"]["template"]["spec"]
+    default_deadline = Settings.model_fields["chat_deadline_s"].default
+    assert pod["terminationGracePeriodSeconds"] >= default_deadline + 5
