@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 FENCE_TTL_MS = 15_000.0  # a holder that dies frees the fence after this
 FENCE_WAIT_S = 10.0  # a create waits at most this long for another replica's create
 WARN_EVERY_S = 10.0
-SPARE_MAX = 32  # tokens and slots one update may set aside for this replica
+SPARE_MAX = 128  # tokens and slots one update may set aside for this replica
 SPARE_PER = 100  # ... one for each this many of the limit (none below it)
 HEADROOM = 4  # ... while this many times as many stay free for the other replicas
 SPARE_IDLE_S = 0.5  # spares unused this long go back
@@ -112,7 +112,7 @@ class SharedLimits:
         self._renewer = asyncio.create_task(self._renew_forever(), name="limits: leases")
 
     async def aclose(self) -> None:
-        logger.info("shared limits: %d round trips", self.round_trips)
+        logger.info("shared limits: %d database round trips", self.round_trips)
         if self._renewer is not None:
             self._renewer.cancel()
             await asyncio.gather(self._renewer, return_exceptions=True)

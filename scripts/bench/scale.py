@@ -24,6 +24,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import secrets
 import statistics
 import sys
@@ -34,8 +35,8 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench import CLK_TCK, ROOT, Process, free_port  # noqa: E402
-from load import start_secantus  # noqa: E402
+from bench import CLK_TCK, ROOT, Process, free_port
+from load import start_secantus
 
 MODES = ("local", "shared")
 CHAT = {
@@ -78,10 +79,11 @@ async def one_run(
         "MAX_CONCURRENT_CHATS_PER_TENANT": "10000",
         "RATE_LIMIT_WRITES_PER_MINUTE": "0",
         "ACCESS_LOG": "false",
-        "LOG_LEVEL": "WARNING",
     }
     command = [sys.executable, "-m", "app", "serve", "--port", str(port)]
-    service = Process([*command, "--workers", str(workers)], port, env)
+    log_path = Path(args.out) / f"service-{workers}-{mode}.log"
+    log = log_path.open("w")
+    service = Process([*command, "--workers", str(workers)], port, env, stderr=log)
     base = f"http://127.0.0.1:{port}"
     try:
         connector = aiohttp.TCPConnector(limit=args.concurrency + 10)
@@ -95,7 +97,7 @@ async def one_run(
                 ) as created:
                     key = (await created.json())["api_key"]
                 tenants.append({"Authorization": f"Bearer {key}"})
-            await closed_loop(session, base, tenants, args.concurrency, args.warmup)
+            warm = await closed_loop(session, base, tenants, args.concurrency, args.warmup)
             cpu, db_cpu = tree_cpu_s(service.popen.pid), database.cpu_s()
             started = time.perf_counter()
             chats = await closed_loop(session, base, tenants, args.concurrency, args.duration)
@@ -103,7 +105,13 @@ async def one_run(
             cpu, db_cpu = tree_cpu_s(service.popen.pid) - cpu, database.cpu_s() - db_cpu
     finally:
         service.stop()
+        log.close()
         await drop_database(mongodb_url, env["MONGODB_DATABASE"])
+    # Each worker logs its shared-limit round trips when it stops.
+    trips = sum(
+        int(found)
+        for found in re.findall(r"shared limits: (\d+) database round trips", log_path.read_text())
+    )
     return {
         "workers": workers,
         "limits": mode,
@@ -111,6 +119,7 @@ async def one_run(
         "chats_per_s": chats / wall,
         "cpu_ms_per_chat": cpu * 1000 / chats,
         "db_cpu_ms_per_chat": db_cpu * 1000 / chats,
+        "round_trips_per_chat": trips / (warm + chats),
     }
 
 
@@ -160,8 +169,9 @@ def summarize(runs: list[dict[str, Any]], worker_counts: list[int]) -> list[dict
                     "limits": mode,
                     "chats_per_s": statistics.median(r["chats_per_s"] for r in mine),
                     "cpu_ms_per_chat": statistics.median(r["cpu_ms_per_chat"] for r in mine),
-                    "db_cpu_ms_per_chat": statistics.median(
-                        r["db_cpu_ms_per_chat"] for r in mine
+                    "db_cpu_ms_per_chat": statistics.median(r["db_cpu_ms_per_chat"] for r in mine),
+                    "round_trips_per_chat": statistics.median(
+                        r["round_trips_per_chat"] for r in mine
                     ),
                 }
             )
@@ -178,14 +188,16 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"Scale curve: {args.duration:g} s runs, {args.concurrency} clients, {args.tenants} "
         f"tenants, median of {args.rounds} round(s), {os.cpu_count()} cores.",
         "",
-        "| workers | limits | chats/s | vs 1 worker | CPU ms/chat | vs local | DB CPU ms/chat |",
-        "|---|---|---|---|---|---|---|",
+        "| workers | limits | chats/s | vs 1 worker | CPU ms/chat | vs local | DB CPU ms/chat "
+        "| limit round trips/chat |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['workers']} | {r['limits']} | {r['chats_per_s']:.0f} | "
             f"{r['speed_vs_1_worker']:.2f}x | {r['cpu_ms_per_chat']:.2f} | "
-            f"{r['cpu_vs_local']:.2f}x | {r['db_cpu_ms_per_chat']:.2f} |"
+            f"{r['cpu_vs_local']:.2f}x | {r['db_cpu_ms_per_chat']:.2f} | "
+            f"{r['round_trips_per_chat']:.3f} |"
         )
     return "\n".join(lines)
 
@@ -195,7 +207,6 @@ async def main(args: argparse.Namespace) -> None:
     if worker_counts[0] != 1:
         sys.exit("--workers must start with 1: the ratios are against one worker")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     model_port = free_port()
     model = Process(
         [sys.executable, "-m", "app", "fake-model", "--port", str(model_port)], model_port
@@ -237,4 +248,6 @@ if __name__ == "__main__":
     parser.add_argument("--tenants", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", default=str(ROOT / "bench-results" / "scale"))
-    asyncio.run(main(parser.parse_args()))
+    arguments = parser.parse_args()
+    Path(arguments.out).mkdir(parents=True, exist_ok=True)
+    asyncio.run(main(arguments))
