@@ -44,10 +44,10 @@ from app.services.outbound import TenantOutbound
 from app.services.runs import RunRecorder, RunService
 from app.services.secrets import SecretService
 from app.services.seeding import Seeder
+from app.services.shared_limits import SharedLimits
 from app.services.tenants import TenantService
 from app.services.tool_import import ToolImporter
 from app.services.tools import ToolService
-from app.shared_limits import SharedLimits
 from app.tools.executors.external import ExternalExecutor
 from app.tools.executors.function import FunctionExecutor
 from app.tools.invocation import InvocationLimits, ToolInvoker

@@ -13,7 +13,7 @@ import pytest
 from app.limits import ConcurrencyLimiter, RateLimiter, Release, TenantLimits, TooManyRequestsError
 from app.repositories.database import Database
 from app.repositories.limits import LimitRepository
-from app.shared_limits import SPARE_IDLE_S, SharedLimits
+from app.services.shared_limits import SPARE_IDLE_S, SharedLimits
 from tests.conftest import make_settings
 from tests.support.secantus import SecantusServer, free_port
 

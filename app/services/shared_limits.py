@@ -29,6 +29,7 @@ every chat; the shared counts resume when the database answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -51,6 +52,7 @@ SPARE_MAX = 128  # tokens and slots one update may set aside for this replica
 SPARE_PER = 100  # ... one for each this many of the limit (none below it)
 HEADROOM = 4  # ... while this many times as many stay free for the other replicas
 SPARE_IDLE_S = 0.5  # spares unused this long go back
+CLOSE_S = 3.0  # at shutdown, spares are given back within this
 
 
 def _now_ms() -> float:
@@ -118,11 +120,15 @@ class SharedLimits:
             await asyncio.gather(self._renewer, return_exceptions=True)
         workers = [t.worker for t in self._tenants.values() if t.worker is not None]
         await asyncio.gather(*workers, return_exceptions=True)
+        spares = []
         for tenant_id, tenant in list(self._tenants.items()):
             if tenant.idle_timer is not None:
                 tenant.idle_timer.cancel()
             if tenant.spare_slots or tenant.spare_tokens:
-                await self._sync(tenant_id, tenant)  # one try: what is left expires
+                spares.append(self._sync(tenant_id, tenant))
+        # Give the spares back: one try, bounded; what is left expires with the lease.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*spares, return_exceptions=True), CLOSE_S)
 
     # Runs: a rate token and a slot.
 
