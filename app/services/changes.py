@@ -34,6 +34,7 @@ OVERLAP = timedelta(seconds=5)
 KEEP_STAMPS_S = 86_400  # a stamp untouched for a day is deleted (TTL index)
 PUBLISH_RETRIES_S = (0.2, 1.0, 3.0)
 WARN_EVERY_S = 10.0
+CLOSE_S = 3.0
 
 # publish(tenant_id): tell the other replicas that what they cache for the tenant changed.
 Publish = Callable[[str], Awaitable[None]]
@@ -53,6 +54,7 @@ class ChangeFeed:
         self._task: asyncio.Task[None] | None = None
         self._retries: set[asyncio.Task[None]] = set()
         self._warned_at = -WARN_EVERY_S
+        self._closing = False
         self.polls = 0  # successful reads (tests, metrics)
 
     def listen(self, forget: Callable[[str], None]) -> None:
@@ -64,10 +66,14 @@ class ChangeFeed:
             self._task = asyncio.create_task(self._poll_forever(), name="changes: poll")
 
     async def aclose(self) -> None:
+        # PyMongo may turn a cancellation inside an operation into a PyMongoError (a connection
+        # failure), which the loops catch: they also stop on this flag, and the wait is bounded.
+        self._closing = True
         tasks = [*self._retries, *([self._task] if self._task else [])]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLOSE_S)
 
     async def publish(self, tenant_id: str) -> None:
         """Tell the other replicas (call after the write). If the database does not take the
@@ -94,7 +100,8 @@ class ChangeFeed:
                 await self._stamp(tenant_id)
                 return
             except PyMongoError:
-                continue
+                if self._closing:
+                    return
         logger.warning(
             "changes: a change of tenant %s was not published; other replicas see it within "
             "their cache TTL",
@@ -108,11 +115,13 @@ class ChangeFeed:
             )
         except PyMongoError as exc:
             self._warn("could not create the index", exc)
-        while True:
+        while not self._closing:
             started = time.monotonic()
             try:
                 await self.poll()
             except PyMongoError as exc:
+                if self._closing:
+                    return
                 self._warn("could not read the change stamps", exc)
             await asyncio.sleep(max(0.0, self._interval_s - (time.monotonic() - started)))
 

@@ -104,6 +104,7 @@ class SharedLimits:
         self._locks = TenantLocks()
         self._renewer: asyncio.Task[None] | None = None
         self._warned_at = -WARN_EVERY_S
+        self._closing = False
         self.round_trips = 0  # admission and lease updates (tests, the benchmark)
 
     @property
@@ -115,11 +116,15 @@ class SharedLimits:
 
     async def aclose(self) -> None:
         logger.info("shared limits: %d database round trips", self.round_trips)
+        # PyMongo may turn a cancellation inside an operation into a PyMongoError, which the
+        # loops catch: they also stop on this flag, and every wait here is bounded.
+        self._closing = True
         if self._renewer is not None:
             self._renewer.cancel()
-            await asyncio.gather(self._renewer, return_exceptions=True)
+            await asyncio.wait([self._renewer], timeout=CLOSE_S)
         workers = [t.worker for t in self._tenants.values() if t.worker is not None]
-        await asyncio.gather(*workers, return_exceptions=True)
+        if workers:
+            await asyncio.wait(workers, timeout=CLOSE_S)
         spares = []
         for tenant_id, tenant in list(self._tenants.items()):
             if tenant.idle_timer is not None:
@@ -344,7 +349,7 @@ class SharedLimits:
             await self._repository.ensure_indexes()  # the TTL index that clears idle documents
         except PyMongoError as exc:
             logger.warning("shared limits: could not create the TTL index (%s)", exc)
-        while self._cap > 0:
+        while self._cap > 0 and not self._closing:
             await asyncio.sleep(self._lease_ms / 3000)
             for tenant_id, tenant in list(self._tenants.items()):
                 if tenant.held or tenant.spare_slots or tenant.sync:
