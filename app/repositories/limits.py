@@ -21,12 +21,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pymongo
 from pymongo import ASCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
 from app.repositories.database import Database, Document
 
 UPSERT_TRIES = 3
+# A limit check waits at most this long for the database; past it the caller counts locally
+# (app/services/shared_limits.py). Admission is on every chat's path: it must stay short.
+CHECK_TIMEOUT_S = 0.5
 KEEP_MS = 60_000  # how long an idle document stays past the point where it means nothing
 
 
@@ -160,13 +164,14 @@ class LimitRepository:
         the other sees a duplicate key, or on some servers no document): then it exists."""
         for _ in range(UPSERT_TRIES):
             try:
-                doc: Document | None = await self._collection.find_one_and_update(
-                    {"_id": key},
-                    pipeline,
-                    upsert=True,
-                    projection={"g": 1, "s": 1, "t": 1},
-                    return_document=ReturnDocument.AFTER,
-                )
+                with pymongo.timeout(CHECK_TIMEOUT_S):
+                    doc: Document | None = await self._collection.find_one_and_update(
+                        {"_id": key},
+                        pipeline,
+                        upsert=True,
+                        projection={"g": 1, "s": 1, "t": 1},
+                        return_document=ReturnDocument.AFTER,
+                    )
             except DuplicateKeyError:
                 continue
             if doc is not None:
@@ -199,7 +204,8 @@ class LimitRepository:
                 }
             }
         ]
-        await self._collection.update_one({"_id": key}, pipeline, upsert=True)
+        with pymongo.timeout(CHECK_TIMEOUT_S):
+            await self._collection.update_one({"_id": key}, pipeline, upsert=True)
 
     async def take_fence(self, key: str, *, holder: str, now_ms: float, ttl_ms: float) -> bool:
         """Hold the fence unless someone else holds it and has not expired."""

@@ -53,6 +53,7 @@ SPARE_PER = 100  # ... one for each this many of the limit (none below it)
 HEADROOM = 4  # ... while this many times as many stay free for the other replicas
 SPARE_IDLE_S = 0.5  # spares unused this long go back
 CLOSE_S = 3.0  # at shutdown, spares are given back within this
+DOWN_S = 5.0  # after the database failed a check, checks count locally this long
 
 
 def _now_ms() -> float:
@@ -105,6 +106,7 @@ class SharedLimits:
         self._renewer: asyncio.Task[None] | None = None
         self._warned_at = -WARN_EVERY_S
         self._closing = False
+        self._down_until = 0.0
         self.round_trips = 0  # admission and lease updates (tests, the benchmark)
 
     @property
@@ -137,9 +139,16 @@ class SharedLimits:
 
     # Runs: a rate token and a slot.
 
+    @property
+    def _down(self) -> bool:
+        """The database failed a check moments ago: count locally, without waiting on it."""
+        return time.monotonic() < self._down_until
+
     async def admit_run(self, tenant_id: str) -> Release:
         if self._chats.interval_ms <= 0 and self._cap <= 0:
             return _nothing
+        if self._down:
+            return self._fallback.admit_run_now(tenant_id)
         tenant = self._tenants.get(tenant_id)
         if tenant is None:
             tenant = self._tenants[tenant_id] = _Tenant()
@@ -361,6 +370,9 @@ class SharedLimits:
     async def check_write(self, tenant_id: str) -> None:
         if self._writes.interval_ms <= 0:
             return
+        if self._down:
+            self._fallback.writes.check(tenant_id)
+            return
         now = _now_ms()
         try:
             grant = await self._repository.admit(
@@ -412,13 +424,16 @@ class SharedLimits:
                     self._warn(exc)
 
     def _warn(self, exc: BaseException) -> None:
+        """A check failed: count locally for DOWN_S (say so at most every WARN_EVERY_S)."""
         now = time.monotonic()
+        self._down_until = now + DOWN_S
         if now - self._warned_at >= WARN_EVERY_S:
             self._warned_at = now
             logger.warning(
                 "shared limits: the database did not answer (%s); this replica counts on its "
-                "own meanwhile",
+                "own for the next %g s",
                 type(exc).__name__,
+                DOWN_S,
             )
 
 
