@@ -11,8 +11,8 @@
 What it costs, and how that is kept down (docs/replicas.md, "Shared limits"):
 - The admissions waiting for one tenant in this process go to the database together: one update
   grants several, first come first served.
-- A tenant whose limits are far above what it uses (at least 100 a minute and 100 at once)
-  gets spares: an update sets aside up to SPARE_MAX tokens and slots for this replica, while at
+- A tenant whose limits are at least 100 (a minute, and at once) gets spares: an update sets
+  aside up to 1% of the limit (SPARE_MAX at most) in tokens and slots for this replica, while at
   least HEADROOM times that many stay free for the others, and the next admissions take them
   without a round trip. A finished run's slot goes back to the spares. Spares not used within
   SPARE_IDLE_S go back to the database. Near a limit nothing is set aside and every admission is
@@ -21,9 +21,10 @@ What it costs, and how that is kept down (docs/replicas.md, "Shared limits"):
 - Releases with no spares (limits of less than 100) are written by the next update of that
   tenant, or by an update the release starts.
 
-When the database cannot be reached, the check falls back to this process's own limits (and
-says so in the log): the service keeps serving with per-replica limits rather than refusing
-every chat; the shared counts resume when the database answers.
+When the database does not answer a check (within CHECK_TIMEOUT_S), this process counts on its
+own for DOWN_S without asking again (and says so in the log): the service keeps serving with
+per-replica limits rather than refusing every chat or making each wait for the timeout; the
+shared counts resume when the database answers.
 """
 
 from __future__ import annotations
