@@ -99,23 +99,33 @@ class ConcurrencyLimiter:
                 retry_after_s=1,
             )
         self._active[key] = self._active.get(key, 0) + 1
-        released = False
 
         def release() -> None:
-            nonlocal released
-            if released:
-                return
-            released = True
             remaining = self._active[key] - 1
             if remaining:
                 self._active[key] = remaining
             else:
                 del self._active[key]
 
-        return release
+        return once(release)
 
 
 Release = Callable[[], None]
+
+
+def once(action: Callable[[], None]) -> Release:
+    """`action` as a release function: it runs on the first call only."""
+    done = False
+
+    def release() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            action()
+
+    return release
+
+
 # fence(tenant_id, what): held while counting and inserting `what`, so a cap holds exactly.
 Fence = Callable[[str, str], AbstractAsyncContextManager[None]]
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from tests.support import fake_model as script
 from tests.support.fake_model import FakeModel, Reply
 from tests.support.secantus import SecantusServer, free_port
 from tests.support.servers import ThreadedServer
+from tests.support.waiting import within
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLICAS = 3
@@ -219,14 +220,6 @@ async def test_a_tool_cap_holds_under_concurrent_creates_on_different_replicas(
     assert len(listed) == cluster.max_tools
 
 
-async def until(check: Callable[[], Awaitable[bool]], bound_s: float) -> float:
-    started = time.monotonic()
-    while not await check():
-        assert time.monotonic() - started < bound_s, f"not within {bound_s} s"
-        await asyncio.sleep(0.02)
-    return time.monotonic() - started
-
-
 async def test_a_rotated_key_stops_working_on_every_replica_within_the_sync_bound(
     cluster: Cluster,
 ) -> None:
@@ -243,7 +236,7 @@ async def test_a_rotated_key_stops_working_on_every_replica_within_the_sync_boun
         codes = [await cluster.status(n, "/tools/ids", old) for n in range(len(cluster.replicas))]
         return codes == [401] * len(cluster.replicas)
 
-    took = await until(refused_everywhere, SYNC_S + 1.5)
+    took = await within(refused_everywhere, SYNC_S + 1.5)
     print(f"rotated key refused everywhere after {took:.2f} s (sync interval {SYNC_S} s)")
     for n in range(len(cluster.replicas)):
         assert (
@@ -266,7 +259,7 @@ async def test_a_killed_replicas_chat_slots_come_back_within_the_lease(
     async def both_at_the_model() -> bool:
         return len(slow_model[0].requests) >= CONCURRENT_CHATS
 
-    await until(both_at_the_model, 10)  # both slots are held on replica 0
+    await within(both_at_the_model, 10)  # both slots are held on replica 0
     survivor = cluster.replicas[1].url + "/chat"
     assert await refused(cluster.http, survivor, acme)
 
@@ -279,7 +272,7 @@ async def test_a_killed_replicas_chat_slots_come_back_within_the_lease(
     async def admitted() -> bool:
         return not await refused(cluster.http, survivor, acme)
 
-    took = await until(admitted, LEASE_S + 2.0)
+    took = await within(admitted, LEASE_S + 2.0)
     waited = time.monotonic() - killed_at
     print(f"slots back {waited:.2f} s after the kill (lease {LEASE_S} s)")
     assert took <= LEASE_S + 2.0

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pymongo.errors import PyMongoError
 
 from app.errors import ServiceUnavailableError
-from app.limits import Release, TenantLimits, TenantLocks, TooManyRequestsError
+from app.limits import Release, TenantLimits, TenantLocks, TooManyRequestsError, once
 from app.repositories.limits import Bucket, Grant, LimitRepository
 
 logger = logging.getLogger(__name__)
@@ -281,13 +281,7 @@ class SharedLimits:
         )
 
     def _release_for(self, tenant_id: str, tenant: _Tenant) -> Release:
-        released = False
-
         def release() -> None:
-            nonlocal released
-            if released:
-                return
-            released = True
             tenant.held -= 1
             tenant.spare_slots += 1  # still counted by the database until written
             if self._spare == 0:
@@ -296,7 +290,7 @@ class SharedLimits:
             else:
                 self._watch_idle(tenant_id, tenant)
 
-        return release
+        return once(release)
 
     def _watch_idle(self, tenant_id: str, tenant: _Tenant) -> None:
         """Give the spares back once the tenant has been idle here for SPARE_IDLE_S."""

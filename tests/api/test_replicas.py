@@ -4,8 +4,6 @@ interval (the change stamps), or within their TTL with the sync off."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
 
 from tests.conftest import (
     ADMIN,
@@ -17,6 +15,7 @@ from tests.conftest import (
 )
 from tests.support import functions
 from tests.support.secantus import SecantusServer
+from tests.support.waiting import within
 
 TTL_S = 0.5
 
@@ -59,15 +58,6 @@ SYNC_S = 0.3
 LONG_TTL_S = 60.0
 
 
-async def seen_within(check: Callable[[], Awaitable[bool]], bound_s: float) -> float:
-    """Seconds until `check` holds; fails past `bound_s`."""
-    started = time.monotonic()
-    while not await check():
-        assert time.monotonic() - started < bound_s, f"not seen within {bound_s} s"
-        await asyncio.sleep(0.02)
-    return time.monotonic() - started
-
-
 async def test_with_the_sync_changes_reach_the_other_replica_within_the_interval(
     secantus_server: SecantusServer,
 ) -> None:
@@ -106,7 +96,7 @@ async def test_with_the_sync_changes_reach_the_other_replica_within_the_interval
         created = await a.post("/tools/create", json=external_tool(), headers=acme.headers)
         assert created.status_code == 201
 
-        await seen_within(b_lists_the_tool, bound)
+        await within(b_lists_the_tool, bound)
 
         revoked = await a.delete(f"/client-tokens/{token['token_id']}", headers=acme.headers)
         assert revoked.status_code == 204
@@ -114,7 +104,7 @@ async def test_with_the_sync_changes_reach_the_other_replica_within_the_interval
         async def token_refused() -> bool:
             return (await b.post("/mcp", json=LIST, headers=bearer)).status_code == 401
 
-        await seen_within(token_refused, bound)
+        await within(token_refused, bound)
 
         rotated = await a.post("/tenants/acme/keys", headers=ADMIN)
         new = {"Authorization": f"Bearer {rotated.json()['api_key']}"}
@@ -122,7 +112,7 @@ async def test_with_the_sync_changes_reach_the_other_replica_within_the_interval
         async def old_key_refused() -> bool:
             return await b_status("/tools/ids", acme.headers) == 401
 
-        await seen_within(old_key_refused, bound)
+        await within(old_key_refused, bound)
         assert await b_status("/tools/ids", new) == 200
 
 
