@@ -200,7 +200,7 @@ class LimitRepository:
                             _own(replica, held, now_ms + lease_ms),
                         ]
                     },
-                    "x": {"$max": [{"$ifNull": ["$x", None]}, _expiry(now_ms + lease_ms)]},
+                    "x": {"$max": ["$x", _expiry(now_ms + lease_ms)]},  # never shortened
                 }
             }
         ]

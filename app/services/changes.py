@@ -55,7 +55,6 @@ class ChangeFeed:
         self._retries: set[asyncio.Task[None]] = set()
         self._warned_at = -WARN_EVERY_S
         self._closing = False
-        self.polls = 0  # successful reads (tests, metrics)
 
     def listen(self, forget: Callable[[str], None]) -> None:
         """Call `forget(tenant_id)` for each tenant another replica changed."""
@@ -149,7 +148,6 @@ class ChangeFeed:
         for tenant_id in changed:
             for forget in self._listeners:
                 forget(tenant_id)
-        self.polls += 1
         return changed
 
     def _warn(self, what: str, exc: BaseException) -> None:

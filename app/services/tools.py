@@ -118,7 +118,7 @@ class ToolService:
                 doc = await self._tools.insert(_document(tool), tenant_id=tenant_id)
             finally:
                 self._catalog.invalidate(tenant_id)
-                await self._publish(tenant_id)
+        await self._publish(tenant_id)  # only once stored: a failed write never waits on it
         return _shown(doc)
 
     async def taken(self, *, tenant_id: str) -> tuple[set[str], set[str]]:
@@ -155,7 +155,7 @@ class ToolService:
                 raise
             finally:
                 self._catalog.invalidate(tenant_id)
-                await self._publish(tenant_id)
+        await self._publish(tenant_id)
         return stored
 
     async def entry(self, tool_id: str, *, tenant_id: str) -> CatalogEntry:
@@ -234,17 +234,17 @@ class ToolService:
             doc = await self._tools.replace(tool_id, _document(tool), tenant_id=tenant_id)
         finally:
             self._catalog.invalidate(tenant_id)
-            await self._publish(tenant_id)
         if doc is None:
             raise NotFoundError(f"tool '{tool_id}' does not exist")
+        await self._publish(tenant_id)
         return _shown(doc)
 
     async def delete(self, tool_id: str, *, tenant_id: str) -> None:
         deleted = await self._tools.delete(tool_id, tenant_id=tenant_id)
         self._catalog.invalidate(tenant_id)
-        await self._publish(tenant_id)
         if not deleted:
             raise NotFoundError(f"tool '{tool_id}' does not exist")
+        await self._publish(tenant_id)
 
 
 def readable(entry: CatalogEntry) -> FunctionTool | ExternalTool:

@@ -4,7 +4,12 @@ interval (the change stamps), or within their TTL with the sync off."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
+import httpx
+
+from app.config import Settings
 from tests.conftest import (
     ADMIN,
     create_tenant,
@@ -20,6 +25,20 @@ from tests.support.waiting import within
 TTL_S = 0.5
 
 
+@asynccontextmanager
+async def two_replicas(
+    settings: Settings,
+) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    """Two apps on one database: replicas A and B."""
+    async with (
+        running_app(settings, functions.registry) as app_a,
+        running_app(settings, functions.registry) as app_b,
+        http_client(app_a) as a,
+        http_client(app_b) as b,
+    ):
+        yield a, b
+
+
 async def test_without_the_sync_changes_reach_the_other_replica_within_the_ttl(
     secantus_server: SecantusServer,
 ) -> None:
@@ -29,12 +48,7 @@ async def test_without_the_sync_changes_reach_the_other_replica_within_the_ttl(
         tool_cache_ttl_s=TTL_S,
         cache_sync_interval_s=0,
     )
-    async with (
-        running_app(settings, functions.registry) as app_a,
-        running_app(settings, functions.registry) as app_b,
-        http_client(app_a) as a,
-        http_client(app_b) as b,
-    ):
+    async with two_replicas(settings) as (a, b):
         acme = await create_tenant(a, "acme")
         assert (await b.get("/tools/ids", headers=acme.headers)).status_code == 200  # B caches
 
@@ -69,12 +83,7 @@ async def test_with_the_sync_changes_reach_the_other_replica_within_the_interval
         cache_sync_interval_s=SYNC_S,
     )
     bound = SYNC_S + 1.0  # one interval, plus the poll and this machine's noise
-    async with (
-        running_app(settings, functions.registry) as app_a,
-        running_app(settings, functions.registry) as app_b,
-        http_client(app_a) as a,
-        http_client(app_b) as b,
-    ):
+    async with two_replicas(settings) as (a, b):
         acme = await create_tenant(a, "acme")
         token = (
             await a.post("/client-tokens", json={"name": "alice"}, headers=acme.headers)
