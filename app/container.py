@@ -22,7 +22,6 @@ from app.config import Settings
 from app.crypto import SecretBox
 from app.limits import ConcurrencyLimiter, Fence, Limits, RateLimiter, TenantLimits
 from app.mcp.config import McpServer
-from app.mcp.executor import McpExecutor
 from app.mcp.hub import McpHub, McpLimits
 from app.metrics import Metrics
 from app.repositories.client_tokens import ClientTokenRepository
@@ -39,6 +38,7 @@ from app.services.chat import ChatService
 from app.services.client_tokens import ClientTokenService
 from app.services.health import HealthService
 from app.services.invocations import InvocationService
+from app.services.mcp_gateway import McpGatewayService
 from app.services.mcp_servers import McpServerService
 from app.services.outbound import TenantOutbound
 from app.services.runs import RunRecorder, RunService
@@ -47,9 +47,11 @@ from app.services.seeding import Seeder
 from app.services.shared_limits import SharedLimits
 from app.services.tenants import TenantService
 from app.services.tool_import import ToolImporter
+from app.services.toolbox import Toolbox
 from app.services.tools import ToolService
 from app.tools.executors.external import ExternalExecutor
 from app.tools.executors.function import FunctionExecutor
+from app.tools.executors.mcp import McpExecutor
 from app.tools.invocation import InvocationLimits, ToolInvoker
 from app.tools.netguard import OutboundPolicy, guarded_transport
 from app.tools.registry import FunctionRegistry
@@ -69,6 +71,8 @@ class Services:
     tools: ToolService
     chat: ChatService
     invocations: InvocationService
+    mcp_gateway: McpGatewayService
+    mcp_hub: McpHub  # for tests and operator commands; services reach it through the toolbox
     runs: RunService
     mcp_servers: McpServerService
     secrets: SecretService
@@ -235,15 +239,7 @@ def build_chat_loop(
     return ChatLoop(model=model, invoker=invoker, limits=limits, metrics=metrics)
 
 
-def build_mcp_service(
-    settings: Settings,
-    stores: _Stores,
-    outbound: TenantOutbound,
-    box: SecretBox,
-    operator: dict[str, McpServer],
-    fence: Fence,
-    stack: AsyncExitStack,
-) -> McpServerService:
+def build_mcp_hub(settings: Settings, outbound: TenantOutbound, stack: AsyncExitStack) -> McpHub:
     hub = McpHub(
         policy=outbound.base,
         limits=McpLimits(
@@ -252,6 +248,18 @@ def build_mcp_service(
         ),
     )
     stack.push_async_callback(hub.aclose)
+    return hub
+
+
+def build_mcp_service(
+    settings: Settings,
+    stores: _Stores,
+    outbound: TenantOutbound,
+    box: SecretBox,
+    operator: dict[str, McpServer],
+    fence: Fence,
+    hub: McpHub,
+) -> McpServerService:
     return McpServerService(
         servers=stores.mcp_servers,
         operator=operator,
@@ -300,21 +308,20 @@ class _Runtime:
     secrets: SecretService
     mcp: McpServerService
     metrics: Metrics
+    toolbox: Toolbox
+    hub: McpHub
 
 
 def build_chat_service(settings: Settings, run: _Runtime, stack: AsyncExitStack) -> ChatService:
     return ChatService(
-        catalog=run.catalog,
+        toolbox=run.toolbox,
         loop=build_chat_loop(settings, run.invoker, run.metrics, stack),
         default_model=settings.openai_model,
         max_iterations_cap=settings.chat_max_iterations,
         recorder=run.recorder,
         limits=run.limits,
         keep_messages=settings.run_store_messages,
-        mcp=run.mcp,
-        secrets=run.secrets,
         metrics=run.metrics,
-        outbound=run.outbound,
     )
 
 
@@ -343,16 +350,17 @@ def build_runtime(
     stack.push_async_callback(outbound.aclose)
     limits = build_limits(settings, stores.database, stack)
     secrets = build_secret_service(settings, stores.secrets, limits.fence)
-    mcp = build_mcp_service(settings, stores, outbound, secrets.box, operator, limits.fence, stack)
-    metrics.track(
-        active_chats=lambda: limits.active_runs,
-        mcp_sessions=lambda: mcp.hub.open_sessions,
-    )
+    hub = build_mcp_hub(settings, outbound, stack)
+    mcp = build_mcp_service(settings, stores, outbound, secrets.box, operator, limits.fence, hub)
+    metrics.track(active_chats=lambda: limits.active_runs, mcp_sessions=lambda: hub.open_sessions)
     recorder = RunRecorder(stores.runs)
     recorder.start()
     stack.push_async_callback(recorder.close)  # closed before the database: records flushed
     invoker = build_invoker(settings, registry, policy, metrics, stack)
-    return _Runtime(stores.catalog, outbound, invoker, recorder, limits, secrets, mcp, metrics)
+    toolbox = Toolbox(catalog=stores.catalog, mcp=mcp, hub=hub, secrets=secrets, outbound=outbound)
+    return _Runtime(
+        stores.catalog, outbound, invoker, recorder, limits, secrets, mcp, metrics, toolbox, hub
+    )
 
 
 async def build_services(
@@ -392,6 +400,9 @@ async def build_services(
         fence=run.limits.fence,
         publish=stores.publish,
     )
+    invocations = InvocationService(
+        toolbox=run.toolbox, invoker=run.invoker, recorder=run.recorder, limits=run.limits
+    )
     if stores.changes is not None:  # other replicas' changes: forget what is cached here
         stores.changes.listen(tenants.forget_tenant)
         stores.changes.start()
@@ -404,15 +415,9 @@ async def build_services(
         tenants=tenants,
         tools=tools,
         chat=build_chat_service(settings, run, stack),
-        invocations=InvocationService(
-            catalog=run.catalog,
-            invoker=run.invoker,
-            recorder=run.recorder,
-            limits=run.limits,
-            secrets=run.secrets,
-            mcp=run.mcp,
-            outbound=run.outbound,
-        ),
+        invocations=invocations,
+        mcp_gateway=McpGatewayService(toolbox=run.toolbox, invocations=invocations),
+        mcp_hub=run.hub,
         runs=RunService(runs=stores.runs),
         mcp_servers=run.mcp,
         secrets=run.secrets,

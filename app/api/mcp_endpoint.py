@@ -3,16 +3,10 @@
 Stateless: every request carries its bearer (tenant key or client token), no session lives in
 a process, so any replica answers any request. Responses are JSON, not SSE streams.
 
-- `tools/list`: the caller's enabled tools (a client token's selection only) with the schema a
-  model sees (context parameters stripped), `title`, description and annotations; then the
-  tools of the MCP servers the tenant may use, re-served as `{server}__{tool}` (a server that
-  cannot be reached is left out).
-- `tools/call`: through the one invocation path (limits, context merged server-side, secrets,
-  scrubbing, timeout), recorded as a run of kind `mcp`. A tool's failure is an `isError`
-  result; an unknown tool is a JSON-RPC error (invalid params).
-
-An MCP client is an LLM client: it never sees context values and cannot set them. With a
-client token, the token's bound values are the context; with the tenant key there is none.
+Protocol work only: authenticate, answer the two hot requests directly (or hand the request to
+the SDK), and translate between JSON-RPC and the gateway service (`app/services/mcp_gateway.py`),
+which decides what is listed and runs calls. A tool's failure is an `isError` result; an
+unknown tool is a JSON-RPC error (invalid params).
 """
 
 from __future__ import annotations
@@ -36,21 +30,12 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.api.problems import problem_response
 from app.deps import TenantContext, authenticate, presented_bearer
-from app.errors import AppError, NotFoundError, UnauthorizedError
-from app.mcp.config import SEPARATOR
-from app.mcp.hub import mcp_server_tool
-from app.tools.typed import TypedTool
+from app.errors import AppError, NotFoundError, UnauthorizedError, UnprocessableError
 
 if TYPE_CHECKING:
     from app.container import Services
 
 CALLER = "toolgate.caller"  # the scope key the handlers read the authenticated caller from
-_ANNOTATIONS = {
-    "read_only_hint": "readOnlyHint",
-    "destructive_hint": "destructiveHint",
-    "idempotent_hint": "idempotentHint",
-    "open_world_hint": "openWorldHint",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,22 +91,6 @@ def _caller(ctx: Any) -> TenantContext:
         raise MCPError(mcp_types.INVALID_REQUEST, "not authenticated")
     caller: TenantContext = request.scope[CALLER]
     return caller
-
-
-def served_tool(tool: TypedTool) -> mcp_types.Tool:
-    """A tool as MCP clients see it: the model's schema (context parameters stripped)."""
-    annotations = None
-    if tool.annotations:
-        annotations = mcp_types.ToolAnnotations.model_validate(
-            {_ANNOTATIONS[k]: v for k, v in tool.annotations.items() if k in _ANNOTATIONS}
-        )
-    return mcp_types.Tool(
-        name=tool.name,
-        title=tool.title,
-        description=tool.description or None,
-        input_schema=tool.json_parameters,
-        annotations=annotations,
-    )
 
 
 class McpGateway:
@@ -228,64 +197,42 @@ class McpGateway:
         await Response(orjson.dumps(payload), media_type="application/json")(scope, _no_body, send)
         return True
 
-    async def _offered(self, caller: TenantContext) -> list[TypedTool]:
-        """The stored tools the caller may see and call."""
-        enabled = await caller.services.catalog.enabled(tenant_id=caller.id)
-        token = caller.token
-        return [t for t in enabled if token is None or token.selects(t)]
-
     async def _list_tools(
         self, ctx: Any, params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListToolsResult:
         caller = _caller(ctx)
-        tools: list[TypedTool] = list(await self._offered(caller))
-        hub = caller.services.mcp_servers.hub
-        servers = await caller.services.mcp_servers.usable(tenant_id=caller.id)
-        context = caller.token.context if caller.token else {}
-        found, _skipped = await hub.reachable_tools(servers, context)
-        taken = {t.name for t in tools}
-        for server, listed in found:
-            for item in listed:
-                tool = mcp_server_tool(server, item)
-                if tool.name not in taken and (caller.token is None or caller.token.selects(tool)):
-                    tools.append(tool)
-        return mcp_types.ListToolsResult(tools=[served_tool(t) for t in tools])
+        try:
+            tools = await caller.services.mcp_gateway.list_tools(
+                tenant_id=caller.id, token=caller.token
+            )
+        except AppError as exc:  # a name offered twice, an unreadable server credential
+            raise MCPError(mcp_types.INTERNAL_ERROR, _problem_text(exc)) from None
+        return mcp_types.ListToolsResult(tools=tools)
 
     async def _call_tool(
         self, ctx: Any, params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
         caller = _caller(ctx)
-        stored = {t.name: t for t in await self._offered(caller)}
-        tool = stored.get(params.name)
-        if tool is None and SEPARATOR not in params.name:
-            raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown tool: {params.name}")
-        tool_id = tool.tool_id if tool is not None else params.name
-        token = caller.token
-        stored_ids = {t.tool_id for t in stored.values()}
-
-        def allowed(found: TypedTool) -> bool:  # enabled stored tools, and the token's selection
-            return (found.kind == "mcp" or found.tool_id in stored_ids) and (
-                token is None or token.selects(found)
-            )
-
         try:
-            result = await caller.services.invocations.call(
-                tool_id,
-                dict(params.arguments or {}),
-                dict(token.context) if token else {},
-                tenant_id=caller.id,
-                kind="mcp",
-                allowed=allowed,
+            result = await caller.services.mcp_gateway.call_tool(
+                params.name, dict(params.arguments or {}), tenant_id=caller.id, token=caller.token
             )
         except NotFoundError:
             raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown tool: {params.name}") from None
+        except UnprocessableError as exc:  # a name offered twice
+            raise MCPError(mcp_types.INVALID_PARAMS, _problem_text(exc)) from None
         except AppError as exc:  # 429 past the tenant's limits, 502/504 from an MCP server
             return _error_result(exc.message)
-        if result["status"] == "ok":
+        if result.status == "ok":
             return mcp_types.CallToolResult(
-                content=[mcp_types.TextContent(type="text", text=result["content"] or "")]
+                content=[mcp_types.TextContent(type="text", text=result.content or "")]
             )
-        return _error_result(result["error"]["message"])
+        return _error_result(result.error.message if result.error else "the tool failed")
+
+
+def _problem_text(exc: AppError) -> str:
+    details = "; ".join(f"{e['path']}: {e['message']}" for e in exc.errors or [])
+    return f"{exc.message} ({details})" if details else exc.message
 
 
 def _error_result(message: str) -> mcp_types.CallToolResult:

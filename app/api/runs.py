@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Response
 from app.deps import TenantDep
 from app.schemas.fields import NAME_PATTERN
 from app.schemas.problems import problem_responses
-from app.schemas.runs import IsoDateTime, Run, RunPage, RunStatus
+from app.schemas.runs import IsoDateTime, Run, RunPage, RunQuery, RunStatus
 
 router = APIRouter(prefix="/runs", tags=["runs"], responses=problem_responses(401, 403, 503))
 
@@ -38,16 +38,10 @@ async def list_runs(
     until: Annotated[IsoDateTime | None, Query(description="Started before (ISO 8601)")] = None,
 ) -> Any:
     """The calling tenant's runs (chats and tool invocations), newest first, a page at a time."""
-    page = await tenant.services.runs.page(
-        tenant_id=tenant.id,
-        limit=limit,
-        cursor=cursor,
-        tool_id=tool_id,
-        tool_name=tool_name,
-        status=status,
-        since=since,
-        until=until,
+    query = RunQuery(
+        limit=limit, tool_id=tool_id, tool_name=tool_name, status=status, since=since, until=until
     )
+    page = await tenant.services.runs.page(query, tenant_id=tenant.id, cursor=cursor)
     return Response(page, media_type="application/json")  # pre-serialized
 
 

@@ -55,8 +55,10 @@ async def invoke_tool(tool_id: ToolIdPath, tenant: TenantDep, request: Request) 
     """Run one tool as a model would, without a model; disabled tools run too (test before
     enabling). Tool failures are answered 200 with `status: "error"`; every call is a run."""
     body = await parsed_body(request, InvokeRequest)
-    result = await tenant.services.invocations.invoke(tool_id, body, tenant_id=tenant.id)
-    return Response(orjson.dumps(result), media_type="application/json")  # pre-serialized
+    result = await tenant.services.invocations.invoke(
+        tool_id, body.arguments, body.context_arguments, tenant_id=tenant.id
+    )
+    return Response(orjson.dumps(result), media_type="application/json")  # a dataclass
 
 
 @router.post(

@@ -205,6 +205,13 @@ def load_operator_servers(inline: str | None, path: str | None) -> dict[str, Mcp
     return parse_operator_servers(inline)
 
 
+def server_of(tool_id: str) -> str | None:
+    """The server named by a `{server}__{tool}` id; None for an id of no such shape. The one
+    parser of that shape: chats, invocations and `/mcp` all read ids through it."""
+    server, separator, _ = tool_id.partition(SEPARATOR)
+    return server if separator and server else None
+
+
 def exposed_tool_name(server: str, tool: str) -> str:
     """`{server}__{tool}`, within the 64 characters and the alphabet model APIs accept."""
     name = f"{server}{SEPARATOR}{_UNSAFE_NAME_CHARS.sub('_', tool)}"

@@ -15,6 +15,7 @@ from pymongo.errors import BulkWriteError, DocumentTooLarge, WriteError
 
 from app.repositories.database import Database, Document, aggregate
 from app.repositories.storable import storable_record
+from app.schemas.runs import RunQuery
 
 logger = logging.getLogger(__name__)
 # What the driver refuses before anything is sent: integers beyond 64 bits, NUL in a key, size.
@@ -78,44 +79,33 @@ class RunRepository:
         found: Document | None = await self._runs(tenant_id).find_one({"run_id": run_id}, _NO_ID)
         return found
 
-    async def page(
-        self,
-        *,
-        tenant_id: str,
-        limit: int,
-        after: tuple[datetime, str] | None,
-        tool_id: str | None,
-        tool_name: str | None,
-        status: str | None,
-        since: datetime | None,
-        until: datetime | None,
-    ) -> list[Document]:
-        """Newest first; `after` is the (started_at, run_id) of the last run already seen."""
-        query: Document = {}
-        if tool_id is not None:
-            query["tool_calls.tool_id"] = tool_id
-        if tool_name is not None:
-            query["tool_calls.name"] = tool_name
-        if status is not None:
-            query["stop_reason"] = status
+    async def page(self, query: RunQuery, *, tenant_id: str) -> list[Document]:
+        """Newest first, from `query.after` on."""
+        found: Document = {}
+        if query.tool_id is not None:
+            found["tool_calls.tool_id"] = query.tool_id
+        if query.tool_name is not None:
+            found["tool_calls.name"] = query.tool_name
+        if query.status is not None:
+            found["stop_reason"] = query.status
         started: Document = {}
-        if since is not None:
-            started["$gte"] = since
-        if until is not None:
-            started["$lt"] = until
+        if query.since is not None:
+            started["$gte"] = query.since
+        if query.until is not None:
+            started["$lt"] = query.until
         if started:
-            query["started_at"] = started
-        if after is not None:
-            at, run_id = after
-            query["$or"] = [
+            found["started_at"] = started
+        if query.after is not None:
+            at, run_id = query.after
+            found["$or"] = [
                 {"started_at": {"$lt": at}},
                 {"started_at": at, "run_id": {"$lt": run_id}},
             ]
         cursor = (
             self._runs(tenant_id)
-            .find(query, _NO_ID)
+            .find(found, _NO_ID)
             .sort([("started_at", DESCENDING), ("run_id", DESCENDING)])
-            .limit(limit)
+            .limit(query.limit)
         )
         return list(await cursor.to_list(None))
 
@@ -175,18 +165,7 @@ class RunStore(Protocol):
 
     async def get(self, run_id: str, *, tenant_id: str) -> Document | None: ...
 
-    async def page(
-        self,
-        *,
-        tenant_id: str,
-        limit: int,
-        after: tuple[datetime, str] | None,
-        tool_id: str | None,
-        tool_name: str | None,
-        status: str | None,
-        since: datetime | None,
-        until: datetime | None,
-    ) -> list[Document]: ...
+    async def page(self, query: RunQuery, *, tenant_id: str) -> list[Document]: ...
 
     async def tool_stats(
         self, tool_id: str, *, tenant_id: str, since: datetime, until: datetime
@@ -217,32 +196,23 @@ class MemoryRunRepository:
     async def get(self, run_id: str, *, tenant_id: str) -> Document | None:
         return next((dict(r) for r in self._runs.get(tenant_id, ()) if r["run_id"] == run_id), None)
 
-    async def page(
-        self,
-        *,
-        tenant_id: str,
-        limit: int,
-        after: tuple[datetime, str] | None,
-        tool_id: str | None,
-        tool_name: str | None,
-        status: str | None,
-        since: datetime | None,
-        until: datetime | None,
-    ) -> list[Document]:
+    async def page(self, query: RunQuery, *, tenant_id: str) -> list[Document]:
+        q = query
+
         def wanted(run: Document) -> bool:
             calls = run.get("tool_calls", [])
             return (
-                (tool_id is None or any(c.get("tool_id") == tool_id for c in calls))
-                and (tool_name is None or any(c.get("name") == tool_name for c in calls))
-                and (status is None or run["stop_reason"] == status)
-                and (since is None or run["started_at"] >= since)
-                and (until is None or run["started_at"] < until)
-                and (after is None or (run["started_at"], run["run_id"]) < after)
+                (q.tool_id is None or any(c.get("tool_id") == q.tool_id for c in calls))
+                and (q.tool_name is None or any(c.get("name") == q.tool_name for c in calls))
+                and (q.status is None or run["stop_reason"] == q.status)
+                and (q.since is None or run["started_at"] >= q.since)
+                and (q.until is None or run["started_at"] < q.until)
+                and (q.after is None or (run["started_at"], run["run_id"]) < q.after)
             )
 
         found = [run for run in self._runs.get(tenant_id, ()) if wanted(run)]
         found.sort(key=lambda run: (run["started_at"], run["run_id"]), reverse=True)
-        return [dict(run) for run in found[:limit]]
+        return [dict(run) for run in found[: q.limit]]
 
     async def tool_stats(
         self, tool_id: str, *, tenant_id: str, since: datetime, until: datetime

@@ -23,6 +23,13 @@ class ClientTokenCreate(ClientModel):
         description="Context values bound to the token: they win over anything a request sends "
         "and are never shown again (nor to the client or its model).",
     )
+    settable_context: list[Name] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Context parameters a request made with this token may set itself (in "
+        "`context_arguments`). Default: none, every hidden value comes from the token, and a "
+        "request that sends any other context value is refused (422).",
+    )
     tool_ids: list[Name] | None = Field(
         default=None,
         max_length=256,
@@ -41,6 +48,9 @@ class ClientToken(BaseModel):
     token_id: str
     name: str
     context_names: list[str] = Field(description="The bound context arguments (values hidden).")
+    settable_context: list[str] = Field(
+        default_factory=list, description="Context parameters its requests may set themselves."
+    )
     tool_ids: list[str] | None
     tags: list[str] | None
     created_at: datetime

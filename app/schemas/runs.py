@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -85,3 +86,17 @@ def _in_utc(value: datetime) -> datetime:
 
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 IsoDateTime = Annotated[datetime, BeforeValidator(_iso_only), AfterValidator(_in_utc)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunQuery:
+    """Which runs a page lists, newest first; `after` is the (started_at, run_id) of the last
+    run already seen (decoded from a cursor)."""
+
+    limit: int = 50
+    after: tuple[datetime, str] | None = None
+    tool_id: str | None = None
+    tool_name: str | None = None
+    status: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None

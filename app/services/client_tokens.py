@@ -1,10 +1,11 @@
 """Client tokens: random, shown once, stored as HMAC-SHA256 like tenant keys, with their
 context values sealed (AES-GCM, app/crypto.py) and their tool selection.
 
-A token opens `/mcp` and `/chat` for its tenant: its context values are bound server-side (they
-win over anything a request sends) and it sees only its selected tools. Revoking applies at once
-on this replica and within AUTH_CACHE_TTL_S on the others; an expired token is refused at once
-everywhere.
+A token opens `/mcp` and `/chat` for its tenant: its context values are bound server-side and it
+sees only its selected tools. The context contract (`app/services/toolbox.py`): with a token,
+hidden values come from the token, but for the names it lists as `settable_context`. Revoking
+applies at once on this replica and within AUTH_CACHE_TTL_S on the others; an expired token is
+refused at once everywhere.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class ClientToken:
     tool_ids: frozenset[str] | None
     tags: frozenset[str] | None
     expires_at: datetime | None
+    settable: frozenset[str] = frozenset()  # context names a request may set itself
 
     def selects(self, tool: TypedTool) -> bool:
         if self.tool_ids is None and self.tags is None:
@@ -116,6 +118,7 @@ class ClientTokenService:
             tool_ids=None if doc.get("tool_ids") is None else frozenset(doc["tool_ids"]),
             tags=None if doc.get("tags") is None else frozenset(doc["tags"]),
             expires_at=None if expires_at is None else expires_at.astimezone(UTC),
+            settable=frozenset(doc.get("settable_context") or ()),
         )
 
     async def verify(self, presented: str) -> ClientToken | None:
@@ -140,6 +143,7 @@ class ClientTokenService:
                 orjson.dumps(body.context_arguments).decode(), _aad(tenant_id, token_id)
             ),
             "context_names": sorted(body.context_arguments),
+            "settable_context": sorted(set(body.settable_context)),
             "tool_ids": body.tool_ids,
             "tags": body.tags,
             "created_at": now,
@@ -185,6 +189,7 @@ def _shown(doc: Document) -> ShownToken:
         token_id=doc["token_id"],
         name=doc["name"],
         context_names=list(doc.get("context_names", [])),
+        settable_context=list(doc.get("settable_context") or []),
         tool_ids=doc.get("tool_ids"),
         tags=doc.get("tags"),
         created_at=doc["created_at"],

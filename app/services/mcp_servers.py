@@ -18,7 +18,8 @@ from app.errors import (
 )
 from app.limits import Fence, local_fence
 from app.mcp.config import McpServer
-from app.mcp.hub import McpHub, mcp_server_tool, mcp_tool_document
+from app.mcp.hub import McpHub
+from app.mcp.tools import mcp_server_tool, mcp_tool_document
 from app.outbound import url_problem
 from app.repositories.mcp_servers import McpServerRepository
 from app.schemas.mcp import McpServerCreate
@@ -61,10 +62,6 @@ class McpServerService:
         self._operator = operator
         self._hub = hub
         self._outbound = outbound
-
-    @property
-    def hub(self) -> McpHub:
-        return self._hub
 
     def _operator_for(self, tenant_id: str) -> dict[str, McpServer]:
         return {n: s for n, s in self._operator.items() if s.available_to(tenant_id)}

@@ -6,18 +6,22 @@ import asyncio
 import base64
 import contextlib
 import logging
+import os
+import time
 import typing
 from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 
-from app.errors import NotFoundError, UnprocessableError, field_error
+from app.errors import AppError, NotFoundError, UnprocessableError, field_error
 from app.repositories.database import database_unavailable
 from app.repositories.runs import RunStore
 from app.repositories.storable import storable
-from app.schemas.runs import Run, RunKind, RunStatus, RunUsage
+from app.schemas.runs import Run, RunKind, RunQuery, RunStatus, RunUsage
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +144,81 @@ def run_record(
     }
 
 
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    """Now, at the millisecond precision BSON stores, so what is recorded is what is read."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def new_run_id() -> str:
+    """32 hex digits: the time in nanoseconds, then 64 random bits. Records are listed by
+    (started_at, run_id), and started_at keeps milliseconds (BSON): runs that start within the
+    same millisecond still list in the order they started."""
+    return f"{time.time_ns():016x}{os.urandom(8).hex()}"
+
+
+@dataclass(slots=True)
+class RunRecording:
+    """One run being recorded: its id and start are minted when it begins; the run fills in
+    how it went. Left by an exception it is `error`, left by cancellation (or before `status`
+    was set) it is `cancelled`."""
+
+    run_id: str
+    kind: RunKind
+    started: datetime
+    status: RunStatus = "cancelled"
+    error: str | None = None
+    model: str | None = None
+    iterations: int = 0
+    usage: dict[str, int] | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # kept as they are (messages)
+
+    def document(self) -> dict[str, Any]:
+        record = run_record(
+            run_id=self.run_id,
+            kind=self.kind,
+            started=self.started,
+            status=self.status,
+            error=self.error,
+            tool_calls=self.tool_calls,
+            model=self.model,
+            iterations=self.iterations,
+            usage=self.usage,
+        )
+        return {**record, **self.extra}
+
+
+@contextlib.contextmanager
+def recording(
+    recorder: RunRecorder,
+    *,
+    tenant_id: str,
+    kind: RunKind,
+    run_id: str | None = None,
+    clock: Clock = utc_now,
+    done: Callable[[RunRecording], None] | None = None,
+) -> Iterator[RunRecording]:
+    """Record the run done inside: whatever way it is left, its record is queued once (after
+    `done`, which may count it)."""
+    run = RunRecording(run_id or new_run_id(), kind, clock())
+    try:
+        yield run
+    except AppError as exc:
+        run.status, run.error = "error", exc.message
+        raise
+    except Exception:
+        run.status = "error"
+        raise
+    finally:
+        if done is not None:
+            done(run)
+        recorder.record(run.document(), tenant_id=tenant_id)
+
+
 class RunService:
     """What admins read: runs, newest first, and per-tool aggregates."""
 
@@ -152,30 +231,12 @@ class RunService:
             raise NotFoundError(f"run '{run_id}' does not exist")
         return shown_run(found)
 
-    async def page(
-        self,
-        *,
-        tenant_id: str,
-        limit: int,
-        cursor: str | None,
-        tool_id: str | None,
-        tool_name: str | None,
-        status: str | None,
-        since: datetime | None,
-        until: datetime | None,
-    ) -> bytes:
+    async def page(self, query: RunQuery, *, tenant_id: str, cursor: str | None) -> bytes:
         """A page as JSON (a RunPage); every stored record is shown, whole or reduced."""
-        items = await self._runs.page(
-            tenant_id=tenant_id,
-            limit=limit,
-            after=_decode(cursor) if cursor else None,
-            tool_id=tool_id,
-            tool_name=tool_name,
-            status=status,
-            since=since,
-            until=until,
-        )
-        next_cursor = _encode(items[-1]) if len(items) == limit else None
+        if cursor:
+            query = replace(query, after=_decode(cursor))
+        items = await self._runs.page(query, tenant_id=tenant_id)
+        next_cursor = _encode(items[-1]) if len(items) == query.limit else None
         shown = b",".join(shown_run(item) for item in items)
         return b'{"items":[%b],"next_cursor":%b}' % (shown, orjson.dumps(next_cursor))
 

@@ -59,6 +59,8 @@ class TypedTool:
     hidden_names: frozenset[str] = field(init=False)  # arguments a caller's model may not set
 
     kind: ClassVar[ToolKind]
+    # Runs over the tenant's outbound HTTP client (its allow list): the toolbox hands one over.
+    uses_http: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         schema = shaped("openai", self.name, self.description, self.json_parameters)
@@ -92,6 +94,7 @@ class ExternalTool(TypedTool):
     placements: dict[str, str] | None = None
 
     kind: ClassVar[ToolKind] = "external"
+    uses_http: ClassVar[bool] = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -75,7 +75,7 @@ class McpChat(ChatClient):
 
     @property
     def hub(self) -> McpHub:
-        return self.app.state.services.mcp_servers.hub
+        return self.app.state.services.mcp_hub
 
     async def call(self, *steps: Any, **body: Any) -> dict[str, Any]:
         self.fake.reset(*steps)

@@ -11,6 +11,7 @@ from pymongo import AsyncMongoClient
 
 from app.repositories.database import Database
 from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
+from app.schemas.runs import RunQuery
 from tests.conftest import make_settings
 from tests.support.secantus import SecantusServer
 
@@ -59,17 +60,8 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[RunStore]:
 
 
 async def page(store: RunStore, **filters: Any) -> list[str]:
-    options: dict[str, Any] = {
-        "limit": 100,
-        "after": None,
-        "tool_id": None,
-        "tool_name": None,
-        "status": None,
-        "since": None,
-        "until": None,
-        **filters,
-    }
-    return [r["run_id"][-2:] for r in await store.page(tenant_id="acme", **options)]
+    query = RunQuery(**{"limit": 100, **filters})
+    return [r["run_id"][-2:] for r in await store.page(query, tenant_id="acme")]
 
 
 async def test_paging_filters_and_lookup(store: RunStore) -> None:
@@ -81,16 +73,7 @@ async def test_paging_filters_and_lookup(store: RunStore) -> None:
         tenant_id="acme",
     )
     assert await page(store) == [f"{i:02x}" for i in range(10, 0, -1)]
-    first = await store.page(
-        tenant_id="acme",
-        limit=3,
-        after=None,
-        tool_id=None,
-        tool_name=None,
-        status=None,
-        since=None,
-        until=None,
-    )
+    first = await store.page(RunQuery(limit=3), tenant_id="acme")
     last = first[-1]
     rest = await page(store, after=(last["started_at"], last["run_id"]), limit=3)
     assert rest == ["07", "06", "05"]

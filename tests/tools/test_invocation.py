@@ -7,10 +7,10 @@ from typing import Any
 
 import httpx
 
-from app.mcp.executor import McpExecutor
 from app.metrics import Metrics
 from app.tools.executors import CallScope
 from app.tools.executors.external import ExternalExecutor
+from app.tools.executors.mcp import McpExecutor
 from app.tools.invocation import InvocationLimits, ToolInvoker
 from app.tools.outcome import ToolOutcome
 from app.tools.scrub import Scrubber

@@ -21,7 +21,7 @@ ToolT_contra = TypeVar("ToolT_contra", bound=TypedTool, contravariant=True)
 
 
 class McpCaller(Protocol):
-    """The MCP sessions of one chat or invocation (`app/mcp/hub.py`, ChatSessions)."""
+    """The MCP sessions of one chat or invocation (`app/mcp/sessions.py`, McpSessions)."""
 
     async def call(self, server_name: str, tool: str, arguments: dict[str, Any]) -> ToolOutcome: ...
 

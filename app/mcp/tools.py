@@ -1,0 +1,166 @@
+"""MCP tools as typed tools: what a server lists, turned into what the rest of the house runs.
+
+A server's context-mapped arguments are hidden from the model (they become context slots), its
+name is `{server}__{tool}` (`exposed_tool_name`), and its schema is passed through with the
+providers that cannot take it as it is named.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp_types
+
+from app.mcp.config import McpServer, exposed_tool_name
+from app.tools.typed import ContextSlot, McpServerTool, TypedTool
+
+_ANNOTATIONS = {
+    "read_only_hint": "readOnlyHint",
+    "destructive_hint": "destructiveHint",
+    "idempotent_hint": "idempotentHint",
+    "open_world_hint": "openWorldHint",
+}
+
+# JSON Schema keywords outside the OpenAPI subset Gemini accepts.
+_GEMINI_UNSUPPORTED = (
+    "$ref",
+    "$defs",
+    "definitions",
+    "const",
+    "oneOf",
+    "allOf",
+    "not",
+    "if",
+    "patternProperties",
+    "additionalProperties",
+    "prefixItems",
+)
+
+
+def mcp_server_tool(server: McpServer, tool: mcp_types.Tool) -> McpServerTool:
+    """An MCP tool as a typed tool: context-mapped arguments hidden from the model."""
+    schema = dict(tool.input_schema or {})
+    properties = dict(schema.get("properties") or {})
+    required = list(schema.get("required") or [])
+    context = []
+    for context_name, argument in server.argument_mappings().items():
+        if argument in properties:
+            del properties[argument]
+            context.append(ContextSlot(context_name, argument, required=argument in required))
+            required = [r for r in required if r != argument]
+    visible = {**schema, "type": "object", "properties": properties}
+    visible.pop("title", None)
+    if required:
+        visible["required"] = required
+    else:
+        visible.pop("required", None)
+    name = exposed_tool_name(server.name, tool.name)
+    return McpServerTool(
+        tool_id=name,
+        name=name,
+        description=tool.description or tool.title or "",
+        parameters=None,  # the server checks its own schema
+        json_parameters=visible,
+        context=tuple(context),
+        incompatible_providers=schema_incompatibilities(name, visible),
+        title=tool.title or (tool.annotations.title if tool.annotations else None),
+        annotations=_annotations(tool.annotations),
+        server=server.name,
+        mcp_tool=tool.name,
+    )
+
+
+def _annotations(annotations: mcp_types.ToolAnnotations | None) -> dict[str, bool] | None:
+    """The server's hints, kept as they are (snake_case, as stored tools have them)."""
+    if annotations is None:
+        return None
+    hints = {
+        key: value
+        for key, value in annotations.model_dump(exclude_none=True).items()
+        if isinstance(value, bool)
+    }
+    return hints or None
+
+
+def served_tool(tool: TypedTool) -> mcp_types.Tool:
+    """Any typed tool as `/mcp` serves it: the model's schema (context parameters stripped)."""
+    annotations = None
+    if tool.annotations:
+        annotations = mcp_types.ToolAnnotations.model_validate(
+            {_ANNOTATIONS[k]: v for k, v in tool.annotations.items() if k in _ANNOTATIONS}
+        )
+    return mcp_types.Tool(
+        name=tool.name,
+        title=tool.title,
+        description=tool.description or None,
+        input_schema=tool.json_parameters,
+        annotations=annotations,
+    )
+
+
+def mcp_tool_document(tool: McpServerTool) -> dict[str, Any]:
+    """What GET /mcp-servers/{name}/tools shows of a tool."""
+    return {
+        "tool_id": tool.tool_id,
+        "type": "mcp",
+        "server": tool.server,
+        "mcp_tool": tool.mcp_tool,
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.json_parameters,
+        },
+        "context_parameters": [
+            {"name": c.name, "argument": c.argument, "required": c.required} for c in tool.context
+        ],
+        "incompatible_providers": tool.incompatible_providers,
+    }
+
+
+def schema_incompatibilities(name: str, schema: dict[str, Any]) -> dict[str, list[str]]:
+    """Providers that cannot take a passed-through JSON Schema as it is, and why."""
+    found = sorted(_keywords(schema) & set(_GEMINI_UNSUPPORTED))
+    problems: dict[str, list[str]] = {}
+    if found:
+        problems["gemini"] = [f"the schema uses {', '.join(found)}, which Gemini does not accept"]
+    untyped = _untyped(schema)
+    if untyped:
+        problems.setdefault("gemini", []).append(
+            f"Gemini needs a type for every parameter: {', '.join(untyped)} has none"
+        )
+    if not name[:1].isalpha() and name[:1] != "_":
+        problems.setdefault("gemini", []).append(
+            f"function name '{name}' must start with a letter or an underscore"
+        )
+    return problems
+
+
+def _untyped(schema: dict[str, Any], path: str = "") -> list[str]:
+    """Parameters (at any depth) whose schema gives no single `type`."""
+    found = []
+    for name, sub in (schema.get("properties") or {}).items():
+        where = f"{path}{name}"
+        if not isinstance(sub, dict) or not isinstance(sub.get("type"), str):
+            found.append(where)
+            continue
+        found += _untyped(sub, f"{where}.")
+        items = sub.get("items")
+        if isinstance(items, dict) and items and not isinstance(items.get("type"), str):
+            found.append(f"{where}[]")
+    return found
+
+
+def _keywords(schema: Any) -> set[str]:
+    found: set[str] = set()
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            found.add(key)
+            if key == "properties" and isinstance(value, dict):
+                for sub in value.values():
+                    found |= _keywords(sub)
+            elif isinstance(value, dict | list):
+                found |= _keywords(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            found |= _keywords(item)
+    return found

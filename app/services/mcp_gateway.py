@@ -1,0 +1,47 @@
+"""What `/mcp` serves a caller: its toolset as MCP tools, and calls to them by name.
+
+The caller's tools come from the toolbox like every other entry point's (`tools/list`: every
+tool it may use, the tenant's MCP servers' tools included; a server that cannot be reached is
+left out); a call goes through the one invocation path, recorded as a run of kind `mcp`. An MCP
+client is an LLM client: with a client token, the token's bound values are the context; with the
+tenant key there is none (`app/services/toolbox.py`, the context contract).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp_types
+
+from app.mcp.tools import served_tool
+from app.services.client_tokens import ClientToken
+from app.services.invocations import InvocationService, ToolRun
+from app.services.toolbox import Selection, Toolbox
+
+
+class McpGatewayService:
+    def __init__(self, *, toolbox: Toolbox, invocations: InvocationService) -> None:
+        self._toolbox = toolbox
+        self._invocations = invocations
+
+    async def list_tools(
+        self, *, tenant_id: str, token: ClientToken | None
+    ) -> list[mcp_types.Tool]:
+        """The caller's tools as MCP clients see them; 422 (`NameClashError`) for a name that
+        two of them would share."""
+        selection = Selection(every_server=True)
+        async with await self._toolbox.open(tenant_id, selection, token=token) as toolset:
+            return [served_tool(tool) for tool in toolset.tools]
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        tenant_id: str,
+        token: ClientToken | None,
+    ) -> ToolRun:
+        """Run the tool offered as `name`; 404 when the caller has none by that name."""
+        return await self._invocations.call_by_name(
+            name, arguments, tenant_id=tenant_id, token=token
+        )

@@ -1,0 +1,345 @@
+"""The one place that assembles a caller's tools: which tools, with which context, secrets, MCP
+sessions and HTTP client.
+
+Every entry point that runs tools opens a `Toolset` here: `POST /chat` (the request's
+selection), `POST /tools/{tool_id}/invoke` (one tool, disabled ones too) and `/mcp` (`tools/list`:
+everything the caller may use; `tools/call`: one tool by name). The rules it applies, once:
+
+- **Selection.** Stored tools (enabled ones, or any readable one for invoke), filtered by ids
+  and tags; MCP tools of the servers named in `mcp_servers`, or picked one by one as
+  `{server}__{tool}` ids (`server_of`, the one parser of that shape). A requested id that is not
+  there is `UnavailableToolsError` (422 in a chat, 404 for invoke and `/mcp`).
+- **A client token** is one filter: only the tools it selects exist for its caller, and it
+  cannot add MCP servers to a chat (403).
+- **The context contract.** Without a token, the caller's `context_arguments` are the context.
+  With a token, hidden values come from the token: a request value for a name the token binds
+  is ignored (the token's wins), a name the token lists in `settable_context` is taken from the
+  request, and any other name is refused (422 naming the field) before anything runs.
+- **One name-clash rule.** Two tools offered under one name are refused, on every entry point:
+  422 in a chat, a JSON-RPC error on `/mcp` (`tools/list` and `tools/call`). Nothing is silently
+  left out: a model or client would otherwise call a different tool than the one it was shown.
+- **Unreachable MCP servers.** A chat or listing goes on without them (`skipped_servers`); a
+  one-tool call (invoke, `tools/call`) fails with the server's error (502 or 504).
+- **What the run needs,** picked from the tools: the secrets they read, the redaction of every
+  hidden value, the tenant's HTTP client when a tool uses HTTP, and MCP sessions (opened on
+  first call, closed when the toolset is left).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from app.errors import ConflictError, ForbiddenError, UnprocessableError, field_error
+from app.mcp.config import McpServer, server_of
+from app.mcp.hub import McpHub
+from app.mcp.sessions import McpSessions
+from app.mcp.tools import mcp_server_tool
+from app.services.catalog import CatalogEntry, ToolCatalog
+from app.services.client_tokens import ClientToken
+from app.services.mcp_servers import McpServerService
+from app.services.outbound import TenantOutbound
+from app.services.secrets import SecretService
+from app.tools.executors import CallScope
+from app.tools.scrub import Scrubber
+from app.tools.typed import TypedTool
+
+CONTEXT_PATH = "$.context_arguments"
+
+
+class UnavailableToolsError(UnprocessableError):
+    """Requested tools the caller cannot use: unknown, disabled, outside its token's selection,
+    of an unknown server, or not listed by their MCP server."""
+
+    @classmethod
+    def of(cls, missing: Sequence[str]) -> UnavailableToolsError:
+        return cls(
+            "Some requested tools do not exist or are disabled.",
+            errors=[field_error("$.tool_ids", f"unavailable: {', '.join(missing)}")],
+        )
+
+
+class NameClashError(UnprocessableError):
+    """Two tools of one toolset would be offered under the same name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            "Two tools of this chat would have the same name.",
+            errors=[
+                field_error("$.mcp_servers", f"'{name}' is offered twice; rename or deselect one")
+            ],
+        )
+        self.name = name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Selection:
+    """Which tools a caller asks for."""
+
+    tool_ids: Sequence[str] | None = None  # None: every tool the caller may use
+    tags: Sequence[str] | None = None  # only stored tools with one of these tags
+    mcp_servers: Sequence[str] = ()  # every tool of these servers joins
+    by_name: bool = False  # `tool_ids` are the names the model sees (MCP clients call by name)
+    # An admin testing a tool (invoke): disabled ones run too, an unreadable one is a 409.
+    admin: bool = False
+    every_server: bool = False  # every server the tenant may use (MCP `tools/list`)
+    strict: bool = False  # an unreachable server is an error, not a skip (one-tool calls)
+
+
+class Toolset:
+    """The tools of one run, by name, with the `CallScope` their calls share. Leaving it (or
+    `aclose()`) closes the MCP sessions the run opened."""
+
+    def __init__(
+        self,
+        tools: list[TypedTool],
+        call: CallScope,
+        *,
+        skipped_servers: dict[str, str],
+        sessions: McpSessions | None,
+    ) -> None:
+        self.tools = tools
+        self.by_name = {tool.name: tool for tool in tools}
+        self.call = call
+        self.skipped_servers = skipped_servers
+        self._sessions = sessions
+
+    def only(self) -> TypedTool:
+        """The one tool of a one-tool selection."""
+        [tool] = self.tools
+        return tool
+
+    async def aclose(self) -> None:
+        if self._sessions is not None:
+            await self._sessions.aclose()
+
+    async def __aenter__(self) -> Toolset:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def caller_context(
+    requested: Mapping[str, Any], token: ClientToken | None, *, path: str = CONTEXT_PATH
+) -> dict[str, Any]:
+    """The context a run gets (the contract in this module's docstring)."""
+    if token is None:
+        return dict(requested)
+    refused = sorted(k for k in requested if k not in token.context and k not in token.settable)
+    if refused:
+        raise UnprocessableError(
+            "A client token binds the context: this request may not set these values.",
+            errors=[
+                field_error(f"{path}.{name}", "not settable with this client token")
+                for name in refused
+            ],
+        )
+    settable = {k: v for k, v in requested.items() if k in token.settable}
+    return {**settable, **token.context}  # bound server-side: the token's value wins
+
+
+def hidden_values(
+    context: Mapping[str, Any],
+    secrets: Mapping[str, str | None],
+    servers: Iterable[McpServer] = (),
+) -> list[Any]:
+    """What a run must never show or log: its context values, the secrets its tools read and
+    the header values of its MCP servers (tokens, keys: a server may echo its headers)."""
+    return [
+        *context.values(),
+        *(value for value in secrets.values() if value),
+        *(value for server in servers for value in server.headers.values()),
+    ]
+
+
+class Toolbox:
+    """Assembles a caller's tools for a run: the only place that does (see the module doc)."""
+
+    def __init__(
+        self,
+        *,
+        catalog: ToolCatalog,
+        mcp: McpServerService,
+        hub: McpHub,
+        secrets: SecretService,
+        outbound: TenantOutbound,
+    ) -> None:
+        self._catalog = catalog
+        self._mcp = mcp
+        self._hub = hub
+        self._secrets = secrets
+        self._outbound = outbound
+
+    async def open(
+        self,
+        tenant_id: str,
+        selection: Selection,
+        *,
+        token: ClientToken | None = None,
+        context: Mapping[str, Any] | None = None,
+    ) -> Toolset:
+        """The caller's toolset; every 4xx of the selection is raised here, before any run."""
+        if token is not None and selection.mcp_servers:
+            raise ForbiddenError(
+                "A client token cannot add MCP servers to a chat; it offers its own tools only."
+            )
+        merged = caller_context(context or {}, token)
+        stored, picked = await self._stored_tools(tenant_id, selection, token)
+        servers = await self._servers(tenant_id, selection, picked)
+        found, skipped = await self._server_tools(servers, picked, merged, selection, token)
+        tools = [*stored, *found]
+        _check_names(tools)
+        used = [s for s in servers if s.name not in skipped]
+        return await self._toolset(tenant_id, tools, merged, used, skipped)
+
+    async def _stored_tools(
+        self, tenant_id: str, selection: Selection, token: ClientToken | None
+    ) -> tuple[list[TypedTool], dict[str, set[str]]]:
+        """The stored tools selected, and the `{server}__{tool}` ids picked by server name (an
+        id or name of a stored tool is always that tool)."""
+        snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
+        pool: list[TypedTool] = [
+            entry.tool
+            for entry in snapshot.entries
+            if entry.tool is not None and (entry.tool.enabled or selection.admin)
+        ]
+        if token is not None:
+            pool = [tool for tool in pool if token.selects(tool)]
+        if selection.tool_ids is None:
+            return _tagged(pool, selection.tags), {}
+        key = _name if selection.by_name else _tool_id
+        known = {key(tool) for tool in pool}
+        wanted: list[str] = []
+        picked: dict[str, set[str]] = {}
+        for tool_id in selection.tool_ids:
+            server = server_of(tool_id)
+            if tool_id in known or server is None:
+                wanted.append(tool_id)
+            else:
+                picked.setdefault(server, set()).add(tool_id)
+        chosen = [tool for tool in pool if key(tool) in set(wanted)]
+        missing = sorted(set(wanted) - {key(tool) for tool in chosen})
+        if missing and selection.admin:
+            _refuse_unreadable(missing, snapshot.by_id)
+        if missing:
+            raise UnavailableToolsError.of(missing)
+        return _tagged(chosen, selection.tags), picked
+
+    async def _servers(
+        self, tenant_id: str, selection: Selection, picked: dict[str, set[str]]
+    ) -> list[McpServer]:
+        """The servers whose tools join: all of every usable one (listing), all of the named
+        ones, and the servers of picked ids (an unknown server makes its ids unavailable)."""
+        if selection.every_server:
+            return await self._mcp.usable(tenant_id=tenant_id)
+        if not selection.mcp_servers and not picked:
+            return []
+        whole = await self._mcp.resolve(
+            list(selection.mcp_servers), tenant_id=tenant_id, path="$.mcp_servers"
+        )
+        named = {server.name for server in whole}
+        for name in named:  # a server named whole offers all its tools, whatever was picked
+            picked.pop(name, None)
+        try:
+            partial = await self._mcp.resolve(list(picked), tenant_id=tenant_id, path="$.tool_ids")
+        except UnprocessableError as exc:  # "unknown: ..." names the servers
+            raise UnavailableToolsError(exc.message, errors=exc.errors) from None
+        return whole + partial
+
+    async def _server_tools(
+        self,
+        servers: list[McpServer],
+        picked: dict[str, set[str]],
+        context: Mapping[str, Any],
+        selection: Selection,
+        token: ClientToken | None,
+    ) -> tuple[list[TypedTool], dict[str, str]]:
+        """The servers' tools (listed concurrently): all of a whole server, the picked ones of
+        the others; unreachable servers skipped with the reason (raised when `strict`)."""
+        if not servers:
+            return [], {}
+        reachable, failures = await self._hub.reachable_tools(servers, dict(context))
+        if selection.strict and failures:
+            raise next(iter(failures.values()))
+        found: list[TypedTool] = []
+        for server, listed in reachable:
+            tools = [mcp_server_tool(server, item) for item in listed]
+            tools = [t for t in tools if token is None or token.selects(t)]
+            wanted = picked.get(server.name)
+            if wanted is not None:
+                missing = sorted(wanted - {t.tool_id for t in tools})
+                if missing:
+                    raise UnavailableToolsError.of(missing)
+                tools = [t for t in tools if t.tool_id in wanted]
+            found += tools
+        return found, {name: error.message for name, error in failures.items()}
+
+    async def _toolset(
+        self,
+        tenant_id: str,
+        tools: list[TypedTool],
+        context: dict[str, Any],
+        servers: list[McpServer],
+        skipped: dict[str, str],
+    ) -> Toolset:
+        needed = set().union(*(tool.secrets for tool in tools))
+        secrets = await self._secrets.resolve(needed, tenant_id=tenant_id) if needed else {}
+        http = (
+            await self._outbound.http_client(tenant_id)
+            if any(tool.uses_http for tool in tools)
+            else None
+        )
+        sessions = (
+            McpSessions(self._hub, {s.name: s for s in servers}, context) if servers else None
+        )
+        scope = CallScope(
+            context=context,
+            secrets=secrets,
+            mcp=sessions,
+            scrub=Scrubber(hidden_values(context, secrets, servers)),
+            http=http,
+        )
+        return Toolset(tools, scope, skipped_servers=skipped, sessions=sessions)
+
+
+def _check_names(tools: list[TypedTool]) -> None:
+    """The one name-clash rule: a name offered twice is refused."""
+    seen: set[str] = set()
+    for tool in tools:
+        if tool.name in seen:
+            raise NameClashError(tool.name)
+        seen.add(tool.name)
+
+
+def _refuse_unreadable(missing: list[str], entries: Mapping[str, CatalogEntry]) -> None:
+    """409 naming the problems of a requested stored tool this server cannot read."""
+    for tool_id in missing:
+        entry = entries.get(tool_id)
+        if entry is not None and entry.tool is None:
+            raise ConflictError(
+                f"tool '{tool_id}' is stored in a form this server cannot read "
+                f"({'; '.join(entry.problems)}); replace it (PUT) or delete it"
+            )
+
+
+def _tagged(tools: list[TypedTool], tags: Sequence[str] | None) -> list[TypedTool]:
+    if tags is None:
+        return tools
+    wanted = set(tags)
+    return [tool for tool in tools if not wanted.isdisjoint(tool.tags)]
+
+
+def _name(tool: TypedTool) -> str:
+    return tool.name
+
+
+def _tool_id(tool: TypedTool) -> str:
+    return tool.tool_id
