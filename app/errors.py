@@ -5,6 +5,13 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any
 
+from pymongo.errors import (
+    ConnectionFailure,
+    ExecutionTimeout,
+    PyMongoError,
+    WaitQueueTimeoutError,
+)
+
 # RFC 9110 names where Python 3.11's HTTPStatus still has the older ones.
 _RFC9110_TITLES = {413: "Content Too Large", 422: "Unprocessable Content"}
 
@@ -102,3 +109,11 @@ class ServiceUnavailableError(AppError):
 def field_error(path: str, message: str) -> dict[str, str]:
     """One entry of a problem's `errors` list: a JSON path and what is wrong there."""
     return {"path": path, "message": message}
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """The database could not be reached or did not answer in time (worth a retry), as opposed
+    to refusing the operation. Driver errors reach the API's handler as they are (503 or 500)."""
+    return isinstance(exc, ConnectionFailure | ExecutionTimeout | WaitQueueTimeoutError) or (
+        isinstance(exc, PyMongoError) and exc.timeout
+    )

@@ -73,3 +73,39 @@ def test_the_rules_see_every_module() -> None:
     packages = {p.name for p in APP.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert {f"app.{name}" for name in packages} <= set(RANKS)
     assert len(_imports()) > 300
+
+
+# What a layer never imports, whatever the ranks allow: the API speaks HTTP and JSON-RPC and
+# reaches the heart only through services (`app/services/toolbox.py` assembles every caller's
+# tools); services reach the MCP hub only through the toolbox and the MCP server service.
+NEVER = {
+    "app.api": ("app.tools", "app.mcp", "app.repositories"),
+}
+
+
+def test_the_never_list() -> None:
+    wrong = [
+        f"{importer} imports {imported}"
+        for importer, imported in _imports()
+        for layer, forbidden in NEVER.items()
+        if importer.startswith(layer) and imported.startswith(forbidden)
+    ]
+    assert wrong == []
+
+
+def test_only_the_toolbox_assembles_tools() -> None:
+    """No service outside the toolbox (and the MCP server service that owns the hub) touches
+    the hub or the per-run MCP sessions, and no caller branches on a tool's kind."""
+    hub_users = {
+        importer
+        for importer, imported in _imports()
+        if imported in ("app.mcp.hub", "app.mcp.sessions") and importer.startswith("app.services")
+    }
+    assert hub_users <= {"app.services.toolbox", "app.services.mcp_servers"}
+    kind_branches = []
+    for path in sorted((APP / "services").rglob("*.py")) + sorted((APP / "api").rglob("*.py")):
+        text = path.read_text()
+        for needle in ("isinstance(tool, ExternalTool)", ".kind ==", "ChatSessions", ".hub."):
+            if needle in text:
+                kind_branches.append(f"{path.relative_to(APP)}: {needle}")
+    assert kind_branches == []

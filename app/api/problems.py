@@ -12,8 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from pymongo.errors import PyMongoError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import AppError, field_error, problem_body, status_title
-from app.repositories.database import database_unavailable
+from app.errors import AppError, database_unavailable, field_error, problem_body, status_title
 
 logger = logging.getLogger(__name__)
 

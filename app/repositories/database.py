@@ -11,21 +11,12 @@ from typing import Any
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import ConnectionFailure, ExecutionTimeout, PyMongoError, WaitQueueTimeoutError
 
 from app.config import Settings
 
 logger = logging.getLogger(__name__)
 
 Document = dict[str, Any]
-
-
-def database_unavailable(exc: BaseException) -> bool:
-    """The database could not be reached or did not answer in time (worth a retry), as opposed
-    to refusing the operation."""
-    return isinstance(exc, ConnectionFailure | ExecutionTimeout | WaitQueueTimeoutError) or (
-        isinstance(exc, PyMongoError) and exc.timeout
-    )
 
 
 def utc_now() -> datetime:

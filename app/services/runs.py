@@ -17,8 +17,13 @@ from typing import Any
 
 import orjson
 
-from app.errors import AppError, NotFoundError, UnprocessableError, field_error
-from app.repositories.database import database_unavailable
+from app.errors import (
+    AppError,
+    NotFoundError,
+    UnprocessableError,
+    database_unavailable,
+    field_error,
+)
 from app.repositories.runs import RunStore
 from app.repositories.storable import storable
 from app.schemas.runs import Run, RunKind, RunQuery, RunStatus, RunUsage

@@ -197,6 +197,8 @@ class Toolbox:
         found, skipped = await self._server_tools(servers, picked, merged, selection, token)
         tools = [*stored, *found]
         _check_names(tools)
+        if selection.by_name:
+            await self._check_served_names(tenant_id, stored, merged, token)
         used = [s for s in servers if s.name not in skipped]
         return await self._toolset(tenant_id, tools, merged, used, skipped)
 
@@ -281,6 +283,31 @@ class Toolbox:
                 tools = [t for t in tools if t.tool_id in wanted]
             found += tools
         return found, {name: error.message for name, error in failures.items()}
+
+    async def _check_served_names(
+        self,
+        tenant_id: str,
+        stored: list[TypedTool],
+        context: Mapping[str, Any],
+        token: ClientToken | None,
+    ) -> None:
+        """A stored tool called by a name that one of the tenant's MCP servers also offers
+        (`{server}__{tool}`) is the clash a listing refuses: refused here too. Only names of
+        that shape cost a look at the server (its cached list); an unreachable one is no clash."""
+        for tool in stored:
+            server_name = server_of(tool.name)
+            if server_name is None:
+                continue
+            usable = {s.name: s for s in await self._mcp.usable(tenant_id=tenant_id)}
+            if server_name not in usable:
+                continue
+            reachable, _ = await self._hub.reachable_tools([usable[server_name]], dict(context))
+            for server, listed in reachable:
+                offered = [mcp_server_tool(server, item) for item in listed]
+                if any(
+                    t.name == tool.name and (token is None or token.selects(t)) for t in offered
+                ):
+                    raise NameClashError(tool.name)
 
     async def _toolset(
         self,
