@@ -35,6 +35,7 @@ from app.errors import AppError, NotFoundError, UnauthorizedError, Unprocessable
 if TYPE_CHECKING:
     from app.container import Services
 
+REQUEST_CANCELLED = -32800  # the SDK's answer to a cancelled request on the 2025 wire
 CALLER = "toolgate.caller"  # the scope key the handlers read the authenticated caller from
 
 
@@ -81,6 +82,20 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
+async def _disconnected(receive: Receive) -> None:
+    """Returns when the client has gone (the request's body is already read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _caller_key(scope: Scope, request_id: Any) -> tuple[Any, ...] | None:
+    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+        return None
+    caller: TenantContext = scope[CALLER]
+    token = caller.token.token_id if caller.token is not None else None
+    return (caller.id, token, type(request_id).__name__, request_id)
+
+
 async def _no_body() -> Message:
     return {"type": "http.disconnect"}
 
@@ -105,6 +120,8 @@ class McpGateway:
             on_call_tool=self._call_tool,
         )
         self._manager: StreamableHTTPSessionManager | None = None
+        # Requests answered here, by (tenant, client token, JSON-RPC id), to cancel them.
+        self._running: dict[tuple[Any, ...], list[asyncio.Future[bool]]] = {}
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -147,25 +164,86 @@ class McpGateway:
             raise RuntimeError("the MCP endpoint is not running (app lifespan not started)")
         if scope["method"] == "POST" and _plain_json_post(scope):
             body = await _read_body(receive)
-            answered = await self._answer_directly(scope, body, send)
+            answered = await self._answered_unless_gone(scope, body, receive, send)
             if answered:
                 return
             receive = _replay(body, receive)
         await self._manager.handle_request(scope, receive, send)
 
-    async def _answer_directly(self, scope: Scope, body: bytes, send: Send) -> bool:
-        """The two hot requests of a stateless session-less client, `tools/list` and
-        `tools/call`, answered here with the same handlers and the SDK's types: the SDK's
-        per-request transport (streams, task groups, a session) cost about 0.6 ms of CPU per
-        call, twice the call itself (the performance section of docs/mcp.md). Anything else,
-        or anything unusual about these, goes to the SDK."""
+    async def _answered_unless_gone(
+        self, scope: Scope, body: bytes, receive: Receive, send: Send
+    ) -> bool:
+        """`_answer_directly`, cancelled when the client disconnects before its answer (a tool
+        it gave up on stops, and its run is recorded `cancelled`) or when it sends
+        `notifications/cancelled` for the request (`_cancel`)."""
         try:
             message = orjson.loads(body)
         except orjson.JSONDecodeError:
             return False
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             return False
+        key = (
+            _caller_key(scope, message.get("id")) if message.get("method") == "tools/call" else None
+        )
+        if key is None:  # nothing worth cancelling
+            return await self._answer_directly(scope, message, send)
+        answer = asyncio.ensure_future(self._answer_directly(scope, message, send))
+        gone = asyncio.ensure_future(_disconnected(receive))
+        self._running.setdefault(key, []).append(answer)
+        try:
+            await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            self._forget(key, answer)
+        if not answer.done():  # the client left: nobody is there to answer
+            answer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await answer
+            return True
+        if answer.cancelled():  # `notifications/cancelled`: answered as the SDK does
+            error = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
+            payload = {"jsonrpc": "2.0", "id": message["id"], "error": error}
+            await Response(orjson.dumps(payload), media_type="application/json")(
+                scope, _no_body, send
+            )
+            return True
+        return answer.result()
+
+    def _forget(self, key: tuple[Any, ...], answer: asyncio.Future[bool]) -> None:
+        running = self._running.get(key, [])
+        if answer in running:
+            running.remove(answer)
+        if not running:
+            self._running.pop(key, None)
+
+    def _cancel(self, scope: Scope, message: dict[str, Any]) -> bool:
+        """`notifications/cancelled` of a request this process is answering for the same
+        credential: cancel it. Ambiguous ids (two requests of one credential sharing an id)
+        cancel nothing; a request on another replica is not reached (it ends with its HTTP
+        connection instead)."""
+        params = message.get("params")
+        if not isinstance(params, dict):
+            return False
+        key = _caller_key(scope, params.get("requestId"))
+        running = self._running.get(key, []) if key is not None else []
+        if len(running) == 1:
+            running[0].cancel()
+        return True
+
+    async def _answer_directly(self, scope: Scope, message: dict[str, Any], send: Send) -> bool:
+        """The two hot requests of a stateless session-less client, `tools/list` and
+        `tools/call`, answered here with the same handlers and the SDK's types: the SDK's
+        per-request transport (streams, task groups, a session) cost about 0.6 ms of CPU per
+        call, twice the call itself (the performance section of docs/mcp.md). Anything else,
+        or anything unusual about these, goes to the SDK."""
         request_id, method = message.get("id"), message.get("method")
+        if (
+            method == "notifications/cancelled"
+            and "id" not in message
+            and self._cancel(scope, message)
+        ):
+            await Response(status_code=202)(scope, _no_body, send)
+            return True
         if not isinstance(request_id, str | int) or isinstance(request_id, bool):
             return False
         params = message.get("params")

@@ -1,0 +1,84 @@
+"""`/mcp` `tools/call` stops when its client gives up: a dropped connection or
+`notifications/cancelled` cancels the tool, and the run is recorded `cancelled`. Over a real port:
+a disconnect is only a disconnect on a real connection."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import create_tenant
+from tests.mcp.test_mcp_gateway import Served, served
+from tests.support import functions
+from tests.support.waiting import within
+
+__all__ = ["served"]  # the fixture, reused
+SLOW_CALL = {"name": "sleep_async", "arguments": {"seconds": 30}}
+
+
+def _call(request_id: int) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": SLOW_CALL}
+
+
+async def _runs(served: Served, headers: dict[str, str]) -> list[dict[str, Any]]:
+    listed = await served.http.get("/runs", headers=headers)
+    assert listed.status_code == 200, listed.text
+    return list(listed.json()["items"])
+
+
+async def _running(served: Served) -> bool:
+    return bool(served.app.state.services.limits.active_runs == 1)
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    functions.CANCELLED.clear()
+
+
+async def test_a_client_that_disconnects_cancels_its_call(served: Served) -> None:
+    tenant = await create_tenant(served.http, "acme")
+    async with httpx.AsyncClient(base_url=served.url, headers=tenant.headers) as client:
+        call = asyncio.create_task(client.post("/mcp", json=_call(1)))
+        await within(lambda: _running(served), 10)
+        call.cancel()  # the client gives up: its connection closes
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    async def cancelled() -> bool:
+        runs = await _runs(served, tenant.headers)
+        return functions.CANCELLED == ["sleep_async"] and [r["stop_reason"] for r in runs] == [
+            "cancelled"
+        ]
+
+    await within(cancelled, 10)
+    [run] = await _runs(served, tenant.headers)
+    assert run["kind"] == "mcp" and run["tool_calls"][0]["name"] == "sleep_async"
+    assert served.app.state.services.limits.active_runs == 0
+
+
+async def test_notifications_cancelled_stops_the_request_of_the_same_credential(
+    served: Served,
+) -> None:
+    acme = await create_tenant(served.http, "acme")
+    globex = await create_tenant(served.http, "globex")
+    notice = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 41}}
+    call = asyncio.create_task(served.http.post("/mcp", json=_call(41), headers=acme.headers))
+    await within(lambda: _running(served), 10)
+    # another tenant's notice with the same id reaches nothing
+    other = await served.http.post("/mcp", json=notice, headers=globex.headers)
+    assert other.status_code == 202
+    assert not call.done() and functions.CANCELLED == []
+    sent = await served.http.post("/mcp", json=notice, headers=acme.headers)
+    assert sent.status_code == 202
+    answer = await asyncio.wait_for(call, 10)
+    assert answer.json()["error"] == {"code": -32800, "message": "Request cancelled"}
+    assert functions.CANCELLED == ["sleep_async"]
+
+    async def recorded() -> bool:
+        runs = await _runs(served, acme.headers)
+        return [r["stop_reason"] for r in runs] == ["cancelled"]
+
+    await within(recorded, 10)
