@@ -23,7 +23,7 @@ from app.chat.model import (
     malformed_answer,
 )
 from app.metrics import Metrics
-from app.schemas.fields import MAX_JSON_DEPTH, too_deep
+from app.schemas.fields import arguments_problem
 from app.tools.executors import CallScope
 from app.tools.invocation import Invocation, ToolInvoker, visible_arguments
 from app.tools.typed import TypedTool
@@ -239,8 +239,9 @@ def _parsed(call: ModelToolCall, tool: TypedTool | None) -> tuple[dict[str, Any]
         return {}, f"the arguments are not valid JSON: {exc}"
     if not isinstance(arguments, dict):
         return {}, "the arguments must be a JSON object"
-    if too_deep(arguments):  # every copy of them (answer, stream, record) must be writable
-        return {}, f"the arguments are nested deeper than {MAX_JSON_DEPTH} levels"
+    problem = arguments_problem(arguments)  # every copy (answer, stream, record) is writable
+    if problem is not None:
+        return {}, f"the arguments are not acceptable: {problem}"
     return visible_arguments(tool, arguments), None
 
 

@@ -19,7 +19,8 @@ from app.schemas.runs import RunQuery
 
 logger = logging.getLogger(__name__)
 # What the driver refuses before anything is sent: integers beyond 64 bits, NUL in a key, size.
-_REFUSED = (OverflowError, InvalidDocument, DocumentTooLarge)
+# What encoding a record can raise: handled record by record, never for the whole batch.
+_REFUSED = (OverflowError, InvalidDocument, DocumentTooLarge, RecursionError, ValueError, TypeError)
 
 _NO_ID = {"_id": 0}
 _DUPLICATE_KEY = 11000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from pydantic import (
@@ -37,29 +38,65 @@ HeaderValue = Annotated[
 ]
 
 
-def too_deep(value: Any) -> bool:
-    """JSON nested deeper than MAX_JSON_DEPTH (walked iteratively: never a recursion error)."""
+MAX_JSON_VALUES = 100_000
+MAX_JSON_KEY_CHARS = 1024
+
+
+def json_problem(value: Any) -> str | None:
+    """The one input gate for free-form JSON from a caller or a model (message parts, and tool
+    arguments on every entry point: `/chat`, invoke, `/mcp`, the model's calls): why it cannot
+    be taken, or None. What it refuses, no copy of it could be written whole (orjson stops near
+    255 levels, BSON at 100, and a walk must stay bounded): nesting past MAX_JSON_DEPTH levels,
+    more than MAX_JSON_VALUES values, keys longer than MAX_JSON_KEY_CHARS, numbers that are not
+    finite. Integers past 64 bits and NUL in keys are valid JSON a tool may take: run records
+    keep them reduced (`app/repositories/storable.py`). Walked iteratively, once per value."""
     pending: list[tuple[Any, int]] = [(value, 1)]
+    seen = 0
     while pending:
         current, depth = pending.pop()
+        seen += 1
+        if seen > MAX_JSON_VALUES:
+            return f"more than {MAX_JSON_VALUES} values"
         if isinstance(current, dict | list):
             if depth > MAX_JSON_DEPTH:
-                return True
-            children = current.values() if isinstance(current, dict) else current
-            pending.extend((child, depth + 1) for child in children)
-    return False
+                return f"nested deeper than {MAX_JSON_DEPTH} levels"
+            if isinstance(current, list):
+                pending.extend((child, depth + 1) for child in current)
+                continue
+            for key, child in current.items():
+                if len(key) > MAX_JSON_KEY_CHARS:
+                    return f"an object key is longer than {MAX_JSON_KEY_CHARS} characters"
+                pending.append((child, depth + 1))
+        elif isinstance(current, float) and not math.isfinite(current):
+            return "a number that is not finite"
+    return None
 
 
-def _within_depth(value: Any) -> Any:
-    if too_deep(value):
-        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+def arguments_problem(arguments: dict[str, Any]) -> str | None:
+    """The gate for a tool call's arguments: each argument's value, as `json_problem` takes it
+    (so an argument may nest MAX_JSON_DEPTH levels, however the call reached us)."""
+    if len(arguments) > MAX_JSON_VALUES:
+        return f"more than {MAX_JSON_VALUES} values"
+    for name, value in arguments.items():
+        if len(name) > MAX_JSON_KEY_CHARS:
+            return f"an argument name is longer than {MAX_JSON_KEY_CHARS} characters"
+        problem = json_problem(value)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _through_the_gate(value: Any) -> Any:
+    problem = json_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 
 # Free-form JSON a client sends (message contents, tool arguments): at most MAX_JSON_DEPTH levels
 # of objects and arrays, so that every copy of it (model traffic, answers, run records, BSON's
 # 100 levels) can be written.
-BoundedJSON = Annotated[Any, AfterValidator(_within_depth)]
+BoundedJSON = Annotated[Any, AfterValidator(_through_the_gate)]
 
 
 def problem_lines(exc: ValidationError) -> list[str]:

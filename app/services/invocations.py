@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.errors import NotFoundError
+from app.errors import NotFoundError, UnprocessableError, field_error
 from app.limits import Limits
 from app.logs import hiding_forms
+from app.schemas.fields import arguments_problem
 from app.schemas.runs import RunKind
 from app.services.client_tokens import ClientToken
 from app.services.runs import RunRecorder, RunRecording, recording
@@ -95,6 +96,12 @@ class InvocationService:
         token: ClientToken | None,
         kind: RunKind,
     ) -> ToolRun:
+        problem = arguments_problem(arguments)  # before anything runs or is recorded
+        if problem is not None:
+            raise UnprocessableError(
+                "The tool's arguments are not acceptable.",
+                errors=[field_error("$.arguments", problem)],
+            )
         release = await self._limits.admit_run(tenant_id)
         try:
             try:
