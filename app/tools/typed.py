@@ -16,13 +16,7 @@ from pydantic import ValidationError
 from app.schemas.fields import problem_lines
 from app.schemas.tools import StoredTool
 from app.tools.providers import Provider, incompatibilities, shaped
-from app.tools.rules import (
-    SECRET_REFERENCE,
-    endpoint_problems,
-    parameter_problems,
-    placement_problems,
-    secret_problems,
-)
+from app.tools.rules import SECRET_REFERENCE, definition_problems
 from app.tools.schema import parameters_json_schema
 
 ToolKind = Literal["function", "external", "mcp"]
@@ -123,10 +117,7 @@ def parse_stored_tool(
     except ValidationError as exc:
         raise UnreadableToolError(problem_lines(exc)) from None
     function = stored.function
-    found = parameter_problems(function, stored.context_parameters)
-    found += endpoint_problems(stored.type, function)
-    found += secret_problems(stored.type, function, stored.context_parameters)
-    found += placement_problems(stored.type, function, stored.context_parameters)
+    found = definition_problems(stored, policy=None)  # the connection is guarded at call time
     if found:
         raise UnreadableToolError([f"{path}: {message}" for path, message in found])
     optional = defaults_of(function.name) if defaults_of and stored.type == "function" else None
@@ -164,7 +155,7 @@ def parse_stored_tool(
     }
     if stored.type == "function":
         return stored, FunctionTool(**common)
-    assert function.url is not None and function.method is not None  # endpoint_problems
+    assert function.url is not None and function.method is not None  # definition_problems
     headers = dict(function.headers) if function.headers else None
     placed: dict[str, str] = {
         name: p.in_ for name, p in function.parameters.properties.items() if p.in_
