@@ -20,11 +20,11 @@ from app.limits import Fence, local_fence
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub, mcp_server_tool, mcp_tool_document
 from app.repositories.mcp_servers import McpServerRepository
+from app.schemas.fields import Provider
 from app.schemas.mcp import McpServerCreate
 from app.services.outbound import TenantOutbound
 from app.services.secrets import ResealReport
 from app.tools.netguard import OutboundPolicy, url_problems
-from app.tools.providers import Provider
 from app.tools.typed import McpServerTool
 
 logger = logging.getLogger(__name__)

@@ -9,12 +9,12 @@ import orjson
 from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
 from app.limits import Fence, local_fence
 from app.repositories.tools import ToolRepository
+from app.schemas.fields import Provider
 from app.schemas.tools import Tool, ToolCreate, ToolFields, ToolUpdate
 from app.services.catalog import CatalogEntry, ToolCatalog, shown_tool
 from app.services.changes import Publish, unpublished
 from app.services.outbound import TenantOutbound
 from app.tools.netguard import OutboundPolicy
-from app.tools.providers import Provider
 from app.tools.registry import FunctionRegistry
 from app.tools.rules import Problem, definition_problems, signature_problems
 from app.tools.typed import ExternalTool, FunctionTool, parse_stored_tool

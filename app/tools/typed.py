@@ -13,9 +13,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ValidationError
 
-from app.schemas.fields import problem_lines
+from app.schemas.fields import Provider, name_problems, problem_lines
 from app.schemas.tools import StoredTool
-from app.tools.providers import Provider, incompatibilities, shaped
+from app.tools.providers import shaped
 from app.tools.rules import SECRET_REFERENCE, definition_problems
 from app.tools.schema import parameters_json_schema
 
@@ -147,7 +147,7 @@ def parse_stored_tool(
         "json_parameters": parameters_json_schema(parameters),
         "context": context,
         "secrets": frozenset(secrets),
-        "incompatible_providers": incompatibilities(function.name),
+        "incompatible_providers": name_problems(function.name),
         "title": stored.title,
         "annotations": (
             stored.annotations.model_dump(exclude_none=True) if stored.annotations else None
