@@ -25,6 +25,7 @@ from app.mcp.config import McpServer
 from app.mcp.executor import McpExecutor
 from app.mcp.hub import McpHub, McpLimits
 from app.metrics import Metrics
+from app.repositories.changes import ChangeStampRepository
 from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Database
 from app.repositories.limits import LimitRepository
@@ -164,7 +165,9 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
         changes=(
             None
             if database.in_memory
-            else ChangeFeed(database, interval_s=settings.cache_sync_interval_s)
+            else ChangeFeed(
+                ChangeStampRepository(database), interval_s=settings.cache_sync_interval_s
+            )
         ),
     )
 

@@ -18,6 +18,9 @@ from app.config import Settings
 logger = logging.getLogger(__name__)
 
 Document = dict[str, Any]
+# What a repository call raises when the database refuses an operation or does not answer:
+# services catch this name, never the driver's.
+DatabaseError = PyMongoError
 
 
 def database_unavailable(exc: BaseException) -> bool:
