@@ -64,7 +64,6 @@ class Services:
 
     settings: Settings
     database: Database  # for tests and operator commands; routes go through services
-    registry: FunctionRegistry
     health: HealthService
     tenants: TenantService
     tools: ToolService
@@ -402,7 +401,6 @@ async def build_services(
     return Services(
         settings=settings,
         database=stores.database,
-        registry=registry,
         health=HealthService(database=stores.database),
         tenants=tenants,
         tools=tools,
