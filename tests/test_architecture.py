@@ -25,6 +25,10 @@ RANKS = {
     "app.foundation": 9,  # config, errors, logs, metrics, limits, crypto, outbound
 }
 WEB_FRAMEWORKS = ("fastapi", "starlette")
+# What the routers never import: they reach the heart (and the database) through services only.
+API_NEVER_IMPORTS = ("app.tools",)
+# Imports the toolbox rewrite of the MCP endpoint (issue 24, item 1) removes; then this is empty.
+API_PENDING = {"app.api.mcp_endpoint imports app.tools.typed"}
 FRAMEWORK_FREE = ("app.services", "app.repositories", "app.chat", "app.mcp", "app.tools")
 
 
@@ -57,6 +61,16 @@ def test_packages_import_only_downwards() -> None:
         if source != target and RANKS[source] >= RANKS[target]:
             wrong.append(f"{importer} imports {imported}")
     assert wrong == []
+
+
+def test_the_api_never_imports_the_heart() -> None:
+    wrong = {
+        f"{importer} imports {imported}"
+        for importer, imported in _imports()
+        if importer.startswith("app.api")
+        and (imported + ".").startswith(tuple(f"{p}." for p in API_NEVER_IMPORTS))
+    }
+    assert wrong == API_PENDING
 
 
 def test_the_heart_and_the_services_are_free_of_the_web_framework() -> None:
