@@ -35,6 +35,13 @@ class ContextSlot:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TypedTool:
+    """A tool parsed once, ready to be offered and called: what the model sees (`name`,
+    `description`, `json_parameters`, the chat-completions `schema`), what the server fills in
+    (`context` slots, `secrets`), and which executor runs it (`kind`). Subclasses add what their
+    executor needs: `FunctionTool` nothing, `ExternalTool` the endpoint, `McpServerTool` the
+    server and its name there. Built by `parse_stored_tool` (stored tools) and
+    `app/mcp/` (MCP tools); immutable, so one instance serves every concurrent call."""
+
     tool_id: str
     name: str
     description: str
@@ -74,11 +81,16 @@ class TypedTool:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FunctionTool(TypedTool):
+    """A function of the server's function dictionary, looked up by `name` when it runs."""
+
     kind: ClassVar[ToolKind] = "function"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExternalTool(TypedTool):
+    """An HTTP endpoint: `url` (path templates filled from arguments), `method`, header
+    templates and where each argument goes."""
+
     url: str
     method: str
     headers: dict[str, str] | None = None  # templates: `{secret:NAME}` filled at run time
@@ -90,6 +102,9 @@ class ExternalTool(TypedTool):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class McpServerTool(TypedTool):
+    """A tool an MCP server lists, offered as `{server}__{tool}`; its server checks the
+    arguments (`parameters` is None)."""
+
     server: str
     mcp_tool: str  # its name on the server
 
