@@ -62,7 +62,7 @@ def name_problems(name: str) -> dict[str, list[str]]:
     """What each provider refuses in `name` as a function name, by provider; empty when every
     provider takes it. Gemini also wants a letter or an underscore first."""
     problems: dict[str, list[str]] = {}
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):  # not .match: `$` also matches before a final newline
         reason = f"function name '{name}' must be 1-{MAX_NAME} letters, digits, '_' or '-'"
         problems = {provider: [reason] for provider in get_args(Provider)}
     if not _starts_as_gemini_wants(name):

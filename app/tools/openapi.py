@@ -240,7 +240,7 @@ def _text(parameter: dict[str, Any]) -> str:
 
 
 def _add(properties: dict[str, Any], name: str, schema: Any, where: str) -> None:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise _Skip(f"the {where} parameter '{name}' is not a name tools accept ([a-zA-Z0-9_-])")
     if name in properties:
         raise _Skip(f"'{name}' is both a {properties[name]['in']} and a {where} parameter")
@@ -355,7 +355,7 @@ def _satisfy(
             headers[str(scheme.get("name"))] = f"{{secret:{secret}}}"
         elif kind == "apiKey" and scheme.get("in") == "query":
             name = str(scheme.get("name"))
-            if not _NAME.match(name):
+            if not _NAME.fullmatch(name):
                 raise _Skip(f"the API key's query name '{name}' is not a name tools accept")
             context.append({"name": name, "secret": secret, "in": "query"})
         elif kind == "http" and str(scheme.get("scheme", "")).lower() == "basic":

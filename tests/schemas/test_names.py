@@ -37,7 +37,7 @@ def test_gemini_wants_a_letter_or_an_underscore_first() -> None:
     assert set(name_problems("ñame")) == EVERY  # not ASCII: no provider takes it
 
 
-@pytest.mark.parametrize("name", ["a.b", "a b", "x" * 65, ""])
+@pytest.mark.parametrize("name", ["a.b", "a b", "x" * 65, "", "name\n"])
 def test_the_shared_pattern_binds_every_provider(name: str) -> None:
     assert set(name_problems(name)) == EVERY
 
