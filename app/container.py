@@ -24,6 +24,7 @@ from app.limits import ConcurrencyLimiter, Fence, Limits, RateLimiter, TenantLim
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub, McpLimits
 from app.metrics import Metrics
+from app.repositories.changes import ChangeStampRepository
 from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Database
 from app.repositories.limits import LimitRepository
@@ -65,7 +66,6 @@ class Services:
 
     settings: Settings
     database: Database  # for tests and operator commands; routes go through services
-    registry: FunctionRegistry
     health: HealthService
     tenants: TenantService
     tools: ToolService
@@ -168,7 +168,9 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
         changes=(
             None
             if database.in_memory
-            else ChangeFeed(database, interval_s=settings.cache_sync_interval_s)
+            else ChangeFeed(
+                ChangeStampRepository(database), interval_s=settings.cache_sync_interval_s
+            )
         ),
     )
 
@@ -410,7 +412,6 @@ async def build_services(
     return Services(
         settings=settings,
         database=stores.database,
-        registry=registry,
         health=HealthService(database=stores.database),
         tenants=tenants,
         tools=tools,

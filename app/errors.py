@@ -1,4 +1,28 @@
-"""The one error tree. Services raise these; app/api/problems.py turns them into responses."""
+"""The one error tree. Services raise these; app/api/problems.py turns each into an RFC 9457
+problem response with the class's status (anything else is a logged, generic 500).
+
+* AppError (500) ....................................... here
+  * UnauthorizedError (401, `WWW-Authenticate: Bearer`)
+  * ForbiddenError (403)
+  * NotFoundError (404)
+  * ConflictError (409)
+  * UnprocessableError (422, `errors`: each problem at its JSON path)
+    * UnavailableToolsError: requested tools the caller cannot use  app/services/toolbox.py
+    * NameClashError: two tools offered under one name ..... app/services/toolbox.py
+  * ServiceUnavailableError (503)
+  * TooManyRequestsError (429, `Retry-After`) ........... app/limits.py
+  * ModelError: the model call failed ................... app/chat/model.py
+    * ModelNotConfiguredError (503)
+    * ModelRateLimitedError (503)
+    * ModelUpstreamError (502)
+    * ModelTimeoutError (504)
+  * McpUnavailableError (502) ........................... app/mcp/hub.py
+  * McpTimeoutError (504) ............................... app/mcp/hub.py
+
+Errors that never become a response on their own stay beside their code: a tool's failure goes
+back to the model as its result (app/tools/outcome.py); `UnreadableToolError`, `DocumentError`,
+`McpConfigError` and `FunctionDictionaryError` list problems that a service or start-up reports.
+"""
 
 from __future__ import annotations
 
@@ -69,10 +93,6 @@ class AppError(Exception):
         return problem_body(self.status_code, self.message, title=self.title, errors=self.errors)
 
 
-class BadRequestError(AppError):
-    status_code = 400
-
-
 class UnauthorizedError(AppError):
     status_code = 401
 
@@ -90,10 +110,6 @@ class NotFoundError(AppError):
 
 class ConflictError(AppError):
     status_code = 409
-
-
-class PayloadTooLargeError(AppError):
-    status_code = 413
 
 
 class UnprocessableError(AppError):

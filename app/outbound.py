@@ -1,16 +1,13 @@
 """Rules for what the service sends out, shared by external tools and MCP servers.
 
-URL rules judge an endpoint as written (create time); `app/tools/netguard.py` judges the address
-at connect time. Header rules keep configured headers away from what the HTTP client and the
-MCP transport own.
+The URL rule lives in `app/tools/netguard.py` (`url_problems`: as written and under a tenant's
+policy; the address again at connect time). Header rules keep configured headers away from what
+the HTTP client and the MCP transport own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from urllib.parse import urlsplit
-
-import httpx
 
 # Headers the HTTP client owns: a configured value could smuggle or break requests.
 RESERVED_HEADERS = frozenset(
@@ -65,25 +62,3 @@ def reserved_header_problems(names: Iterable[str], *, mcp: bool = False) -> list
     reserved = MCP_TRANSPORT_HEADERS if mcp else RESERVED_HEADERS
     owner = "the transport" if mcp else "the HTTP client"
     return [f"header '{name}' is set by {owner}" for name in names if name.lower() in reserved]
-
-
-def url_problem(url: str) -> str | None:
-    """Why `url` cannot be an outbound endpoint as written, or None."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError as exc:
-        return f"not a valid URL: {exc}"
-    if parts.scheme not in ("http", "https"):
-        return "must be an absolute http or https URL"
-    if not parts.hostname:
-        return "must name a host"
-    if parts.username is not None or parts.password is not None:
-        return "must not contain credentials (user:password@); use a context parameter or secret"
-    if any(ch.isspace() or ord(ch) < 0x20 for ch in url):
-        return "must not contain whitespace or control characters"
-    try:  # what the HTTP client would refuse when the request is made
-        httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        return f"not a valid URL: {exc}"
-    return None

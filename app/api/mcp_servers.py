@@ -9,10 +9,9 @@ from fastapi import APIRouter, Body, Path, Query, Response, status
 from app.api.routing import StrictJSONRoute
 from app.deps import TenantDep, WriteLimit
 from app.schemas import examples
-from app.schemas.fields import SERVER_NAME_MAX, SERVER_NAME_PATTERN
+from app.schemas.fields import SERVER_NAME_MAX, SERVER_NAME_PATTERN, Provider
 from app.schemas.mcp import McpServerCreate, McpServerOut, McpTool
 from app.schemas.problems import problem_responses
-from app.tools.providers import Provider
 
 router = APIRouter(
     prefix="/mcp-servers",

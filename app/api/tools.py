@@ -10,7 +10,7 @@ from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 from app.api.routing import StrictJSONRoute, parsed_body
 from app.deps import TenantDep, WriteLimit
 from app.schemas import examples
-from app.schemas.fields import NAME_PATTERN, TAG_PATTERN
+from app.schemas.fields import NAME_PATTERN, TAG_PATTERN, Provider
 from app.schemas.invocations import InvokeRequest, InvokeResult
 from app.schemas.problems import problem_responses
 from app.schemas.runs import IsoDateTime, ToolStats
@@ -23,7 +23,6 @@ from app.schemas.tools import (
     ToolType,
     ToolUpdate,
 )
-from app.tools.providers import Provider
 
 router = APIRouter(
     prefix="/tools",

@@ -12,7 +12,6 @@ Only operator entries may be `stdio`: a tenant can never make the service start 
 from __future__ import annotations
 
 import hashlib
-import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,15 +28,20 @@ from pydantic import (
 )
 
 from app.outbound import reserved_header_problems
-from app.schemas.fields import HeaderName, HeaderValue, Name, ServerName, problem_lines
+from app.schemas.fields import (
+    HeaderName,
+    HeaderValue,
+    Name,
+    ServerName,
+    problem_lines,
+    safe_tool_name,
+)
 from app.schemas.mcp import ContextMapping, McpToolName, ToolExclusion, ToolSelection, Transport
 
 if TYPE_CHECKING:
     from app.tools.netguard import OutboundPolicy
 
 SEPARATOR = "__"
-MAX_TOOL_NAME = 64
-_UNSAFE_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 class OperatorServerEntry(BaseModel):
@@ -213,9 +217,6 @@ def server_of(tool_id: str) -> str | None:
 
 
 def exposed_tool_name(server: str, tool: str) -> str:
-    """`{server}__{tool}`, within the 64 characters and the alphabet model APIs accept."""
-    name = f"{server}{SEPARATOR}{_UNSAFE_NAME_CHARS.sub('_', tool)}"
-    if len(name) <= MAX_TOOL_NAME:
-        return name
-    digest = hashlib.sha256(tool.encode()).hexdigest()[:8]
-    return f"{name[: MAX_TOOL_NAME - 9]}_{digest}"
+    """`{server}__{tool}`, a name model APIs accept (`safe_tool_name`); server names hold no
+    `__`, so the name splits back one way."""
+    return safe_tool_name(tool, prefix=f"{server}{SEPARATOR}")

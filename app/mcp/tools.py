@@ -12,6 +12,7 @@ from typing import Any
 import mcp_types
 
 from app.mcp.config import McpServer, exposed_tool_name
+from app.schemas.fields import name_problems
 from app.tools.typed import ContextSlot, McpServerTool, TypedTool
 
 _ANNOTATIONS = {
@@ -128,10 +129,8 @@ def schema_incompatibilities(name: str, schema: dict[str, Any]) -> dict[str, lis
         problems.setdefault("gemini", []).append(
             f"Gemini needs a type for every parameter: {', '.join(untyped)} has none"
         )
-    if not name[:1].isalpha() and name[:1] != "_":
-        problems.setdefault("gemini", []).append(
-            f"function name '{name}' must start with a letter or an underscore"
-        )
+    for provider, reasons in name_problems(name).items():  # the one name rule
+        problems.setdefault(provider, []).extend(reasons)
     return problems
 
 

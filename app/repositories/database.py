@@ -11,12 +11,16 @@ from typing import Any
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import PyMongoError
 
 from app.config import Settings
 
 logger = logging.getLogger(__name__)
 
 Document = dict[str, Any]
+# What a repository call raises when the database refuses an operation or does not answer:
+# services catch this name, never the driver's.
+DatabaseError = PyMongoError
 
 
 def utc_now() -> datetime:

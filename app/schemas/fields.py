@@ -1,9 +1,17 @@
-"""Field types shared by every schema and by the MCP server configuration: one definition each."""
+"""Field types shared by every schema and by the MCP server configuration: one definition each.
+
+Also the one rule for function names: `name_problems` says what each provider refuses in a name
+and `safe_tool_name` makes one every provider takes (the OpenAPI importer's tool names, MCP
+tools' `{server}__{tool}`). They live here, below `app/tools/`, because the schemas' `Name`
+field is the same pattern.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import math
-from typing import Annotated, Any
+import re
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -14,7 +22,9 @@ from pydantic import (
     ValidationError,
 )
 
+# The function names OpenAI and Anthropic accept; every id and name here follows it.
 NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+MAX_NAME = 64
 TAG_PATTERN = r"^[a-zA-Z0-9_.:-]{1,64}$"
 # No double underscore and no trailing underscore: `{server}__{tool}` must split one way.
 SERVER_NAME_PATTERN = r"^[a-zA-Z0-9-]+(_[a-zA-Z0-9-]+)*$"
@@ -36,6 +46,46 @@ HeaderName = Annotated[str, StringConstraints(pattern=HEADER_NAME_PATTERN)]
 HeaderValue = Annotated[
     str, StringConstraints(pattern=HEADER_VALUE_PATTERN, max_length=HEADER_VALUE_MAX)
 ]
+
+
+# The tool formats a stored tool can be read in (`?format=`; app/tools/providers.py shapes them).
+Provider = Literal["openai", "openai-responses", "anthropic", "gemini"]
+
+_NAME = re.compile(NAME_PATTERN)
+_UNSAFE_NAME_RUN = re.compile(r"[^a-zA-Z0-9_-]+")
+
+
+def _starts_as_gemini_wants(name: str) -> bool:
+    return name[:1].isascii() and (name[:1].isalpha() or name[:1] == "_")
+
+
+def name_problems(name: str) -> dict[str, list[str]]:
+    """What each provider refuses in `name` as a function name, by provider; empty when every
+    provider takes it. Gemini also wants a letter or an underscore first."""
+    problems: dict[str, list[str]] = {}
+    if not _NAME.fullmatch(name):  # not .match: `$` also matches before a final newline
+        reason = f"function name '{name}' must be 1-{MAX_NAME} letters, digits, '_' or '-'"
+        problems = {provider: [reason] for provider in get_args(Provider)}
+    if not _starts_as_gemini_wants(name):
+        problems.setdefault("gemini", []).append(
+            f"function name '{name}' must start with a letter or an underscore"
+        )
+    return problems
+
+
+def safe_tool_name(text: str, *, prefix: str = "") -> str:
+    """`prefix` + `text` as a function name every provider takes: each run of other characters
+    becomes `_` (and none at either end of `text`), an `_` goes first if nothing else would
+    start the name as Gemini wants, and a name over 64 characters keeps its start and a digest
+    of the whole, so two long names stay distinct. `prefix` (an MCP server's `{server}__`, an
+    import's `shop_`) is kept as given: a tool name's leading part is the caller's to choose."""
+    name = prefix + (_UNSAFE_NAME_RUN.sub("_", text).strip("_") or "tool")
+    if not prefix and not _starts_as_gemini_wants(name):
+        name = f"_{name}"
+    if len(name) > MAX_NAME:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+        name = f"{name[: MAX_NAME - len(digest) - 1]}_{digest}"
+    return name
 
 
 MAX_JSON_VALUES = 100_000

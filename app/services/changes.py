@@ -19,19 +19,15 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-from pymongo import ASCENDING, DESCENDING
-from pymongo.errors import PyMongoError
-
-from app.repositories.database import Database
+from app.repositories.changes import ChangeStampRepository
+from app.repositories.database import DatabaseError
 
 logger = logging.getLogger(__name__)
 
 # A stamp written just before a read may become visible just after it: every read looks this far
 # back past the newest stamp seen (versions already seen are not signalled twice).
 OVERLAP = timedelta(seconds=5)
-KEEP_STAMPS_S = 86_400  # a stamp untouched for a day is deleted (TTL index)
 PUBLISH_RETRIES_S = (0.2, 1.0, 3.0)
 WARN_EVERY_S = 10.0
 CLOSE_S = 3.0
@@ -45,8 +41,8 @@ async def unpublished(tenant_id: str) -> None:
 
 
 class ChangeFeed:
-    def __init__(self, database: Database, *, interval_s: float) -> None:
-        self._collection: Any = database.collection("changes")
+    def __init__(self, stamps: ChangeStampRepository, *, interval_s: float) -> None:
+        self._stamps = stamps
         self._interval_s = interval_s
         self._listeners: list[Callable[[str], None]] = []
         self._seen: dict[str, tuple[int, datetime]] = {}  # tenant -> (version, stamped at)
@@ -65,7 +61,7 @@ class ChangeFeed:
             self._task = asyncio.create_task(self._poll_forever(), name="changes: poll")
 
     async def aclose(self) -> None:
-        # PyMongo may turn a cancellation inside an operation into a PyMongoError (a connection
+        # PyMongo may turn a cancellation inside an operation into a DatabaseError (a connection
         # failure), which the loops catch: they also stop on this flag, and the wait is bounded.
         self._closing = True
         tasks = [*self._retries, *([self._task] if self._task else [])]
@@ -78,27 +74,20 @@ class ChangeFeed:
         """Tell the other replicas (call after the write). If the database does not take the
         stamp now, it is retried in the background; meanwhile the TTLs bound the staleness."""
         try:
-            await self._stamp(tenant_id)
-        except PyMongoError as exc:
+            await self._stamps.stamp(tenant_id=tenant_id)
+        except DatabaseError as exc:
             self._warn("could not publish a change", exc)
             task = asyncio.create_task(self._retry(tenant_id), name="changes: publish")
             self._retries.add(task)
             task.add_done_callback(self._retries.discard)
 
-    async def _stamp(self, tenant_id: str) -> None:
-        await self._collection.update_one(
-            {"_id": tenant_id},
-            {"$inc": {"v": 1}, "$currentDate": {"at": True}},
-            upsert=True,
-        )
-
     async def _retry(self, tenant_id: str) -> None:
         for delay in PUBLISH_RETRIES_S:
             await asyncio.sleep(delay)
             try:
-                await self._stamp(tenant_id)
+                await self._stamps.stamp(tenant_id=tenant_id)
                 return
-            except PyMongoError:
+            except DatabaseError:
                 if self._closing:
                     return
         logger.warning(
@@ -109,16 +98,14 @@ class ChangeFeed:
 
     async def _poll_forever(self) -> None:
         try:
-            await self._collection.create_index(
-                [("at", ASCENDING)], expireAfterSeconds=KEEP_STAMPS_S
-            )
-        except PyMongoError as exc:
+            await self._stamps.ensure_indexes()
+        except DatabaseError as exc:
             self._warn("could not create the index", exc)
         while not self._closing:
             started = time.monotonic()
             try:
                 await self.poll()
-            except PyMongoError as exc:
+            except DatabaseError as exc:
                 if self._closing:
                     return
                 self._warn("could not read the change stamps", exc)
@@ -129,13 +116,12 @@ class ChangeFeed:
         The first read only learns where the stamps stand (nothing is cached before it)."""
         first = self._newest is None
         if first:
-            newest = await self._collection.find_one({}, {"at": 1}, sort=[("at", DESCENDING)])
-            self._newest = newest["at"] if newest else datetime(1970, 1, 1, tzinfo=UTC)
+            newest = await self._stamps.newest_time()
+            self._newest = newest or datetime(1970, 1, 1, tzinfo=UTC)
         assert self._newest is not None
         since = self._newest - OVERLAP
         changed = []
-        async for doc in self._collection.find({"at": {"$gte": since}}):
-            tenant_id, version, at = str(doc["_id"]), int(doc["v"]), doc["at"]
+        for tenant_id, version, at in await self._stamps.since(since):
             known = self._seen.get(tenant_id)
             if known is None or known[0] != version:
                 self._seen[tenant_id] = (version, at)

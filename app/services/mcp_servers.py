@@ -20,13 +20,12 @@ from app.limits import Fence, local_fence
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub
 from app.mcp.tools import mcp_server_tool, mcp_tool_document
-from app.outbound import url_problem
 from app.repositories.mcp_servers import McpServerRepository
+from app.schemas.fields import Provider
 from app.schemas.mcp import McpServerCreate
 from app.services.outbound import TenantOutbound
 from app.services.secrets import ResealReport
-from app.tools.netguard import OutboundPolicy
-from app.tools.providers import Provider
+from app.tools.netguard import OutboundPolicy, url_problems
 from app.tools.typed import McpServerTool
 
 logger = logging.getLogger(__name__)
@@ -67,10 +66,11 @@ class McpServerService:
         return {n: s for n, s in self._operator.items() if s.available_to(tenant_id)}
 
     async def create(self, body: McpServerCreate, *, tenant_id: str) -> dict[str, Any]:
-        problem = _url_problem(body.url, await self._outbound.policy(tenant_id))
-        if problem:
+        problems = url_problems(body.url, await self._outbound.policy(tenant_id))
+        if problems:
             raise UnprocessableError(
-                "The server's URL is not allowed.", errors=[field_error("$.url", problem)]
+                "The server's URL is not allowed.",
+                errors=[field_error("$.url", problem) for problem in problems],
             )
         if body.name in self._operator_for(tenant_id):
             raise ConflictError(f"'{body.name}' is the name of a server the operator provides")
@@ -215,10 +215,6 @@ async def reseal_mcp_headers(
 
 def _header_aad(tenant_id: str, server: str, header: str) -> bytes:
     return associated_data(tenant_id, "mcp", server, header.lower())
-
-
-def _url_problem(url: str, policy: OutboundPolicy) -> str | None:
-    return url_problem(url) or policy.url_safety_problem(url)
 
 
 def _shown(server: McpServer, created_at: Any = None) -> dict[str, Any]:

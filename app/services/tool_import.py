@@ -20,6 +20,7 @@ from app.schemas.fields import problem_lines
 from app.schemas.tools import ToolCreate, ToolImport
 from app.services.outbound import TenantOutbound
 from app.services.tools import ToolService
+from app.tools.netguard import url_problems
 from app.tools.openapi import DocumentError, ImportOptions, convert
 
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
@@ -134,10 +135,11 @@ class ToolImporter:
     async def _fetch(self, url: str, tenant_id: str) -> str:
         """GET the document through the outbound guard (the tenant's policy), size-capped."""
         policy = await self._outbound.policy(tenant_id)
-        problem = policy.url_safety_problem(url)
-        if problem:
+        problems = url_problems(url, policy)  # the rule of tool and MCP server writes
+        if problems:
             raise UnprocessableError(
-                "The document's URL is not allowed.", errors=[field_error("$.url", problem)]
+                "The document's URL is not allowed.",
+                errors=[field_error("$.url", problem) for problem in problems],
             )
         client = self._outbound.client_for(policy)
         try:

@@ -9,21 +9,14 @@ import orjson
 from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
 from app.limits import Fence, local_fence
 from app.repositories.tools import ToolRepository
+from app.schemas.fields import Provider
 from app.schemas.tools import Tool, ToolCreate, ToolFields, ToolUpdate
 from app.services.catalog import CatalogEntry, ToolCatalog, shown_tool
 from app.services.changes import Publish, unpublished
 from app.services.outbound import TenantOutbound
 from app.tools.netguard import OutboundPolicy
-from app.tools.providers import Provider
 from app.tools.registry import FunctionRegistry
-from app.tools.rules import (
-    Problem,
-    endpoint_problems,
-    parameter_problems,
-    placement_problems,
-    secret_problems,
-    signature_problems,
-)
+from app.tools.rules import Problem, definition_problems, signature_problems
 from app.tools.typed import ExternalTool, FunctionTool, parse_stored_tool
 
 # Literal routes under /tools/ that a tool with this id could never be fetched past.
@@ -71,14 +64,7 @@ class ToolService:
                     f"{self._max_schema_bytes} (MAX_TOOL_SCHEMA_BYTES)",
                 )
             ]
-        problems = parameter_problems(tool.function, tool.context_parameters)
-        problems += endpoint_problems(tool.type, tool.function)
-        problems += secret_problems(tool.type, tool.function, tool.context_parameters)
-        problems += placement_problems(tool.type, tool.function, tool.context_parameters)
-        if tool.type == "external" and tool.function.url and not problems:
-            unsafe = policy.url_safety_problem(tool.function.url)
-            if unsafe:
-                problems.append(("$.function.url", unsafe))
+        problems = definition_problems(tool, policy=policy)
         if tool.type == "function":
             entry = self._registry.get(tool.function.name)
             if entry is None:

@@ -48,6 +48,16 @@ def visible_arguments(tool: TypedTool | None, arguments: dict[str, Any]) -> dict
 
 
 class ToolInvoker:
+    """The one place a tool call runs, whatever the caller (a chat, `POST /tools/{id}/invoke`,
+    MCP `tools/call`) and whatever the tool's kind.
+
+    It checks the arguments against the tool's schema, merges the server's context values and
+    secrets over them, picks the executor of `tool.kind` and runs it under the tool timeout
+    (unless the executor says the call never waits), turns anything the executor lets through
+    into an error outcome, then scrubs hidden values out of the result, caps it and counts it.
+    Callers never branch on the kind: a new kind is a new executor in `executors`.
+    """
+
     def __init__(
         self,
         *,

@@ -3,7 +3,10 @@
 External tool URLs come from tenants and their arguments from a model, so the service must not
 become a way into the network it runs in. Two layers:
 
-- `url_safety_problem` rejects URLs that are unsafe as written (create time: a 422).
+- `url_problems(url, policy)` is the one rule for a URL as written (scheme, host, credentials,
+  control characters) and, under a tenant's policy, where it points (ports, local names,
+  non-public addresses): tool writes, MCP server writes and the OpenAPI import fetch call it
+  (a 422); parsing a stored tool calls it without a policy.
 - `GuardedNetworkBackend` resolves the host once per connection, refuses unless every address
   is allowed, and connects to the checked address itself, so a DNS answer that changes between
   check and connect (rebinding) cannot slip through. Redirects are never followed.
@@ -21,6 +24,7 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import certifi
 import httpcore
@@ -146,7 +150,8 @@ class OutboundPolicy:
         )
 
     def url_safety_problem(self, url: str) -> str | None:
-        """Why `url` is unsafe as written, or None. No DNS lookup happens here."""
+        """Why `url` points where this policy does not reach, or None; callers use
+        `url_problems`, which checks the URL as written first."""
         try:
             host = httpx.URL(url).host
         except httpx.InvalidURL as exc:
@@ -169,6 +174,36 @@ class OutboundPolicy:
                 f"host '{host}' is not a public address; external tools may only reach public hosts"
             )
         return None
+
+
+def url_problems(url: str, policy: OutboundPolicy | None) -> list[str]:
+    """Why `url` cannot be an outbound endpoint (empty when it can): first as written, then,
+    given a policy, where it points. No DNS lookup happens here."""
+    problem = _written_url_problem(url)
+    if problem is None and policy is not None:
+        problem = policy.url_safety_problem(url)
+    return [] if problem is None else [problem]
+
+
+def _written_url_problem(url: str) -> str | None:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as exc:
+        return f"not a valid URL: {exc}"
+    if parts.scheme not in ("http", "https"):
+        return "must be an absolute http or https URL"
+    if not parts.hostname:
+        return "must name a host"
+    if parts.username is not None or parts.password is not None:
+        return "must not contain credentials (user:password@); use a context parameter or secret"
+    if any(ch.isspace() or ord(ch) < 0x20 for ch in url):
+        return "must not contain whitespace or control characters"
+    try:  # what the HTTP client would refuse when the request is made
+        httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        return f"not a valid URL: {exc}"
+    return None
 
 
 def host_name_problem(name: str) -> str | None:

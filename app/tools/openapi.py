@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin
 
+from app.schemas.fields import NAME_PATTERN, safe_tool_name
+
 METHODS = ("get", "post", "put", "patch", "delete")
-MAX_NAME = 64
-_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
-_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_NAME = re.compile(NAME_PATTERN)
 _SCALARS = {"string", "integer", "number", "boolean"}
 _MAX_REF_DEPTH = 64
 
@@ -106,12 +106,8 @@ def convert(document: Any, options: ImportOptions) -> Converted:
 
 
 def tool_name(operation_id: str, method: str, path: str, prefix: str = "") -> str:
-    """A name every provider accepts: [a-zA-Z0-9_-], starting with a letter, 64 at most."""
-    base = operation_id or re.sub(r"_+", "_", _UNSAFE.sub("_", f"{method}_{path}"))
-    name = _UNSAFE.sub("_", f"{prefix}{base}").strip("_") or "operation"
-    if not name[0].isalpha():
-        name = f"op_{name}"
-    return name[:MAX_NAME].rstrip("_-")
+    """The operationId, else `{method}_{path words}`, as a name every provider accepts."""
+    return safe_tool_name(operation_id or f"{method} {path}", prefix=prefix)
 
 
 class _Resolver:
@@ -244,7 +240,7 @@ def _text(parameter: dict[str, Any]) -> str:
 
 
 def _add(properties: dict[str, Any], name: str, schema: Any, where: str) -> None:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise _Skip(f"the {where} parameter '{name}' is not a name tools accept ([a-zA-Z0-9_-])")
     if name in properties:
         raise _Skip(f"'{name}' is both a {properties[name]['in']} and a {where} parameter")
@@ -359,7 +355,7 @@ def _satisfy(
             headers[str(scheme.get("name"))] = f"{{secret:{secret}}}"
         elif kind == "apiKey" and scheme.get("in") == "query":
             name = str(scheme.get("name"))
-            if not _NAME.match(name):
+            if not _NAME.fullmatch(name):
                 raise _Skip(f"the API key's query name '{name}' is not a name tools accept")
             context.append({"name": name, "secret": secret, "in": "query"})
         elif kind == "http" and str(scheme.get("scheme", "")).lower() == "basic":

@@ -11,12 +11,9 @@ Context parameters never appear: they are not among a tool's LLM-visible paramet
 
 from __future__ import annotations
 
-import re
-from typing import Any, Literal
+from typing import Any
 
-Provider = Literal["openai", "openai-responses", "anthropic", "gemini"]
-PROVIDERS: tuple[Provider, ...] = ("openai", "openai-responses", "anthropic", "gemini")
-_GEMINI_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+from app.schemas.fields import Provider
 
 
 def shaped(
@@ -67,11 +64,3 @@ def gemini_schema(schema: dict[str, Any]) -> dict[str, Any]:
             name: gemini_schema(prop) for name, prop in schema["properties"].items()
         }
     return converted  # additionalProperties has no Gemini equivalent: dropped
-
-
-def incompatibilities(name: str) -> dict[str, list[str]]:
-    """Providers that cannot take a tool of this name, with the reasons (empty when all can)."""
-    problems: dict[str, list[str]] = {}
-    if not _GEMINI_NAME.match(name):
-        problems["gemini"] = [f"function name '{name}' must start with a letter or an underscore"]
-    return problems

@@ -16,8 +16,8 @@ from typing import Any, TypedDict, TypeVar, Unpack, overload
 
 from pydantic import ValidationError
 
-from app.schemas.tools import ContextParameter, FunctionSpec
-from app.tools.rules import parameter_problems, signature_problems
+from app.schemas.tools import ContextParameter, FunctionSpec, ToolFields
+from app.tools.rules import definition_problems, signature_problems
 from app.tools.signature import build_parameters, parse_docstring, with_signature_type
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -175,9 +175,12 @@ class FunctionRegistry:
         lines = list(self._problems)
         for entry in self:
             found = [*entry.build_problems]
-            found += [
-                f"{p}: {m}" for p, m in parameter_problems(entry.function, entry.context_parameters)
-            ]
+            tool = ToolFields.model_construct(  # parts validated already
+                type="function",
+                function=entry.function,
+                context_parameters=list(entry.context_parameters),
+            )
+            found += [f"{p}: {m}" for p, m in definition_problems(tool, policy=None)]
             found += [
                 m
                 for _, m in signature_problems(entry.func, entry.function, entry.context_parameters)

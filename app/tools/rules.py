@@ -1,7 +1,9 @@
 """Checks on tool definitions, shared by the API (422s) and start-up validation (exit with a list).
 
-Each check returns problems as `(json_path, message)` pairs, so an API error can point at the
-field and the start-up report can name the function.
+`definition_problems` is the one entry point for a tool definition: parsing a stored tool calls
+it without a policy, the tool service (create, replace, import) with the tenant's. Each check
+returns problems as `(json_path, message)` pairs, so an API error can point at the field and the
+start-up report can name the function.
 """
 
 from __future__ import annotations
@@ -14,13 +16,26 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.outbound import reserved_header_problems, url_problem
-from app.schemas.tools import ContextParameter, FunctionSpec, ParameterSchema
+from app.outbound import reserved_header_problems
+from app.schemas.tools import ContextParameter, FunctionSpec, ParameterSchema, ToolFields
+from app.tools.netguard import OutboundPolicy, url_problems
 
 Problem = tuple[str, str]
 
 SECRET_REFERENCE = re.compile(r"\{secret:([a-zA-Z0-9_-]{1,64})\}")
 _SCALAR_TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool}
+
+
+def definition_problems(tool: ToolFields, *, policy: OutboundPolicy | None) -> list[Problem]:
+    """Every rule a tool definition breaks, whatever reads it. With `policy` (a write), an
+    external tool's URL must also point where the tenant may reach; without it (a stored tool
+    being read), only the URL as written is judged, and the connection is guarded at call time."""
+    function, context = tool.function, tool.context_parameters
+    problems = parameter_problems(function, context)
+    problems += endpoint_problems(tool.type, function, policy)
+    problems += secret_problems(tool.type, function, context)
+    problems += placement_problems(tool.type, function, context)
+    return problems
 
 
 def parameter_problems(
@@ -68,8 +83,11 @@ def _schema_problems(path: str, schema: ParameterSchema) -> list[Problem]:
     return problems
 
 
-def endpoint_problems(tool_type: str, function: FunctionSpec) -> list[Problem]:
-    """External tools need an absolute http(s) URL and a method; function tools have neither."""
+def endpoint_problems(
+    tool_type: str, function: FunctionSpec, policy: OutboundPolicy | None
+) -> list[Problem]:
+    """External tools need an outbound URL (`url_problems`) and a method; function tools have
+    neither."""
     if tool_type == "function":
         return [
             (f"$.function.{field}", f"{field} is only allowed on external tools")
@@ -82,9 +100,7 @@ def endpoint_problems(tool_type: str, function: FunctionSpec) -> list[Problem]:
     if function.url is None:
         problems.append(("$.function.url", "external tools need a url"))
     else:
-        reason = url_problem(function.url)
-        if reason:
-            problems.append(("$.function.url", reason))
+        problems += [("$.function.url", reason) for reason in url_problems(function.url, policy)]
     return problems
 
 

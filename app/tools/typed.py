@@ -13,16 +13,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ValidationError
 
-from app.schemas.fields import problem_lines
+from app.schemas.fields import Provider, name_problems, problem_lines
 from app.schemas.tools import StoredTool
-from app.tools.providers import Provider, incompatibilities, shaped
-from app.tools.rules import (
-    SECRET_REFERENCE,
-    endpoint_problems,
-    parameter_problems,
-    placement_problems,
-    secret_problems,
-)
+from app.tools.providers import shaped
+from app.tools.rules import SECRET_REFERENCE, definition_problems
 from app.tools.schema import parameters_json_schema
 
 ToolKind = Literal["function", "external", "mcp"]
@@ -41,6 +35,13 @@ class ContextSlot:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TypedTool:
+    """A tool parsed once, ready to be offered and called: what the model sees (`name`,
+    `description`, `json_parameters`, the chat-completions `schema`), what the server fills in
+    (`context` slots, `secrets`), and which executor runs it (`kind`). Subclasses add what their
+    executor needs: `FunctionTool` nothing, `ExternalTool` the endpoint, `McpServerTool` the
+    server and its name there. Built by `parse_stored_tool` (stored tools) and
+    `app/mcp/` (MCP tools); immutable, so one instance serves every concurrent call."""
+
     tool_id: str
     name: str
     description: str
@@ -82,11 +83,16 @@ class TypedTool:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FunctionTool(TypedTool):
+    """A function of the server's function dictionary, looked up by `name` when it runs."""
+
     kind: ClassVar[ToolKind] = "function"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExternalTool(TypedTool):
+    """An HTTP endpoint: `url` (path templates filled from arguments), `method`, header
+    templates and where each argument goes."""
+
     url: str
     method: str
     headers: dict[str, str] | None = None  # templates: `{secret:NAME}` filled at run time
@@ -99,6 +105,9 @@ class ExternalTool(TypedTool):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class McpServerTool(TypedTool):
+    """A tool an MCP server lists, offered as `{server}__{tool}`; its server checks the
+    arguments (`parameters` is None)."""
+
     server: str
     mcp_tool: str  # its name on the server
 
@@ -126,10 +135,7 @@ def parse_stored_tool(
     except ValidationError as exc:
         raise UnreadableToolError(problem_lines(exc)) from None
     function = stored.function
-    found = parameter_problems(function, stored.context_parameters)
-    found += endpoint_problems(stored.type, function)
-    found += secret_problems(stored.type, function, stored.context_parameters)
-    found += placement_problems(stored.type, function, stored.context_parameters)
+    found = definition_problems(stored, policy=None)  # the connection is guarded at call time
     if found:
         raise UnreadableToolError([f"{path}: {message}" for path, message in found])
     optional = defaults_of(function.name) if defaults_of and stored.type == "function" else None
@@ -159,7 +165,7 @@ def parse_stored_tool(
         "json_parameters": parameters_json_schema(parameters),
         "context": context,
         "secrets": frozenset(secrets),
-        "incompatible_providers": incompatibilities(function.name),
+        "incompatible_providers": name_problems(function.name),
         "title": stored.title,
         "annotations": (
             stored.annotations.model_dump(exclude_none=True) if stored.annotations else None
@@ -167,7 +173,7 @@ def parse_stored_tool(
     }
     if stored.type == "function":
         return stored, FunctionTool(**common)
-    assert function.url is not None and function.method is not None  # endpoint_problems
+    assert function.url is not None and function.method is not None  # definition_problems
     headers = dict(function.headers) if function.headers else None
     placed: dict[str, str] = {
         name: p.in_ for name, p in function.parameters.properties.items() if p.in_

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.repositories.changes import ChangeStampRepository
 from app.repositories.database import Database
 from app.services.changes import ChangeFeed
 from tests.conftest import make_settings
@@ -13,8 +14,8 @@ async def test_each_change_is_signalled_once_and_the_first_read_only_learns(
 ) -> None:
     settings = make_settings(secantus_server.url)
     writer_db, reader_db = Database.from_settings(settings), Database.from_settings(settings)
-    writer = ChangeFeed(writer_db, interval_s=0)
-    reader = ChangeFeed(reader_db, interval_s=0)
+    writer = ChangeFeed(ChangeStampRepository(writer_db), interval_s=0)
+    reader = ChangeFeed(ChangeStampRepository(reader_db), interval_s=0)
     forgotten: list[str] = []
     reader.listen(forgotten.append)
     try:

@@ -39,6 +39,11 @@ class CallScope:
 
 
 class ToolExecutor(Protocol[ToolT_contra]):
+    """Runs the calls of one kind of tool (`FunctionExecutor`, `ExternalExecutor`,
+    `McpExecutor`); the invoker picks one by `tool.kind`. `run` gets arguments already checked
+    and merged with context values, and returns a `ToolOutcome`: an error outcome for the
+    tool's own failures (never an exception for those)."""
+
     def inline(self, tool: ToolT_contra) -> bool:
         """The call runs to its end without ever waiting: no timeout could interrupt it, so
         none is set up (a plain function registered with `blocking=False`)."""

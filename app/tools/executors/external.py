@@ -101,6 +101,11 @@ def render_headers(
 
 
 class ExternalExecutor:
+    """Calls an external tool's endpoint: header templates filled from secrets, arguments
+    placed in path, query, headers or body, sent through the tenant's guarded client (else the
+    shared one) without following redirects; the body is read up to `response_max_bytes` and
+    a status of 300 or more (a redirect too) becomes an error outcome with the start of the body."""
+
     def __init__(self, *, http: httpx.AsyncClient, response_max_bytes: int) -> None:
         self._http = http
         self._response_max_bytes = response_max_bytes

@@ -24,8 +24,10 @@ def as_text(result: Any) -> str:
 
 
 class FunctionExecutor:
-    """Runs coroutine functions and non-blocking plain ones on the loop, other plain ones in the
-    shared thread pool (so a slow function never stalls other requests)."""
+    """Calls a function of the server's function dictionary by the tool's name: coroutine
+    functions and non-blocking plain ones on the loop, other plain ones in the shared thread
+    pool (so a slow function never stalls other requests). A raised exception becomes an error
+    outcome; the return value is the result (JSON for anything but a string)."""
 
     def __init__(self, *, registry: FunctionRegistry, threads: ThreadPoolExecutor) -> None:
         self._registry = registry

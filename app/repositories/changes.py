@@ -1,0 +1,47 @@
+"""Per-tenant change stamps: one document per tenant in the shared `changes` collection.
+
+A stamp (`_id`: the tenant id) holds `v`, a version bumped by every change, and `at`, the
+database server's time of the last bump; a TTL index deletes stamps untouched for a day.
+`app/services/changes.py` publishes and polls them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pymongo import ASCENDING, DESCENDING
+
+from app.repositories.database import Database
+
+KEEP_STAMPS_S = 86_400  # a stamp untouched for a day is deleted (TTL index)
+
+Stamp = tuple[str, int, datetime]  # tenant id, version, stamped at (the server's clock)
+
+
+class ChangeStampRepository:
+    def __init__(self, database: Database) -> None:
+        self._collection: Any = database.collection("changes")
+
+    async def ensure_indexes(self) -> None:
+        await self._collection.create_index([("at", ASCENDING)], expireAfterSeconds=KEEP_STAMPS_S)
+
+    async def stamp(self, *, tenant_id: str) -> None:
+        """Bump the tenant's version and set its time to the server's now."""
+        await self._collection.update_one(
+            {"_id": tenant_id},
+            {"$inc": {"v": 1}, "$currentDate": {"at": True}},
+            upsert=True,
+        )
+
+    async def newest_time(self) -> datetime | None:
+        """When the newest stamp was made, or None when there is none."""
+        newest = await self._collection.find_one({}, {"at": 1}, sort=[("at", DESCENDING)])
+        return None if newest is None else newest["at"]
+
+    async def since(self, at: datetime) -> list[Stamp]:
+        """Every stamp made at or after `at`."""
+        return [
+            (str(doc["_id"]), int(doc["v"]), doc["at"])
+            async for doc in self._collection.find({"at": {"$gte": at}})
+        ]
