@@ -15,6 +15,7 @@ from app.schemas.fields import (
     Tag,
     WholeNumber,
 )
+from app.schemas.runs import Usage
 
 ContextValue = str | int | float | bool | list[str]
 # Keys are context parameter names; the schema says so (no other key is accepted).
@@ -84,12 +85,6 @@ class ToolCallResult(BaseModel):
     duration_ms: float
 
 
-class TokenUsage(BaseModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
 class SkippedServer(BaseModel):
     name: str
     reason: str
@@ -105,7 +100,7 @@ class ChatResponse(BaseModel):
     )
     iterations: int
     tool_calls: list[ToolCallResult]
-    usage: TokenUsage
+    usage: Usage
     skipped_mcp_servers: list[SkippedServer] = Field(
         default_factory=list,
         description="MCP servers of the chat that could not be reached: their tools were left "

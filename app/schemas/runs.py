@@ -22,7 +22,9 @@ class RunToolCall(BaseModel):
     arguments: Any  # as the model sent them; never context values
 
 
-class RunUsage(BaseModel):
+class Usage(BaseModel):
+    """Tokens the model reported, summed over a run's turns (a chat's answer and its record)."""
+
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
@@ -41,7 +43,7 @@ class Run(BaseModel):
     stop_reason: RunStatus
     error: str | None = Field(default=None, exclude_if=lambda value: value is None)
     iterations: int
-    usage: RunUsage
+    usage: Usage
     tool_calls: list[RunToolCall]
     messages: list[dict[str, Any]] | None = Field(
         default=None,

@@ -26,7 +26,7 @@ from app.errors import (
 )
 from app.repositories.runs import RunStore
 from app.repositories.storable import storable
-from app.schemas.runs import Run, RunKind, RunQuery, RunStatus, RunUsage
+from app.schemas.runs import Run, RunKind, RunQuery, RunStatus, Usage
 
 logger = logging.getLogger(__name__)
 
@@ -292,7 +292,7 @@ def _minimal_run(stored: dict[str, Any]) -> Run:
         ended_at=ended if isinstance(ended, datetime) else epoch,
         stop_reason=status if status in RUN_STATUSES else "error",
         iterations=0,
-        usage=RunUsage(prompt_tokens=0, completion_tokens=0, total_tokens=0),
+        usage=Usage(prompt_tokens=0, completion_tokens=0, total_tokens=0),
         tool_calls=[],
         error="the stored record cannot be shown whole; its details are left out",
     )
