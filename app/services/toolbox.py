@@ -208,11 +208,11 @@ class Toolbox:
         """The stored tools selected, and the `{server}__{tool}` ids picked by server name (an
         id or name of a stored tool is always that tool)."""
         snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
-        pool: list[TypedTool] = [
-            entry.tool
-            for entry in snapshot.entries
-            if entry.tool is not None and (entry.tool.enabled or selection.admin)
-        ]
+        pool: list[TypedTool] = (
+            [entry.tool for entry in snapshot.entries if entry.tool is not None]
+            if selection.admin
+            else list(snapshot.enabled)
+        )
         if token is not None:
             pool = [tool for tool in pool if token.selects(tool)]
         if selection.tool_ids is None:
@@ -227,8 +227,9 @@ class Toolbox:
                 wanted.append(tool_id)
             else:
                 picked.setdefault(server, set()).add(tool_id)
-        chosen = [tool for tool in pool if key(tool) in set(wanted)]
-        missing = sorted(set(wanted) - {key(tool) for tool in chosen})
+        wanted_set = set(wanted)
+        chosen = [tool for tool in pool if key(tool) in wanted_set]
+        missing = sorted(wanted_set - {key(tool) for tool in chosen})
         if missing and selection.admin:
             _refuse_unreadable(missing, snapshot.by_id)
         if missing:
