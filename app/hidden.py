@@ -24,6 +24,7 @@ from app.unescape import Layer, decoded_layers, original_span, without_line_brea
 
 MIN_HIDDEN_LENGTH = 4
 REDACTED = "[redacted]"
+ECHO_REACH = 64  # an echo of a value is at most this many times as long as the value
 
 
 def hidden_texts(values: Iterable[Any]) -> set[str]:
@@ -44,7 +45,7 @@ class HiddenValues:
     decoding (`plain`), and the value's base64 and hex (`packed`), searched with line breaks
     removed as well."""
 
-    __slots__ = ("packed", "plain")
+    __slots__ = ("packed", "plain", "reach")
 
     def __init__(self, values: Iterable[Any] = ()) -> None:
         plain: set[str] = set()
@@ -55,6 +56,10 @@ class HiddenValues:
             packed |= _packed_forms(text)
         self.plain = tuple(sorted(plain))
         self.packed = tuple(sorted(form for form in packed if len(form) >= MIN_HIDDEN_LENGTH))
+        # How far past its start an echo of a value may reach: `\\u` on each character of
+        # a JSON string inside a JSON string, or double percent-encoding of 4-byte characters,
+        # stay well within this.
+        self.reach = ECHO_REACH * max(map(len, self.plain), default=0)
 
     def __bool__(self) -> bool:
         return bool(self.plain)
@@ -64,17 +69,22 @@ class HiddenValues:
         both = HiddenValues()
         both.plain = tuple(sorted({*self.plain, *other.plain}))
         both.packed = tuple(sorted({*self.packed, *other.packed}))
+        both.reach = max(self.reach, other.reach)
         return both
 
-    def redact(self, text: str) -> str:
-        """`text` with every span that holds a hidden value, raw or escaped, replaced."""
+    def redact(self, text: str, *, until: int | None = None) -> str:
+        """`text` with every span that holds a hidden value, raw or escaped, replaced; with
+        `until`, only what comes before that position of `text` (an echo that starts before
+        it is replaced whole), and the work is bounded by `until`, not by the text."""
         if not self.plain:
-            return text
+            return text[:until]
+        if until is not None and len(text) > until + self.reach:
+            text = text[: until + self.reach]
         spans = self._found(text)
         layers = decoded_layers(text)
         for depth, layer in enumerate(layers, start=1):
             spans += [original_span(layers[:depth], *span) for span in self._found(layer.text)]
-        return _replaced(text, spans) if spans else text
+        return _replaced(text, spans, len(text) if until is None else until)
 
     def _found(self, text: str) -> list[tuple[int, int]]:
         spans = _occurrences(text, self.plain)
@@ -92,7 +102,7 @@ def _through(layer: Layer, start: int, end: int) -> tuple[int, int]:
 
 def _occurrences(text: str, needles: tuple[str, ...]) -> list[tuple[int, int]]:
     spans = []
-    for needle in needles:
+    for needle in [needle for needle in needles if needle in text]:  # usually none: one scan each
         found = text.find(needle)
         while found != -1:
             spans.append((found, found + len(needle)))
@@ -100,19 +110,28 @@ def _occurrences(text: str, needles: tuple[str, ...]) -> list[tuple[int, int]]:
     return spans
 
 
-def _replaced(text: str, spans: list[tuple[int, int]]) -> str:
-    """`text` with each span, overlapping ones merged, replaced by REDACTED."""
-    spans.sort()
+def _replaced(text: str, spans: list[tuple[int, int]], until: int) -> str:
+    """`text[:until]` with each span that starts there (overlapping ones merged) replaced by
+    REDACTED, whole."""
     parts, kept_from = [], 0
-    start, end = spans[0]
-    for next_start, next_end in spans[1:]:
-        if next_start < end:
-            end = max(end, next_end)
-            continue
+    for start, end in _merged(spans):
+        if start >= until:
+            break
         parts += [text[kept_from:start], REDACTED]
-        kept_from, (start, end) = end, (next_start, next_end)
-    parts += [text[kept_from:start], REDACTED, text[end:]]
+        kept_from = end
+    if kept_from < until:
+        parts.append(text[kept_from:until])
     return "".join(parts)
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _packed_forms(text: str) -> set[str]:

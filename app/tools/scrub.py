@@ -25,3 +25,14 @@ class Scrubber:
 
     def __call__(self, text: str) -> str:
         return self.values.redact(text)
+
+    def head(self, text: str, limit: int) -> str:
+        """At least `limit` characters of `self(text)` (all of it if shorter), reading no
+        further into `text` than that needs: the work is bounded by the limit, not by the text.
+        Where redactions shortened it, it reads on (twice as far each time)."""
+        until = limit
+        while True:
+            shown = self.values.redact(text, until=until)
+            if len(shown) >= limit or until >= len(text):
+                return shown
+            until *= 2
