@@ -183,13 +183,18 @@ class _Decoder:
     def _crosses(self, decoded: str) -> bool:
         return any(marker in decoded for marker in self.family.others)
 
-    def layer(self, source: str) -> Layer | None:
-        """`source` with this family's escapes decoded, or None if that changes nothing."""
-        parts = self._split(source)  # text, run, text, run, ..., text: split in C
+    def split(self, source: str) -> list[str]:
+        """text, run, text, run, ..., text (split in C); one part when there is no escape."""
+        return self._split(source)
+
+    def layer(self, source: str, parts: list[str]) -> Layer | None:
+        """`source` (split in `parts`) with this family's escapes decoded, or None if that
+        changes nothing."""
         runs = parts[1::2]
         decoded = [self._decoded[run] for run in runs]
         if decoded == runs:
             return None
+        parts = parts.copy()
         parts[1::2] = decoded
         return Layer("".join(parts), source, lambda: self._changes(parts, runs))
 
@@ -293,19 +298,28 @@ def decoded_layers(text: str) -> list[Layer]:
     layers: list[Layer] = []
     source = text
     while len(layers) < MAX_LAYERS:
-        before = len(layers)
-        for decoders in (_CAREFUL, _EVERYTHING):  # the second only when the first did nothing
-            for decoder in decoders:
-                if decoder.family.marker in source and len(layers) < MAX_LAYERS:
-                    layer = decoder.layer(source)
-                    if layer is not None:
-                        layers.append(layer)
-                        source = layer.text
-            if len(layers) > before:
-                break
-        if len(layers) == before:
+        layer = _next_layer(source)
+        if layer is None:
             break
+        layers.append(layer)
+        source = layer.text
     return layers
+
+
+def _next_layer(source: str) -> Layer | None:
+    """The first family's pass that changes `source`, careful ones first."""
+    split: dict[str, list[str]] = {}  # each family's split, shared by its two modes
+    for decoders in (_CAREFUL, _EVERYTHING):
+        for decoder in decoders:
+            marker = decoder.family.marker
+            if marker not in source:
+                continue
+            parts = split.get(marker) or split.setdefault(marker, decoder.split(source))
+            if len(parts) > 1:
+                layer = decoder.layer(source, parts)
+                if layer is not None:
+                    return layer
+    return None
 
 
 def without_line_breaks(text: str) -> Layer | None:
