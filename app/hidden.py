@@ -1,89 +1,159 @@
-"""Hidden values (context arguments, secrets, MCP header values) and the forms they travel in.
+"""Hidden values (context arguments, secrets, MCP header values), and finding them in text an
+upstream wrote, whatever escapes it put on them.
 
-An upstream that received a value may echo it back encoded: percent-encoded in a 404 page for a
-query string, JSON-escaped in a body, HTML-escaped in an error page, base64 in a Basic
-credential. Redaction looks for every one of these forms, not only the raw text.
+An upstream that received a value may echo it back escaped: JSON (`\\u002B`, `\\u0026`, `\\/`),
+HTML (`&#47;`, `&#x2F;`, `&apos;`), percent-encoded (each byte, twice, lower-case hex), or a JSON
+body inside a JSON string. Rather than list every encoding of every value, `HiddenValues`
+decodes the text (`app/unescape.py`), searches the decoded layers as well as the text itself,
+and replaces the span of the original text each match came from. Two encodings cannot be undone
+without knowing the value, so they are searched for: base64 (the value's three alignments, so
+it is found at any offset of a longer blob, also with MIME line breaks) and hex.
 
-Limits: a value is found only whole and in these encodings (not re-encoded twice, split across
-lines, or transformed otherwise); values shorter than MIN_HIDDEN_LENGTH are not searched for,
-since they would match ordinary text.
+Limits (docs/security.md, "Redaction"): a value is found only whole; values shorter than
+MIN_HIDDEN_LENGTH are not searched for, since they would match ordinary text.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import html
-import json
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import quote, quote_plus
+
+from app.unescape import Layer, decoded_layers, original_span, without_line_breaks
 
 MIN_HIDDEN_LENGTH = 4
 REDACTED = "[redacted]"
+ECHO_REACH = 64  # an echo of a value is at most this many times as long as the value
 
 
 def hidden_texts(values: Iterable[Any]) -> set[str]:
-    """The values as text (list items one by one), without those too short to search for."""
+    """The values as text (list items one by one), a Basic credential also decoded, without
+    those too short to search for."""
     texts: set[str] = set()
     for value in values:
         if isinstance(value, list):
             texts.update(str(item) for item in value)
         elif not isinstance(value, bool | dict) and value is not None:
             texts.add(str(value))
+    texts |= {decoded for text in texts if (decoded := _base64_text(text)) is not None}
     return {text for text in texts if len(text) >= MIN_HIDDEN_LENGTH}
 
 
-def encoded_forms(text: str) -> set[str]:
-    """`text` and the forms an upstream may echo it in."""
+class HiddenValues:
+    """What one request must hide, prepared once: the texts searched as they are and after
+    decoding (`plain`), and the value's base64 and hex (`packed`), searched with line breaks
+    removed as well."""
+
+    __slots__ = ("packed", "plain", "reach")
+
+    def __init__(self, values: Iterable[Any] = ()) -> None:
+        plain: set[str] = set()
+        packed: set[str] = set()
+        for text in hidden_texts(values):
+            plain.add(text)
+            plain.add(text.replace(" ", "+"))  # a query string's space (quote_plus)
+            packed |= _packed_forms(text)
+        self.plain = tuple(sorted(plain))
+        self.packed = tuple(sorted(form for form in packed if len(form) >= MIN_HIDDEN_LENGTH))
+        # How far past its start an echo of a value may reach: `\\u` on each character of
+        # a JSON string inside a JSON string, or double percent-encoding of 4-byte characters,
+        # stay well within this.
+        self.reach = ECHO_REACH * max(map(len, self.plain), default=0)
+
+    def __bool__(self) -> bool:
+        return bool(self.plain)
+
+    def joined(self, other: HiddenValues) -> HiddenValues:
+        """Both sets of values (a log context inside another)."""
+        both = HiddenValues()
+        both.plain = tuple(sorted({*self.plain, *other.plain}))
+        both.packed = tuple(sorted({*self.packed, *other.packed}))
+        both.reach = max(self.reach, other.reach)
+        return both
+
+    def redact(self, text: str, *, until: int | None = None) -> str:
+        """`text` with every span that holds a hidden value, raw or escaped, replaced; with
+        `until`, only what comes before that position of `text` (an echo that starts before
+        it is replaced whole), and the work is bounded by `until`, not by the text."""
+        if not self.plain:
+            return text[:until]
+        if until is not None and len(text) > until + self.reach:
+            text = text[: until + self.reach]
+        spans = self._found(text)
+        layers = decoded_layers(text)
+        for depth, layer in enumerate(layers, start=1):
+            spans += [original_span(layers[:depth], *span) for span in self._found(layer.text)]
+        return _replaced(text, spans, len(text) if until is None else until)
+
+    def _found(self, text: str) -> list[tuple[int, int]]:
+        spans = _occurrences(text, self.plain)
+        compact = without_line_breaks(text)
+        if compact is None:
+            return spans + _occurrences(text, self.packed)
+        return spans + [
+            _through(compact, *span) for span in _occurrences(compact.text, self.packed)
+        ]
+
+
+def _through(layer: Layer, start: int, end: int) -> tuple[int, int]:
+    return layer.source_span(start, end)
+
+
+def _occurrences(text: str, needles: tuple[str, ...]) -> list[tuple[int, int]]:
+    spans = []
+    for needle in [needle for needle in needles if needle in text]:  # usually none: one scan each
+        found = text.find(needle)
+        while found != -1:
+            spans.append((found, found + len(needle)))
+            found = text.find(needle, found + 1)
+    return spans
+
+
+def _replaced(text: str, spans: list[tuple[int, int]], until: int) -> str:
+    """`text[:until]` with each span that starts there (overlapping ones merged) replaced by
+    REDACTED, whole."""
+    parts, kept_from = [], 0
+    for start, end in _merged(spans):
+        if start >= until:
+            break
+        parts += [text[kept_from:start], REDACTED]
+        kept_from = end
+    if kept_from < until:
+        parts.append(text[kept_from:until])
+    return "".join(parts)
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _packed_forms(text: str) -> set[str]:
+    """The part of the value's base64 that does not depend on what surrounds it, for each of
+    the three alignments a longer blob may put it at (both alphabets), and its hex."""
     try:
-        return _encoded_forms(text)
-    except (ValueError, UnicodeError):  # a lone surrogate has no UTF-8: only the raw form
-        return {text}
+        data = text.encode()
+    except UnicodeError:  # a lone surrogate has no UTF-8: nothing an upstream could encode
+        return set()
+    forms = {data.hex(), data.hex().upper()}
+    for offset in range(3):
+        encoded = base64.b64encode(bytes(offset) + data).decode()
+        core = encoded[(8 * offset + 5) // 6 : (8 * (offset + len(data))) // 6]
+        forms |= {core, core.translate(_URLSAFE)}
+    return forms
 
 
-def _encoded_forms(text: str) -> set[str]:
-    forms = {text}
-    for encoded in (quote(text, safe=""), quote(text), quote_plus(text)):
-        forms.update((encoded, _lower_hex(encoded)))
-    for ascii_only in (True, False):
-        escaped = json.dumps(text, ensure_ascii=ascii_only)[1:-1]
-        forms.update((escaped, escaped.replace("/", "\\/"), _lower_hex_escapes(escaped)))
-    forms.update((html.escape(text), html.escape(text, quote=False)))
-    forms.add(html.escape(text).replace("&#x27;", "&#39;"))
-    forms.add(base64.b64encode(text.encode()).decode().rstrip("="))
-    decoded = _base64_text(text)  # a Basic credential stored encoded: its user:password form
-    if decoded is not None:
-        forms.add(decoded)
-    return {form for form in forms if len(form) >= MIN_HIDDEN_LENGTH}
-
-
-def searched_forms(values: Iterable[Any]) -> tuple[str, ...]:
-    """Every form of every hidden value, longest first (a value containing another is replaced
-    whole)."""
-    forms: set[str] = set()
-    for text in hidden_texts(values):
-        forms |= encoded_forms(text)
-    return tuple(sorted(forms, key=len, reverse=True))
-
-
-def _lower_hex(encoded: str) -> str:
-    """`%2F` -> `%2f`: some servers print escapes in lower case."""
-    parts = encoded.split("%")
-    return parts[0] + "".join(f"%{p[:2].lower()}{p[2:]}" for p in parts[1:])
-
-
-def _lower_hex_escapes(escaped: str) -> str:
-    """`\\u00E9` and `\\u00e9` are the same JSON; json.dumps writes lower case already, so this
-    adds the upper-case form."""
-    out, index = [], 0
-    while (found := escaped.find("\\u", index)) != -1:
-        out.append(escaped[index:found] + "\\u" + escaped[found + 2 : found + 6].upper())
-        index = found + 6
-    return "".join(out) + escaped[index:]
+_URLSAFE = str.maketrans("+/", "-_")
 
 
 def _base64_text(text: str) -> str | None:
+    """A Basic credential stored encoded: its `user:password` form, which an upstream may echo."""
     if len(text) % 4 or len(text) < 8 or not text.isascii():
         return None
     try:

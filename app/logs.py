@@ -19,12 +19,12 @@ from typing import Any
 
 import orjson
 
-from app.hidden import REDACTED, searched_forms
+from app.hidden import REDACTED, HiddenValues
 
 # What a request's log lines carry: the middleware sets it, authentication adds the tenant.
 request_context: ContextVar[dict[str, str] | None] = ContextVar("request_context", default=None)
 # Values a running chat must never log (context arguments, secrets), set for its duration.
-_hidden_values: ContextVar[tuple[str, ...]] = ContextVar("hidden_values", default=())
+_hidden_values: ContextVar[HiddenValues | None] = ContextVar("hidden_values", default=None)
 
 _PATTERNS = [
     # Authorization: Bearer xyz / Basic xyz, in headers, reprs or prose.
@@ -64,9 +64,9 @@ _SENSITIVE_FIELDS = frozenset(
 
 def redact(text: str) -> str:
     """`text` with credentials, query strings and the running chat's hidden values removed."""
-    for value in _hidden_values.get():
-        if value in text:
-            text = text.replace(value, REDACTED)
+    hidden = _hidden_values.get()
+    if hidden is not None:
+        text = hidden.redact(text)
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
     return text
@@ -84,18 +84,19 @@ def _redacted_field(key: str, value: Any) -> Any:
 
 def hiding(values: list[Any]) -> AbstractContextManager[None]:
     """Within the block (and tasks it starts), these values never appear in a log line."""
-    hidden = searched_forms(values) if values else ()
+    hidden = HiddenValues(values)
     return _hiding(hidden) if hidden else nullcontext()
 
 
-def hiding_forms(forms: tuple[str, ...]) -> AbstractContextManager[None]:
-    """`hiding` for forms already computed (`app/hidden.py`, `searched_forms`)."""
-    return _hiding(forms) if forms else nullcontext()
+def hiding_forms(hidden: HiddenValues) -> AbstractContextManager[None]:
+    """`hiding` for values already prepared (a request's `Scrubber.values`)."""
+    return _hiding(hidden) if hidden else nullcontext()
 
 
 @contextmanager
-def _hiding(hidden: tuple[str, ...]) -> Iterator[None]:
-    token = _hidden_values.set(_hidden_values.get() + hidden)
+def _hiding(hidden: HiddenValues) -> Iterator[None]:
+    outer = _hidden_values.get()
+    token = _hidden_values.set(outer.joined(hidden) if outer is not None else hidden)
     try:
         yield
     finally:

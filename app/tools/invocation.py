@@ -77,8 +77,7 @@ class ToolInvoker:
         outcome = await self._checked_run(tool, arguments, call)
         elapsed = time.perf_counter() - started
         self._metrics.tool_done(tool.kind, elapsed, outcome.kind)
-        # Scrubbed before it is cut: a cut could leave half a hidden value nothing would match.
-        content = self._capped(call.scrub(outcome.content) if call.scrub else outcome.content)
+        content = self._capped(outcome.content, call)
         return Invocation(outcome.status, content, outcome.kind, round(elapsed * 1000, 3))
 
     def refused(
@@ -86,7 +85,7 @@ class ToolInvoker:
     ) -> Invocation:
         """A call that never reached a tool (unknown name, unreadable arguments), counted."""
         self._metrics.tool_done(tool.kind if tool else "unknown", 0.0, kind)
-        return Invocation("error", self._capped(call.scrub(message)), kind, 0.0)
+        return Invocation("error", self._capped(message, call), kind, 0.0)
 
     async def _checked_run(
         self, tool: TypedTool, arguments: dict[str, Any], call: CallScope
@@ -116,8 +115,13 @@ class ToolInvoker:
                 f"the tool failed unexpectedly ({type(exc).__name__})", "exception"
             )
 
-    def _capped(self, text: str) -> str:
+    def _capped(self, text: str, call: CallScope) -> str:
+        """Scrubbed, then cut at the limit. Scrubbed before it is cut (a cut could leave half
+        a hidden value nothing would match), but only as far as the cut keeps: the scrubber's
+        work is bounded by the limit, not by the upstream's answer."""
         limit = self._limits.output_max_chars
-        if len(text) <= limit:
-            return text
-        return f"{text[:limit]}\n[truncated: {len(text) - limit} more characters]"
+        shown = call.scrub.head(text, limit) if call.scrub else text
+        if len(text) <= limit and len(shown) <= limit:
+            return shown
+        more = max(len(text), len(shown)) - limit
+        return f"{shown[:limit]}\n[truncated: {more} more characters]"

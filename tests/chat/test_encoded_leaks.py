@@ -1,47 +1,45 @@
-"""Hidden values never leave in an encoded form: percent-encoded (either case, `quote` and
-`quote_plus`), JSON-escaped, HTML-escaped or as a decoded Basic credential, through every sink:
-model traffic, the answer, the stream, logs at DEBUG and run records (messages kept)."""
+"""Hidden values never leave in an encoded form. The local upstream echoes each value raw,
+percent-encoded, JSON- and HTML-escaped, as a decoded Basic credential, and in every form of
+tests/support/echoes.py (Go and .NET JSON, HTML numeric entities, encodeURIComponent, base64 at
+an offset and MIME, hex, `\\u` and `%XX` on everything, `&apos;`, double percent-encoding, JSON
+inside a JSON string). None reaches any sink: model traffic, the /chat answer and stream,
+invoke, `/mcp`, logs at DEBUG and run records (messages kept)."""
 
 from __future__ import annotations
 
 import base64
-import html
 import json
-from urllib.parse import quote, quote_plus
 
 import pytest
 
-from app.hidden import encoded_forms
 from tests.chat.conftest import ChatClient, external
 from tests.chat.test_runs import wait_for_runs
 from tests.conftest import JsonLines
 from tests.support import fake_model as script
+from tests.support.echoes import leaks
 from tests.support.fake_model import FakeModel
 from tests.support.servers import ThreadedServer
 
-# Each holds / + = & space " < é, and a marker no ordinary text has.
-CONTEXT_VALUE = 'zq1/a+b=c&d e"f<g é'
-SECRET_VALUE = 'zq2/k+e=y&v a"l<u é'
-PASSWORD = 'zq3/p+w=d&x y"z<w é'
+# Each holds / + = & space " < ' ( ) ! é, and a marker no ordinary text has.
+CONTEXT_VALUE = "zq1/a+b=c&d e\"f<g é'(h)!"
+SECRET_VALUE = "zq2/k+e=y&v a\"l<u é'(e)!"
+PASSWORD = "zq3/p+w=d&x y\"z<w é'(p)!"
 BASIC = base64.b64encode(f"svc-user:{PASSWORD}".encode()).decode()
+MCP_HEADERS = {
+    "Accept": "application/json, text/event-stream",
+    "MCP-Protocol-Version": "2025-06-18",
+}
 
 
 def _leaks(text: str) -> list[str]:
-    """Each hidden value's forms found in `text` (the form, not the value, is reported)."""
-    found = []
-    for value in (CONTEXT_VALUE, SECRET_VALUE, PASSWORD, BASIC):
-        forms = encoded_forms(value) | {value.replace("/", "\\/")}
-        found += [form for form in forms if form in text]
-    return found
+    """The hidden values a reader can get back from `text`, whatever the encoding."""
+    return [value for value in (CONTEXT_VALUE, SECRET_VALUE, PASSWORD, BASIC) if leaks(value, text)]
 
 
-def test_the_forms_searched_include_what_upstreams_echo() -> None:
-    forms = encoded_forms(CONTEXT_VALUE)
-    assert quote(CONTEXT_VALUE, safe="") in forms and quote_plus(CONTEXT_VALUE) in forms
-    assert quote(CONTEXT_VALUE, safe="").lower() in forms  # %2f as well as %2F
-    assert json.dumps(CONTEXT_VALUE)[1:-1] in forms  # \" and \u00e9
-    assert html.escape(CONTEXT_VALUE) in forms
-    assert f"svc-user:{PASSWORD}" in encoded_forms(BASIC)  # the credential, decoded
+def test_the_oracle_sees_the_values_in_what_the_upstream_echoes() -> None:
+    """The check the sinks get: it finds every value in an unredacted echo."""
+    page = f"{json.dumps(CONTEXT_VALUE)} {SECRET_VALUE.encode().hex()} {BASIC[3:]}"
+    assert _leaks(page) == [CONTEXT_VALUE, SECRET_VALUE, PASSWORD]
 
 
 async def _reflecting_tool(chat: ChatClient, upstream: ThreadedServer, code: int) -> None:
@@ -61,7 +59,31 @@ async def _reflecting_tool(chat: ChatClient, upstream: ThreadedServer, code: int
     await chat.add_tool(tool)
 
 
-@pytest.mark.settings(run_store_messages=True)
+async def _invoke_and_mcp(chat: ChatClient) -> dict[str, str]:
+    """What invoke and a `/mcp` tools/call (client token bound to the context value) answer."""
+    invoked = await chat.http.post(
+        "/tools/reflect/invoke",
+        json={"arguments": {"q": "x"}, "context_arguments": {"user_id": CONTEXT_VALUE}},
+        headers=chat.tenant.headers,
+    )
+    assert invoked.status_code == 200, invoked.text
+    token = await chat.http.post(
+        "/client-tokens",
+        json={"name": "alice", "context_arguments": {"user_id": CONTEXT_VALUE}},
+        headers=chat.tenant.headers,
+    )
+    assert token.status_code == 201, token.text
+    call = {"name": "reflect", "arguments": {"q": "x"}}
+    called = await chat.http.post(
+        "/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call},
+        headers={"Authorization": f"Bearer {token.json()['token']}", **MCP_HEADERS},
+    )
+    assert called.status_code == 200, called.text
+    return {"invoke": invoked.text, "/mcp": called.text}
+
+
+@pytest.mark.settings(run_store_messages=True, tool_output_max_chars=100_000)
 @pytest.mark.parametrize("code", [200, 404])
 async def test_echoed_values_are_redacted_in_every_encoding_and_sink(
     chat: ChatClient,
@@ -78,16 +100,13 @@ async def test_echoed_values_are_redacted_in_every_encoding_and_sink(
         assert response.status_code == 200, response.text
         sinks["stream" if stream else "answer"] = response.text
         sinks[f"model traffic, stream={stream}"] = b"\n".join(fake.raw_requests).decode()
+    sinks |= await _invoke_and_mcp(chat)
     tool_message = json.loads(sinks["answer"])["messages"][2]["content"]
-    # The upstream did echo every value (else this test would prove nothing)...
-    assert tool_message.count("[redacted]") >= 6, tool_message
-    runs = await wait_for_runs(chat, 2)
+    # The upstream did echo every value, in every form (else this test would prove nothing)...
+    assert tool_message.count("[redacted]") >= (6 if code == 404 else 100), tool_message
+    runs = await wait_for_runs(chat, 4)
+    assert {run["kind"] for run in runs} == {"chat", "invoke", "mcp"}
     sinks["run records"] = json.dumps(runs)
     sinks["logs"] = "\n".join(json_logs.lines)
-    leaks = {sink: _leaks(text) for sink, text in sinks.items()}
-    assert leaks == {sink: [] for sink in sinks}
-
-
-@pytest.mark.parametrize("value", ["ª¼¥§Ì§", "\ud800lone-surrogate", "ÿÿÿÿÿÿÿÿ", "a" * 8])
-def test_any_text_has_its_forms(value: str) -> None:
-    assert value in encoded_forms(value)  # never an exception, whatever a caller sends
+    leaked = {sink: _leaks(text) for sink, text in sinks.items()}
+    assert leaked == {sink: [] for sink in sinks}

@@ -14,6 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from tests.support.echoes import ALL_FORMS
+
 RECEIVED: list[dict[str, object]] = []
 
 
@@ -39,7 +41,8 @@ async def echo(request: Request) -> JSONResponse:
 
 async def reflect(request: Request) -> Response:
     """What careless APIs do with what they receive: the raw (percent-encoded) query in an HTML
-    error page, values HTML- and JSON-escaped, and a Basic credential decoded."""
+    error page, values HTML- and JSON-escaped, a Basic credential decoded, and each value (the
+    credential too) in every form of tests/support/echoes.py."""
     values = [value for _, value in request.query_params.multi_items()]
     scheme, _, credential = request.headers.get("authorization", "").partition(" ")
     decoded = base64.b64decode(credential).decode() if scheme.lower() == "basic" else ""
@@ -48,6 +51,12 @@ async def reflect(request: Request) -> Response:
         + "".join(f"<i>{html.escape(v)}</i>" for v in values)
         + json.dumps({"values": values, "slashes": [v.replace("/", "\\/") for v in values]})
         + f" auth={request.headers.get('authorization', '')} user={decoded}"
+        + "".join(
+            f"\n{name}: {encode(value)}"
+            for value in [*values, credential, decoded]
+            if value
+            for name, encode in ALL_FORMS.items()
+        )
     )
     return Response(page, status_code=int(request.path_params["code"]), media_type="text/html")
 

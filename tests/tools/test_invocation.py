@@ -67,6 +67,17 @@ class Echoing:
         return ToolOutcome("ok", repr(sorted(arguments.items())))
 
 
+class Answering:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def inline(self, tool: Any) -> bool:
+        return False
+
+    async def run(self, tool: Any, arguments: dict[str, Any], call: CallScope) -> ToolOutcome:
+        return ToolOutcome("ok", self.text)
+
+
 def _invoker(executor: Any, metrics: Metrics | None = None) -> ToolInvoker:
     return ToolInvoker(
         executors={"function": executor, "external": executor, "mcp": executor},
@@ -104,6 +115,17 @@ async def test_timeout_cap_and_scrub_apply_to_every_kind() -> None:
     # The context value reached the executor, and came back redacted and capped at 50.
     assert result.content.startswith("[('user', '[redacted]'), ('x', 1)]"[:50])
     assert "hidden-user-value" not in result.content
+
+
+async def test_an_escaped_echo_across_the_cut_is_redacted_whole() -> None:
+    """Only what the cut keeps is scrubbed (the work is bounded by the cap), and an echo that
+    starts before the cut is still found whole."""
+    secret = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
+    text = "x" * 45 + "wJalrXUtnFEMI/K7MDENG\\u002BbPxRfiCYEXAMPLEKEY" + "y" * 1000
+    scope = CallScope(scrub=Scrubber([secret]))
+    result = await _invoker(Answering(text)).invoke(_function(), {}, scope)
+    more = len(text) - 50
+    assert result.content == "x" * 45 + "[reda" + f"\n[truncated: {more} more characters]"
 
 
 async def test_arguments_are_checked_before_any_executor_runs() -> None:

@@ -149,10 +149,10 @@ class ExternalExecutor:
         if truncated:
             text += f"\n[truncated: the response exceeded {self._response_max_bytes} bytes]"
         if response.status_code >= 300:
-            shown = call.scrub(text) if call.scrub else text  # before the cut, as in the invoker
+            limit = UPSTREAM_ERROR_BODY_CHARS  # scrubbed before the cut, as in the invoker
+            shown = call.scrub.head(text, limit) if call.scrub else text
             return ToolOutcome.error(
-                f"the tool's endpoint answered HTTP {response.status_code}: "
-                f"{shown[:UPSTREAM_ERROR_BODY_CHARS]}",
+                f"the tool's endpoint answered HTTP {response.status_code}: {shown[:limit]}",
                 "upstream_status",
             )
         return ToolOutcome("ok", text)

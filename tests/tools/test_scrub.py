@@ -1,0 +1,105 @@
+"""The scrubber decodes what an upstream echoed before it matches: each form a real upstream
+uses (tests/support/echoes.py) loses the value, whatever surrounds it."""
+
+from __future__ import annotations
+
+import string
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from app.tools.scrub import Scrubber
+from tests.support.echoes import ALL_FORMS, LEAKED_FORMS, leaks
+
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
+
+
+def test_an_asp_net_echo_of_a_secret_is_redacted() -> None:
+    echoed = '{"error": "bad key wJalrXUtnFEMI/K7MDENG\\u002BbPxRfiCYEXAMPLEKEY"}'
+    assert Scrubber([AWS_SECRET])(echoed) == '{"error": "bad key [redacted]"}'
+
+
+@pytest.mark.parametrize("form", list(LEAKED_FORMS))
+def test_every_form_that_used_to_leak_is_caught(form: str) -> None:
+    encode, value = LEAKED_FORMS[form]
+    text = f"upstream said: {encode(value)} (end)"
+    assert leaks(value, text)  # the oracle sees the value before scrubbing...
+    scrubbed = Scrubber([value])(text)
+    assert not leaks(value, scrubbed), scrubbed  # ...and not after
+    assert scrubbed.startswith("upstream said: ") and scrubbed.endswith(" (end)")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Only the span that held the value goes, escapes around it stay as they were.
+        ("a\\u0026b zq1/x+y\\u002Fz c&amp;d", "a\\u0026b [redacted] c&amp;d"),
+        ("%41%42 zq1%2Fx%2By%2fz %43", "%41%42 [redacted] %43"),
+        ("x%E2%82%AC%7A%71%31/x+y/z%E2%82%AC", "x%E2%82%AC[redacted]%E2%82%AC"),
+        ("zq1%252Fx%252By%252Fz!", "[redacted]!"),
+        ('"{\\"k\\": \\"zq1\\\\/x+y\\\\/z\\"}"', '"{\\"k\\": \\"[redacted]\\"}"'),
+    ],
+)
+def test_the_original_span_is_replaced(text: str, expected: str) -> None:
+    assert Scrubber(["zq1/x+y/z"])(text) == expected
+
+
+def test_text_without_hidden_values_is_unchanged() -> None:
+    text = '{"a": "caf\\u00e9 &amp; 100%25 \\"quoted\\"", "b": "Zm9vYmFy", "c": "666f6f"}'
+    assert Scrubber(["zq1/x+y/z"])(text) == text
+
+
+def test_values_that_overlap_in_the_text_are_both_removed() -> None:
+    scrub = Scrubber(["abcdef-1234", "1234-ghijkl"])
+    assert scrub("x abcdef-1234-ghijkl y") == "x [redacted] y"
+    assert scrub("x abcdef\\u002d1234%2Dghijkl y") == "x [redacted] y"
+
+
+# Values with the characters encoders treat specially (and beyond the BMP); surroundings that
+# cannot join an escape (no `\`, `%`, `&`), so the value is really in the text.
+VALUES = st.text(
+    st.characters(blacklist_categories=("Cs", "Cc")) | st.sampled_from("/+=&'\"<>%\\ ~()"),
+    min_size=8,
+    max_size=40,
+)
+AROUND = st.text(string.ascii_letters + string.digits + " .,:;{}[]", max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=VALUES, form=st.sampled_from(sorted(ALL_FORMS)), before=AROUND, after=AROUND)
+@example(value=AWS_SECRET, form=".NET \\u002B", before="", after="")
+def test_a_value_never_survives_any_form(value: str, form: str, before: str, after: str) -> None:
+    text = f"{before} {ALL_FORMS[form](value)} {after}"
+    scrub = Scrubber([value])
+    scrubbed = scrub(text)
+    assert not leaks(value, scrubbed), (text, scrubbed)
+    for limit in (len(before) + 3, len(text) // 2):  # the head before a cut: the same text
+        assert scrubbed.startswith(scrub.head(text, limit)), (text, limit)
+
+
+# Forms a reader undoes without knowing the value (the rest hold it in base64 or hex).
+TEXTUAL = sorted(name for name in ALL_FORMS if "base64" not in name and not name.startswith("hex"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=VALUES,
+    inner=st.sampled_from(sorted(ALL_FORMS)),
+    outer=st.sampled_from(TEXTUAL),
+    before=AROUND,
+)
+def test_a_value_never_survives_a_textual_form_of_any_form(
+    value: str, inner: str, outer: str, before: str
+) -> None:
+    text = ALL_FORMS[outer](f"{before} {ALL_FORMS[inner](value)}.")
+    scrubbed = Scrubber([value])(text)
+    assert not leaks(value, scrubbed), (text, scrubbed)
+
+
+@pytest.mark.parametrize("value", ["ª¼¥§Ì§", "\ud800lone-surrogate", "ÿÿÿÿÿÿÿÿ", "a" * 8])
+def test_any_value_and_text_are_handled(value: str) -> None:
+    """Whatever a caller sends as a value, and whatever an upstream answers: never an error."""
+    scrub = Scrubber([value])
+    for text in (value, f"%FF%C3 {value} \\ud800 &#1114112; &#0; &bogus; \\u12", "%" * 5):
+        assert value not in scrub(text)
