@@ -8,14 +8,14 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
 from app.chat.model import ModelNotConfiguredError
 from app.errors import AppError, ForbiddenError, UnprocessableError, field_error, problem_body
-from app.limits import Limits
+from app.limits import Limits, Release
 from app.logs import hiding_forms
 from app.mcp.config import SEPARATOR, McpServer
 from app.mcp.hub import ChatSessions, mcp_server_tool
@@ -74,7 +74,7 @@ class ChatService:
         try:
             prepared = await self.prepare(request, tenant_id=tenant_id, token=token)
         except BaseException:
-            release()
+            release()  # nothing was answered yet: the write need not be awaited
             raise
         return StartedChat(self, prepared, tenant_id=tenant_id, release=release)
 
@@ -367,7 +367,7 @@ class StartedChat:
         chat: ChatRun,
         *,
         tenant_id: str,
-        release: Callable[[], None],
+        release: Release,
     ) -> None:
         self._service = service
         self._chat = chat
@@ -381,7 +381,7 @@ class StartedChat:
                 self._chat, tenant_id=self._tenant_id, run_id=self.run_id
             )
         finally:
-            self._release()
+            await self._release()  # every replica sees the slot free before the answer
 
     def events(self, *, keepalive_s: float) -> AsyncGenerator[ChatEvent, None]:
         """The run as events: `iteration`, `message.delta`, `tool_call`, `tool_result`, then
@@ -400,9 +400,12 @@ class StartedChat:
 
         async def run() -> None:
             try:
-                result = await self._service.run(
-                    self._chat, tenant_id=self._tenant_id, run_id=self.run_id, events=emit
-                )
+                try:
+                    result = await self._service.run(
+                        self._chat, tenant_id=self._tenant_id, run_id=self.run_id, events=emit
+                    )
+                finally:
+                    await self._release()  # every replica sees the slot free before the end
                 done = ChatResponse.model_validate(result).model_dump(mode="json")
                 await queue.put(("done", done))
             except AppError as exc:

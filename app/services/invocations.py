@@ -98,7 +98,7 @@ class InvocationService:
         finally:
             if sessions is not None:
                 await sessions.aclose()
-            release()
+            await release()  # every replica sees the slot free before the answer
 
     async def _run(
         self,

@@ -1,0 +1,100 @@
+"""What a replica admits on its own while the database does not answer (LIMITS=shared).
+
+Degrade to less, never to more. A replica that cannot reach the database admits at most its
+share of each cap and rate, among the live replicas it last saw in the replicas document; the
+shares of all replicas add up to the limit, never more. Its rate tokens start from nothing (a
+bucket that refills at its share), and what it admitted on its own is written into the shared
+counts when the database answers again: its runs in its lease, its tokens charged to the shared
+bucket.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+logger = logging.getLogger("app.services.shared_limits")
+
+WARN_EVERY_S = 10.0
+
+
+def share_of(limit: int, replicas: Sequence[str], replica: str) -> int:
+    """This replica's share of `limit` among the live `replicas` (itself included): `limit // N`
+    each, plus one for each of the first `limit % N` replicas in id order, so the shares add up
+    to the limit exactly. With a limit below the number of replicas, `limit` replicas admit one
+    and the others none."""
+    ids = sorted({*replicas, replica})
+    count, rank = len(ids), ids.index(replica)
+    return limit // count + (1 if rank < limit % count else 0)
+
+
+@dataclass
+class ShareBucket:
+    """A token bucket that starts empty: `per_minute` tokens a minute, at most `per_minute`."""
+
+    per_minute: int
+    updated: float
+    tokens: float = 0.0
+
+    def take(self, now: float) -> bool:
+        if self.per_minute <= 0:
+            return False
+        self.tokens = min(
+            float(self.per_minute), self.tokens + (now - self.updated) * self.per_minute / 60
+        )
+        self.updated = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        return False
+
+    def retry_after_s(self) -> float:
+        if self.per_minute <= 0:
+            return 60.0
+        return (1 - self.tokens) * 60 / self.per_minute
+
+
+class Alone:
+    """When this replica counts on its own: for `window_s` after the database failed a check,
+    without asking it again; the log says when it started and how long it lasted."""
+
+    def __init__(self, *, window_s: float, clock: Callable[[], float]) -> None:
+        self._window_s = window_s
+        self._clock = clock
+        self.since: float | None = None  # the first failure of this stretch
+        self._until = 0.0
+        self._warned_at = -math.inf
+        self.admitted = 0  # runs and writes admitted on its own in this stretch
+
+    @property
+    def active(self) -> bool:
+        return self._clock() < self._until
+
+    def failed(self, exc: BaseException) -> None:
+        now = self._clock()
+        self._until = now + self._window_s
+        if self.since is None:
+            self.since, self.admitted = now, 0
+        if now - self._warned_at >= WARN_EVERY_S:
+            self._warned_at = now
+            logger.warning(
+                "shared limits: the database did not answer (%s); this replica counts on its "
+                "own, at most its share of each limit, for the next %g s",
+                type(exc).__name__,
+                self._window_s,
+            )
+
+    def answered(self) -> None:
+        """The database answered: the shared counts apply again."""
+        self._until = 0.0
+        if self.since is None:
+            return
+        logger.warning(
+            "shared limits: the database answers again; this replica counted on its own for "
+            "%.1f s and admitted %d run(s) and write(s) alone (written into the shared counts)",
+            self._clock() - self.since,
+            self.admitted,
+        )
+        self.since = None
