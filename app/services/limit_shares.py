@@ -2,10 +2,16 @@
 
 Degrade to less, never to more. A replica that cannot reach the database admits at most its
 share of each cap and rate, among the live replicas it last saw in the replicas document; the
-shares of all replicas add up to the limit, never more. Its rate tokens start from nothing (a
-bucket that refills at its share), and what it admitted on its own is written into the shared
-counts when the database answers again: its runs in its lease, its tokens charged to the shared
-bucket.
+shares of all replicas add up to the limit, never more. Its bucket holds its share of the tokens
+it last saw left (never a full bucket on every replica) and refills at its share, and what it
+admitted on its own is written into the shared counts when the database answers again: its runs
+in its lease, its tokens charged to the shared bucket.
+
+A database that answers too slowly (a timeout on an operation sent) is still counting for the
+replicas it answers: for as long as its lease would last, a slow replica takes only the slots
+the database still counts for it (at most its share), so those others cannot grant them twice.
+A database that cannot be reached at all (refused, reset, no server to select) counts for no
+one: the shares apply at once.
 """
 
 from __future__ import annotations
@@ -15,9 +21,12 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from pymongo.errors import ExecutionTimeout, NetworkTimeout, WTimeoutError
+
 logger = logging.getLogger("app.services.shared_limits")
 
 WARN_EVERY_S = 10.0
+SLOW = (NetworkTimeout, ExecutionTimeout, WTimeoutError)  # sent, and not answered in time
 
 
 def share_of(limit: int, replicas: Sequence[str], replica: str) -> int:
@@ -67,6 +76,7 @@ class Alone:
         self._until = 0.0
         self._warned_at = -math.inf
         self.admitted = 0  # runs and writes admitted on its own in this stretch
+        self.slow = False  # the last failure was a slow answer, not an unreachable database
 
     @property
     def active(self) -> bool:
@@ -75,6 +85,7 @@ class Alone:
     def failed(self, exc: BaseException) -> None:
         now = self._clock()
         self._until = now + self._window_s
+        self.slow = isinstance(exc, SLOW)
         if self.since is None:
             self.since, self.admitted = now, 0
         if now - self._warned_at >= WARN_EVERY_S:
@@ -85,6 +96,10 @@ class Alone:
                 type(exc).__name__,
                 self._window_s,
             )
+
+    def for_s(self) -> float:
+        """How long this stretch alone has lasted."""
+        return 0.0 if self.since is None else self._clock() - self.since
 
     def answered(self) -> None:
         """The database answered: the shared counts apply again."""

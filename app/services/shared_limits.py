@@ -73,7 +73,8 @@ class _Tenant:
     worker: asyncio.Task[None] | None = None
     sync: bool = False  # write the lease (renew it, write releases, give spares back)
     last_used: float = 0.0
-    written_at: float = 0.0
+    written_at: float = 0.0  # the last lease write that went through ...
+    counted: int = 0  # ... and at least what the database counts for this replica since
 
     @property
     def empty(self) -> bool:
@@ -250,15 +251,23 @@ class SharedLimits:
         tenant.last_used = self._clock()
         return True
 
+    def _alone_cap(self, tenant: _Tenant) -> int:
+        """The runs this replica may hold alone: its share of the cap; while a slow database may
+        still count for the others, only what it counts for this replica."""
+        share = share_of(self._cap, self.replicas, self.replica)
+        if not self._alone.slow or self._alone.for_s() >= self._lease_s:
+            return share
+        live = self._clock() < tenant.written_at + self._lease_s
+        return min(share, tenant.counted if live else 0)
+
     def _admit_alone(self, tenant_id: str, tenant: _Tenant) -> Release:
         """Admit on this replica's share of the cap and the rate (the database away): its runs
         count in its lease, its tokens are charged to the shared bucket once it answers."""
-        share = share_of(self._cap, self.replicas, self.replica)
-        if self._cap > 0 and tenant.held >= share:
+        if self._cap > 0 and tenant.held >= self._alone_cap(tenant):
             raise TooManyRequestsError(
-                f"This tenant already has {tenant.held} chats running on this replica, its share "
-                f"of {self._cap} (MAX_CONCURRENT_CHATS_PER_TENANT) while the shared limits "
-                "cannot be checked; retry when one has finished.",
+                f"This tenant already has {tenant.held} chats running on this replica: while "
+                "the shared limits cannot be checked, it admits only its share of the "
+                f"{self._cap} (MAX_CONCURRENT_CHATS_PER_TENANT); retry when one has finished.",
                 retry_after_s=1,
             )
         if self._chats.interval_ms > 0:
@@ -344,6 +353,7 @@ class SharedLimits:
             )
         except PyMongoError as exc:
             self._alone.failed(exc)
+            tenant.counted = min(tenant.counted, held)  # the update may have gone through
             tenant.spare_tokens += returned  # not given back after all
             tenant.spare_slots += spare_slots
             tenant.sync = True  # the next write sets the lease to what is true
@@ -361,6 +371,7 @@ class SharedLimits:
             _written(pending)
         self._answered(tenant, now, charge)
         _remember(self._seen_chats, tenant_id, grant.tokens_left(self._chats, now * 1000))
+        tenant.counted = held + grant.granted + grant.spare
         # Slots released while the update was in flight are still counted: they are spares.
         tenant.held += grant.granted
         tenant.spare_slots += grant.spare
@@ -455,6 +466,7 @@ class SharedLimits:
             )
         except PyMongoError as exc:
             self._alone.failed(exc)
+            tenant.counted = min(tenant.counted, held)  # the update may have gone through
             # Not written: the database still counts them; housekeeping tries again.
             tenant.spare_tokens += returned
             tenant.spare_slots += spare_slots
@@ -463,6 +475,7 @@ class SharedLimits:
         finally:
             _written(pending)
         self._answered(tenant, now, charge)
+        tenant.counted = held
         # Slots released while the update was in flight are still counted: they are spares.
         if tenant.spare_slots and self._spare == 0:
             tenant.sync = True

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from pymongo.errors import NetworkTimeout, PyMongoError
+from pymongo.errors import NetworkTimeout, PyMongoError, ServerSelectionTimeoutError
 
 from app.errors import ServiceUnavailableError
 from app.limits import Release, TooManyRequestsError
@@ -23,19 +23,22 @@ from tests.support.secantus import SecantusServer, free_port
 
 
 class CountingRepository(LimitRepository):
-    """The real repository, counting its updates; `away` makes the database not answer (as a
-    check past its timeout does), `gate` holds lease writes until the test opens it."""
+    """The real repository, counting its updates. `away`: the database cannot be reached
+    ("down": nothing listens) or answers too late ("slow": past the check's timeout); `gate`
+    holds lease writes until the test opens it."""
 
     def __init__(self, database: Database) -> None:
         super().__init__(database)
         self.admits = 0
         self.syncs = 0
-        self.away = False
+        self.away: str | None = None
         self.gate: asyncio.Event | None = None
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
     def _answer(self) -> None:
-        if self.away:
+        if self.away == "down":
+            raise ServerSelectionTimeoutError("127.0.0.1:9: [Errno 111] Connection refused")
+        if self.away == "slow":
             raise NetworkTimeout("the check took longer than its timeout")
 
     async def admit(self, key: str, **kwargs: Any) -> Any:
@@ -296,16 +299,16 @@ def test_the_shares_add_up_to_the_limit(limit: int, count: int) -> None:
     assert share_of(limit, [], "alone") == limit  # never more than the whole
 
 
-async def away(*replicas: SharedLimits) -> None:
+async def away(*replicas: SharedLimits, how: str = "down") -> None:
     for limits in replicas:
-        repository_of(limits).away = True
+        repository_of(limits).away = how
 
 
 async def back(clock: FakeClock, *replicas: SharedLimits) -> None:
     """The database answers again; past the fallback window each replica writes what it did."""
     clock.advance(5.0)
     for limits in replicas:
-        repository_of(limits).away = False
+        repository_of(limits).away = None
         await limits.maintain()
 
 
@@ -423,3 +426,27 @@ async def test_a_replica_that_never_reached_the_database_is_its_own_share() -> N
     finally:
         await limits.aclose()
         await database.close()
+
+
+async def test_a_slow_database_still_counts_for_the_others_so_a_slow_replica_takes_only_its_own(
+    replica: Replica, clock: FakeClock
+) -> None:
+    """The check timed out, but the database answers the other replicas: for as long as its
+    lease lasts there, a slow replica reuses only the slots it counts for it (at most its share);
+    after that, its share."""
+    a, b = await replica(cap=4, lease_s=15.0), await replica(cap=4, lease_s=15.0)
+    first = [await a.admit_run("acme") for _ in range(3)]  # the database counts 3 for a
+    await away(a, how="slow")
+    await first[0]()  # not written: the database still counts it for a
+    await first[1]()
+    reused, refused = await outcomes(*(a.admit_run("acme") for _ in range(3)))
+    assert len(reused) == 1  # its share is 2 (of 4, two replicas): 1 held + 1 reused
+    assert "its share" in refused[0].message
+    new, _ = await outcomes(*(a.admit_run("globex") for _ in range(3)))
+    assert new == []  # nothing counted for it there: b may be granting all four
+    shared, _ = await outcomes(*(b.admit_run("acme") for _ in range(4)))
+    assert len(shared) == 1  # a's three still count: never more than 4 in flight
+    clock.advance(15.0)  # a's lease has run out there: its share
+    repository_of(a).away = "slow"
+    later, _ = await outcomes(*(a.admit_run("globex") for _ in range(3)))
+    assert len(later) == 2
