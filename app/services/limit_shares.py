@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from pymongo.errors import ExecutionTimeout, NetworkTimeout, WTimeoutError
 
+from app.limits import MAX_TRACKED_KEYS
+
 logger = logging.getLogger("app.services.shared_limits")
 
 WARN_EVERY_S = 10.0
@@ -63,6 +65,26 @@ class ShareBucket:
         if self.per_minute <= 0:
             return 60.0
         return (1 - self.tokens) * 60 / self.per_minute
+
+
+class SeenTokens:
+    """The tokens each tenant's shared bucket had left when this replica last saw it."""
+
+    def __init__(self) -> None:
+        self._tokens: dict[str, float] = {}
+
+    def remember(self, tenant_id: str, tokens: float) -> None:
+        if len(self._tokens) >= MAX_TRACKED_KEYS and tenant_id not in self._tokens:
+            self._tokens.clear()  # only reachable with that many tenants: forget (start empty)
+        self._tokens[tenant_id] = tokens
+
+    def bucket(
+        self, tenant_id: str, burst: int, share: Callable[[int], int], now: float
+    ) -> ShareBucket:
+        """This replica's share of a rate, holding its share of the tokens the shared bucket
+        had left when it last saw it (none if it never did): never full on every replica."""
+        left = int(max(0.0, self._tokens.get(tenant_id, 0.0)))
+        return ShareBucket(share(burst), updated=now, tokens=float(share(left)))
 
 
 class Alone:

@@ -32,24 +32,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from pymongo.errors import PyMongoError
 
 from app.errors import ServiceUnavailableError
-from app.limits import MAX_TRACKED_KEYS, WRITTEN, Release, TenantLocks, TooManyRequestsError, once
+from app.limits import WRITTEN, Fence, Release, TooManyRequestsError, once
 from app.repositories.limits import Bucket, Grant, LimitRepository
-from app.services.limit_shares import Alone, ShareBucket, share_of
+from app.services.limit_shares import Alone, SeenTokens, ShareBucket, share_of
+from app.services.shared_fence import shared_fence
+from app.services.shared_writes import SharedWrites
 
 logger = logging.getLogger(__name__)
 
-FENCE_TTL_MS = 15_000.0  # a holder that dies frees the fence after this
-FENCE_WAIT_S = 10.0  # a create waits at most this long for another replica's create
 SPARE_MAX = 128  # tokens and slots one update may set aside for this replica
 SPARE_PER = 100  # ... one for each this many of the limit (none below it)
 HEADROOM = 4  # ... while this many times as many stay free for the other replicas
@@ -89,14 +87,6 @@ class _Tenant:
         )
 
 
-@dataclass
-class _Writes:
-    """One tenant's writes admitted alone: charged to the shared bucket when it answers."""
-
-    bucket: ShareBucket
-    charge: int = 0
-
-
 class SharedLimits:
     def __init__(
         self,
@@ -123,14 +113,19 @@ class SharedLimits:
             max_concurrent // SPARE_PER if max_concurrent else SPARE_MAX,
         )
         self._tenants: dict[str, _Tenant] = {}
-        self._alone_writes: dict[str, _Writes] = {}
-        # The tokens each tenant's shared buckets had left when this replica last saw them.
-        self._seen_chats: dict[str, float] = {}
-        self._seen_writes: dict[str, float] = {}
         self._alone = Alone(window_s=fallback_s, clock=clock)
+        self._seen = SeenTokens()
         self.replicas: tuple[str, ...] = ()  # the live replicas last seen (shares)
         self._heartbeat_at = float("-inf")
-        self._locks = TenantLocks()
+        self._writes_rate = SharedWrites(
+            repository,
+            bucket=self._writes,
+            replica=self.replica,
+            alone=self._alone,
+            share=self._share,
+            clock=clock,
+        )
+        self.fence: Fence = shared_fence(repository, failed=self._alone.failed, clock=clock)
         self._ticker: asyncio.Task[None] | None = None
         self._closing = False
         self.round_trips = 0  # admission and lease updates (tests, the benchmark)
@@ -194,9 +189,7 @@ class SharedLimits:
         workers = [t.worker for t in self._tenants.values() if t.worker is not None]
         if workers:  # a busy tenant's worker may go on: wait a bounded time
             await asyncio.wait(workers, timeout=CLOSE_S)
-        for tenant_id in list(self._alone_writes):
-            with contextlib.suppress(PyMongoError):  # counted alone again; tried next round
-                await self._charge_writes(tenant_id)
+        await self._writes_rate.charge_pending()
 
     def _due(self, tenant: _Tenant, now: float) -> bool:
         if tenant.sync or tenant.charge or tenant.alone:  # a failure, or counted alone
@@ -254,7 +247,7 @@ class SharedLimits:
     def _alone_cap(self, tenant: _Tenant) -> int:
         """The runs this replica may hold alone: its share of the cap; while a slow database may
         still count for the others, only what it counts for this replica."""
-        share = share_of(self._cap, self.replicas, self.replica)
+        share = self._share(self._cap)
         if not self._alone.slow or self._alone.for_s() >= self._lease_s:
             return share
         live = self._clock() < tenant.written_at + self._lease_s
@@ -273,7 +266,7 @@ class SharedLimits:
         if self._chats.interval_ms > 0:
             now = self._clock()
             if tenant.alone is None:
-                tenant.alone = self._share_bucket(self._chats, self._seen_chats, tenant_id)
+                tenant.alone = self._seen.bucket(tenant_id, self._chats.burst, self._share, now)
             if not tenant.alone.take(now):
                 raise TooManyRequestsError(
                     f"Too many chats for this tenant: this replica's share of the limit of "
@@ -287,15 +280,8 @@ class SharedLimits:
         self._alone.admitted += 1
         return self._release_for(tenant_id, tenant)
 
-    def _share_bucket(self, bucket: Bucket, seen: dict[str, float], tenant_id: str) -> ShareBucket:
-        """This replica's share of a rate, holding its share of the tokens the shared bucket had
-        left when it last saw it (none if it never did): never a full bucket on every replica."""
-        left = int(max(0.0, seen.get(tenant_id, 0.0)))
-        return ShareBucket(
-            share_of(bucket.burst, self.replicas, self.replica),
-            updated=self._clock(),
-            tokens=float(share_of(left, self.replicas, self.replica)),
-        )
+    def _share(self, limit: int) -> int:
+        return share_of(limit, self.replicas, self.replica)
 
     def _wake(self, tenant_id: str, tenant: _Tenant) -> None:
         if tenant.worker is None:
@@ -370,8 +356,19 @@ class SharedLimits:
         finally:
             _written(pending)
         self._answered(tenant, now, charge)
-        _remember(self._seen_chats, tenant_id, grant.tokens_left(self._chats, now * 1000))
+        self._seen.remember(tenant_id, grant.tokens_left(self._chats, now * 1000))
         tenant.counted = held + grant.granted + grant.spare
+        self._hand_out(tenant_id, tenant, batch, grant, now)
+
+    def _hand_out(
+        self,
+        tenant_id: str,
+        tenant: _Tenant,
+        batch: list[asyncio.Future[Release]],
+        grant: Grant,
+        now: float,
+    ) -> None:
+        """The granted runs to the first in the batch, refusals to the rest."""
         # Slots released while the update was in flight are still counted: they are spares.
         tenant.held += grant.granted
         tenant.spare_slots += grant.spare
@@ -481,103 +478,10 @@ class SharedLimits:
             tenant.sync = True
         return True
 
-    # Writes.
+    # Writes and object caps.
 
     async def check_write(self, tenant_id: str) -> None:
-        if self._writes.interval_ms <= 0:
-            return
-        if self._alone.active:
-            self._write_alone(tenant_id)
-            return
-        now_ms = self._clock() * 1000
-        try:
-            grant = await self._charge_writes(tenant_id, want=1)
-        except PyMongoError:
-            self._write_alone(tenant_id)
-            return
-        if grant.granted < 1:
-            wait_ms = grant.tat_ms + self._writes.interval_ms - self._writes.tolerance_ms - now_ms
-            raise TooManyRequestsError(
-                f"Too many writes for this tenant: the limit is {self._writes.burst} a minute. "
-                "Retry after the time in Retry-After.",
-                retry_after_s=wait_ms / 1000,
-            )
-
-    async def _charge_writes(self, tenant_id: str, *, want: int = 0) -> Grant:
-        """Take `want` write tokens, charging those this replica took alone."""
-        alone = self._alone_writes.get(tenant_id)
-        charged = alone.charge if alone is not None else 0
-        now_ms = self._clock() * 1000
-        try:
-            grant = await self._repository.admit(
-                f"writes:{tenant_id}",
-                want=want,
-                bucket=self._writes,
-                cap=0,
-                replica=self.replica,
-                held=0,
-                now_ms=now_ms,
-                lease_ms=0,
-                charged=charged,
-            )
-        except PyMongoError as exc:
-            self._alone.failed(exc)
-            raise
-        self._alone.answered()
-        _remember(self._seen_writes, tenant_id, grant.tokens_left(self._writes, now_ms))
-        if alone is not None:
-            alone.charge -= charged
-            if not alone.charge and self._alone_writes.get(tenant_id) is alone:
-                del self._alone_writes[tenant_id]
-        return grant
-
-    def _write_alone(self, tenant_id: str) -> None:
-        alone = self._alone_writes.get(tenant_id)
-        if alone is None:
-            bucket = self._share_bucket(self._writes, self._seen_writes, tenant_id)
-            alone = self._alone_writes[tenant_id] = _Writes(bucket)
-        if not alone.bucket.take(self._clock()):
-            # 503, not 429: a write needs the database anyway, and it is the one away.
-            retry_after = max(1, math.ceil(alone.bucket.retry_after_s()))
-            raise ServiceUnavailableError(
-                "The database does not answer: this replica admits only its share of the "
-                f"tenant's {self._writes.burst} writes a minute, and it is used up; retry.",
-                headers={"Retry-After": str(retry_after)},
-            )
-        alone.charge += 1
-        self._alone.admitted += 1
-
-    # Object caps.
-
-    @asynccontextmanager
-    async def fence(self, tenant_id: str, what: str) -> AsyncIterator[None]:
-        key = f"fence:{what}:{tenant_id}"
-        async with self._locks(key):  # this process's creates queue here, not on the database
-            holder = uuid.uuid4().hex
-            deadline = time.monotonic() + FENCE_WAIT_S  # a real wait, on the real clock
-            delay = 0.005
-            while not await self._repository.take_fence(
-                key, holder=holder, now_ms=self._clock() * 1000, ttl_ms=FENCE_TTL_MS
-            ):
-                if time.monotonic() > deadline:
-                    raise ServiceUnavailableError(
-                        f"Another replica is still creating {what} for this tenant; retry."
-                    )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.1)
-            try:
-                yield
-            finally:
-                try:
-                    await self._repository.release_fence(key, holder=holder)
-                except PyMongoError as exc:  # it expires on its own
-                    self._alone.failed(exc)
-
-
-def _remember(seen: dict[str, float], tenant_id: str, tokens: float) -> None:
-    if len(seen) >= MAX_TRACKED_KEYS and tenant_id not in seen:
-        seen.clear()  # only reachable with that many tenants: forget (start alone empty)
-    seen[tenant_id] = tokens
+        await self._writes_rate.check(tenant_id)
 
 
 def _written(releases: list[asyncio.Future[None]]) -> None:
