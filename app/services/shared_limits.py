@@ -183,7 +183,9 @@ class SharedLimits:
         if now - self._heartbeat_at >= self._lease_s / 3:
             await self.heartbeat()
         for tenant_id, tenant in list(self._tenants.items()):
-            if self._due(tenant, now):
+            if tenant.empty and tenant.worker is None:  # refused alone: nothing to keep
+                del self._tenants[tenant_id]
+            elif self._due(tenant, now):
                 tenant.sync = True
                 self._wake(tenant_id, tenant)
         workers = [t.worker for t in self._tenants.values() if t.worker is not None]
