@@ -114,6 +114,10 @@ class Settings(BaseSettings):
     limits: Literal["auto", "local", "shared"] = "auto"
     # A replica that dies holding chat slots gives them back after this (shared limits).
     chat_lease_s: float = Field(default=15.0, ge=1, le=600)
+    # Shared limits: a check waits this long for the database; past it the replica counts on its
+    # own (at most its share of each limit) for LIMITS_FALLBACK_S without asking again.
+    limits_check_timeout_s: float = Field(default=0.5, gt=0, le=30)
+    limits_fallback_s: float = Field(default=5.0, ge=0, le=600)
     max_tools_per_tenant: int = Field(default=500, ge=1, le=100_000)
     max_tool_schema_bytes: int = Field(default=32_768, ge=512, le=1_048_576)
     max_mcp_servers_per_tenant: int = Field(default=20, ge=1, le=1000)

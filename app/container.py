@@ -176,22 +176,20 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
 
 
 def build_limits(settings: Settings, database: Database, stack: AsyncExitStack) -> Limits:
-    """This process's limits; with shared limits they are the fallback while the database does
-    not answer."""
-    local = TenantLimits(
-        chats=RateLimiter(settings.rate_limit_chat_per_minute, what="chats"),
-        writes=RateLimiter(settings.rate_limit_writes_per_minute, what="writes"),
-        concurrent_chats=ConcurrencyLimiter(settings.max_concurrent_chats_per_tenant),
-    )
+    """This process's limits: counted here, or in the database (shared across replicas)."""
     if not settings.shared_limits:
-        return local
+        return TenantLimits(
+            chats=RateLimiter(settings.rate_limit_chat_per_minute, what="chats"),
+            writes=RateLimiter(settings.rate_limit_writes_per_minute, what="writes"),
+            concurrent_chats=ConcurrencyLimiter(settings.max_concurrent_chats_per_tenant),
+        )
     shared = SharedLimits(
-        LimitRepository(database),
+        LimitRepository(database, check_timeout_s=settings.limits_check_timeout_s),
         chats_per_minute=settings.rate_limit_chat_per_minute,
         writes_per_minute=settings.rate_limit_writes_per_minute,
         max_concurrent=settings.max_concurrent_chats_per_tenant,
         lease_s=settings.chat_lease_s,
-        fallback=local,
+        fallback_s=settings.limits_fallback_s,
     )
     shared.start()
     stack.push_async_callback(shared.aclose)

@@ -12,7 +12,7 @@ import asyncio
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -90,7 +90,7 @@ class ConcurrencyLimiter:
     def total(self) -> int:
         return sum(self._active.values())
 
-    def acquire(self, key: str) -> Callable[[], None]:
+    def acquire(self, key: str) -> Release:
         """Take a slot, or raise 429; returns the release function (idempotent)."""
         if self._limit > 0 and self._active.get(key, 0) >= self._limit:
             raise TooManyRequestsError(
@@ -100,28 +100,46 @@ class ConcurrencyLimiter:
             )
         self._active[key] = self._active.get(key, 0) + 1
 
-        def release() -> None:
+        def release() -> Awaitable[None]:
             remaining = self._active[key] - 1
             if remaining:
                 self._active[key] = remaining
             else:
                 del self._active[key]
+            return WRITTEN
 
         return once(release)
 
 
-Release = Callable[[], None]
+# A slot's release function. Calling it frees the slot at once; awaiting what it returns waits
+# until every replica can see the slot free (with shared limits: until the release is written,
+# bounded by the check timeout), so a caller that answers only after `await release()` never
+# sees its client's next request refused for a slot it has given back. Not awaiting it (a
+# finalizer) still frees the slot; the write then happens in the background.
+Release = Callable[[], Awaitable[None]]
 
 
-def once(action: Callable[[], None]) -> Release:
+class _Written:
+    """An awaitable that is already done: a release with nothing left to write."""
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield
+
+
+WRITTEN: Awaitable[None] = _Written()
+
+
+def once(action: Release) -> Release:
     """`action` as a release function: it runs on the first call only."""
     done = False
 
-    def release() -> None:
+    def release() -> Awaitable[None]:
         nonlocal done
-        if not done:
-            done = True
-            action()
+        if done:
+            return WRITTEN
+        done = True
+        return action()
 
     return release
 
@@ -135,7 +153,8 @@ class Limits(Protocol):
 
     async def admit_run(self, tenant_id: str) -> Release:
         """A chat or a tool invocation: one of the tenant's run tokens and one of its run slots
-        (429 otherwise); returns the slot's release function (idempotent)."""
+        (429 otherwise); returns the slot's release function (idempotent; `await release()`
+        before answering the client, see `Release`)."""
 
     async def check_write(self, tenant_id: str) -> None:
         """One of the tenant's write tokens (429 otherwise)."""

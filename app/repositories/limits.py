@@ -11,6 +11,10 @@ A limit document (`_id` like `chats:acme`):
 - `x`: when the document may go (a TTL index): past it the bucket is full and no lease is live,
   which is what a missing document means.
 
+The replicas document (`_id` `replicas`) lists the live replicas, `l: [{r: replica, e:
+expiry}]`, each renewing its entry: a replica counting on its own while the database is away
+admits its share of each limit among those it last saw there.
+
 A fence document (`_id` like `fence:tools:acme`) is a short lease on one tenant's object cap:
 whoever holds it may count and insert (`h`: the holder, `e`: its expiry in ms).
 """
@@ -28,9 +32,10 @@ from pymongo.errors import DuplicateKeyError, OperationFailure
 from app.repositories.database import Database, Document
 
 UPSERT_TRIES = 3
-# A limit check waits at most this long for the database; past it the caller counts locally
-# (app/services/shared_limits.py). Admission is on every chat's path: it must stay short.
+# A limit check waits at most this long for the database (LIMITS_CHECK_TIMEOUT_S); past it the
+# caller counts on its own (app/services/shared_limits.py). Admission is on every chat's path.
 CHECK_TIMEOUT_S = 0.5
+REPLICAS_ID = "replicas"
 KEEP_MS = 60_000  # how long an idle document stays past the point where it means nothing
 
 
@@ -78,9 +83,17 @@ def _own(replica: str, held: Any, expires_ms: float) -> dict[str, Any]:
     return {"$cond": [{"$gt": [held, 0]}, [entry], []]}
 
 
+def _bucket_time(now_ms: float, *, returned_ms: float, charged_ms: float) -> dict[str, Any]:
+    """The bucket's time with `returned_ms` given back and `charged_ms` taken: tokens a replica
+    admitted on its own are charged on a bucket no fuller than full (`t` at least now)."""
+    given_back = {"$subtract": [{"$ifNull": ["$t", now_ms]}, returned_ms]}
+    return {"$add": [{"$max": [given_back, now_ms]}, charged_ms]}
+
+
 class LimitRepository:
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, *, check_timeout_s: float = CHECK_TIMEOUT_S) -> None:
         self._collection: Any = database.collection("limits")
+        self._timeout_s = check_timeout_s
 
     async def ensure_indexes(self) -> None:
         await self._collection.create_index([("x", ASCENDING)], expireAfterSeconds=0)
@@ -99,6 +112,7 @@ class LimitRepository:
         spare: int = 0,
         headroom: int = 0,
         returned: int = 0,
+        charged: int = 0,
     ) -> Grant:
         """Grant up to `want` runs in one atomic update: limited by the bucket's tokens and by
         `cap` minus every live lease (cap 0: no cap). This replica's lease is written as `held`
@@ -107,7 +121,9 @@ class LimitRepository:
 
         Then, only while at least `headroom` tokens and slots would stay free for the other
         replicas, up to `spare` more are set aside for this replica (a token and a slot each):
-        it admits that many more runs without a round trip."""
+        it admits that many more runs without a round trip.
+
+        `charged` tokens this replica admitted on its own (the database away) are taken first."""
         counted: list[Any] = []
         if bucket.interval_ms > 0:
             available = {"$subtract": [now_ms + bucket.tolerance_ms, "$t"]}
@@ -120,17 +136,11 @@ class LimitRepository:
         pipeline: list[Document] = [
             {
                 "$set": {
-                    "t": {
-                        "$max": [
-                            {
-                                "$subtract": [
-                                    {"$ifNull": ["$t", now_ms]},
-                                    returned * bucket.interval_ms,
-                                ]
-                            },
-                            now_ms,
-                        ]
-                    },
+                    "t": _bucket_time(
+                        now_ms,
+                        returned_ms=returned * bucket.interval_ms,
+                        charged_ms=charged * bucket.interval_ms,
+                    ),
                     "l": _live_others(replica, now_ms),
                 }
             },
@@ -156,20 +166,22 @@ class LimitRepository:
             },
             {"$unset": "f"},
         ]
-        doc = await self._upsert(key, pipeline)
+        doc = await self._upsert(key, pipeline, projection={"g": 1, "s": 1, "t": 1})
         return Grant(granted=int(doc["g"]), spare=int(doc["s"]), tat_ms=float(doc["t"]))
 
-    async def _upsert(self, key: str, pipeline: list[Document]) -> Document:
+    async def _upsert(
+        self, key: str, pipeline: list[Document], *, projection: Document
+    ) -> Document:
         """The update, retried when two replicas created the document at once (one insert wins;
         the other sees a duplicate key, or on some servers no document): then it exists."""
         for _ in range(UPSERT_TRIES):
             try:
-                with pymongo.timeout(CHECK_TIMEOUT_S):
+                with pymongo.timeout(self._timeout_s):
                     doc: Document | None = await self._collection.find_one_and_update(
                         {"_id": key},
                         pipeline,
                         upsert=True,
-                        projection={"g": 1, "s": 1, "t": 1},
+                        projection=projection,
                         return_document=ReturnDocument.AFTER,
                     )
             except DuplicateKeyError:
@@ -187,13 +199,15 @@ class LimitRepository:
         now_ms: float,
         lease_ms: float,
         returned_ms: float = 0.0,
+        charged_ms: float = 0.0,
     ) -> None:
         """Write this replica's count of runs held and renew its lease (drop it at 0); give back
-        `returned_ms` of the bucket (unused spare tokens)."""
+        `returned_ms` of the bucket (unused spare tokens), take `charged_ms` (tokens admitted on
+        its own)."""
         pipeline: list[Document] = [
             {
                 "$set": {
-                    "t": {"$subtract": [{"$ifNull": ["$t", now_ms]}, returned_ms]},
+                    "t": _bucket_time(now_ms, returned_ms=returned_ms, charged_ms=charged_ms),
                     "l": {
                         "$concatArrays": [
                             _live_others(replica, now_ms),
@@ -204,8 +218,27 @@ class LimitRepository:
                 }
             }
         ]
-        with pymongo.timeout(CHECK_TIMEOUT_S):
+        with pymongo.timeout(self._timeout_s):
             await self._collection.update_one({"_id": key}, pipeline, upsert=True)
+
+    async def heartbeat(self, *, replica: str, now_ms: float, lease_ms: float) -> list[str]:
+        """Renew this replica's entry in the replicas document; the live replicas (itself
+        included)."""
+        pipeline: list[Document] = [
+            {
+                "$set": {
+                    "l": {
+                        "$concatArrays": [
+                            _live_others(replica, now_ms),
+                            [{"r": replica, "e": now_ms + lease_ms}],
+                        ]
+                    },
+                    "x": _expiry(now_ms + lease_ms),
+                }
+            }
+        ]
+        doc = await self._upsert(REPLICAS_ID, pipeline, projection={"l.r": 1})
+        return [str(entry["r"]) for entry in doc["l"]]
 
     async def take_fence(self, key: str, *, holder: str, now_ms: float, ttl_ms: float) -> bool:
         """Hold the fence unless someone else holds it and has not expired."""

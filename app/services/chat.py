@@ -6,13 +6,13 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
 from app.chat.model import ModelNotConfiguredError, Usage
 from app.errors import AppError, UnprocessableError, field_error, problem_body
-from app.limits import Limits
+from app.limits import Limits, Release
 from app.logs import hiding_forms
 from app.metrics import Metrics
 from app.schemas.chat import ChatRequest, ChatResponse
@@ -59,7 +59,7 @@ class ChatService:
         try:
             chat, toolset = await self.prepare(request, tenant_id=tenant_id, token=token)
         except BaseException:
-            release()
+            release()  # nothing was answered yet: the write need not be awaited
             raise
         return StartedChat(self, chat, toolset, tenant_id=tenant_id, release=release)
 
@@ -188,7 +188,7 @@ class StartedChat:
         toolset: Toolset,
         *,
         tenant_id: str,
-        release: Callable[[], None],
+        release: Release,
     ) -> None:
         self._service = service
         self._chat = chat
@@ -203,7 +203,7 @@ class StartedChat:
                 self._chat, self._toolset, tenant_id=self._tenant_id, run_id=self.run_id
             )
         finally:
-            self._release()
+            await self._release()  # every replica sees the slot free before the answer
 
     def events(self, *, keepalive_s: float) -> AsyncGenerator[ChatEvent, None]:
         """The run as events: `iteration`, `message.delta`, `tool_call`, `tool_result`, then
@@ -222,13 +222,16 @@ class StartedChat:
 
         async def run() -> None:
             try:
-                result = await self._service.run(
-                    self._chat,
-                    self._toolset,
-                    tenant_id=self._tenant_id,
-                    run_id=self.run_id,
-                    events=emit,
-                )
+                try:
+                    result = await self._service.run(
+                        self._chat,
+                        self._toolset,
+                        tenant_id=self._tenant_id,
+                        run_id=self.run_id,
+                        events=emit,
+                    )
+                finally:
+                    await self._release()  # every replica sees the slot free before the end
                 await queue.put(("done", result.model_dump(mode="json")))
             except AppError as exc:
                 await queue.put(("error", exc.body()))

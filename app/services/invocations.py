@@ -121,7 +121,7 @@ class InvocationService:
                         _fill_record(run, tool, visible, result)
                         return _tool_run(run.run_id, tool, result)
         finally:
-            release()
+            await release()  # every replica sees the slot free before the answer
 
 
 def _fill_record(
