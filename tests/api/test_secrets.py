@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from tests.conftest import (
     running_app,
 )
 from tests.support.functions import registry as test_functions
+from tests.support.processes import run_app
 from tests.support.secantus import SecantusServer
 
 CANARY = "sk-canary-7f3e9b21d4c8a6e0"
@@ -221,21 +220,12 @@ async def test_headers_only_on_external_tools_and_secret_parameters_are_strings(
 def _rotate(
     url: str, database: str, current: str, old: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "MONGODB_URL": url,
-        "MONGODB_DATABASE": database,
-        "SECRETS_KEY": current,
-        "SECRETS_OLD_KEYS": old,
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "app", "rotate-secrets"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    return run_app(
+        "rotate-secrets",
+        MONGODB_URL=url,
+        MONGODB_DATABASE=database,
+        SECRETS_KEY=current,
+        SECRETS_OLD_KEYS=old,
     )
 
 
