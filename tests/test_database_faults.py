@@ -10,8 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import create_tenant, external_tool, http_client, make_settings, running_app
 from tests.support import fake_model as script
+from tests.support.apps import create_tenant, http_client, make_settings, running_app
+from tests.support.documents import external_tool
 from tests.support.fake_model import FakeModel
 from tests.support.secantus import SecantusServer
 from tests.support.servers import ThreadedServer

@@ -18,8 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ADMIN, ADMIN_KEY, KEY_SECRET, external_tool
 from tests.support import fake_model as script
+from tests.support.apps import ADMIN, ADMIN_KEY, KEY_SECRET
+from tests.support.documents import external_tool
 from tests.support.fake_model import FakeModel, Reply
 from tests.support.processes import start_app, wait_serving
 from tests.support.secantus import SecantusServer, free_port

@@ -16,8 +16,8 @@ import orjson
 import pytest
 from pymongo import AsyncMongoClient
 
-from tests.conftest import ADMIN, ADMIN_KEY, KEY_SECRET
 from tests.support import fake_model as script
+from tests.support.apps import ADMIN, ADMIN_KEY, KEY_SECRET
 from tests.support.fake_model import FakeModel
 from tests.support.processes import start_app, wait_serving
 from tests.support.secantus import SecantusServer, free_port

@@ -5,7 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.conftest import ADMIN, TenantCredentials, external_tool
+from tests.support.apps import ADMIN, TenantCredentials
+from tests.support.documents import external_tool
 
 PROBLEM = "application/problem+json"
 

@@ -10,16 +10,16 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import (
+from tests.support import functions
+from tests.support import upstream as upstream_api
+from tests.support.apps import (
     TenantCredentials,
     create_tenant,
-    external_tool,
     http_client,
     make_settings,
     running_app,
 )
-from tests.support import functions
-from tests.support import upstream as upstream_api
+from tests.support.documents import external_tool
 from tests.support.servers import ThreadedServer
 
 CANARY = "canary-Vx9-secret-0042"

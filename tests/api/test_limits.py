@@ -12,13 +12,8 @@ import orjson
 import pytest
 
 from app.schemas.tools import FunctionSpec
-from tests.conftest import (
-    create_tenant,
-    external_tool,
-    http_client,
-    make_settings,
-    running_app,
-)
+from tests.support.apps import create_tenant, http_client, make_settings, running_app
+from tests.support.documents import external_tool
 from tests.support.functions import registry as test_functions
 
 SEEDED = len(test_functions)

@@ -17,7 +17,7 @@ from app.fake_model import FakeModelApp
 from app.main import create_app
 from app.schemas import examples
 from app.tools.builtin import registry as builtin_registry
-from tests.conftest import ADMIN, make_settings
+from tests.support.apps import ADMIN, make_settings
 from tests.support.servers import ThreadedServer
 
 PROBLEM = "application/problem+json"

@@ -10,15 +10,9 @@ from contextlib import asynccontextmanager
 import httpx
 
 from app.config import Settings
-from tests.conftest import (
-    ADMIN,
-    create_tenant,
-    external_tool,
-    http_client,
-    make_settings,
-    running_app,
-)
 from tests.support import functions
+from tests.support.apps import ADMIN, create_tenant, http_client, make_settings, running_app
+from tests.support.documents import external_tool
 from tests.support.secantus import SecantusServer
 from tests.support.waiting import within
 

@@ -17,15 +17,15 @@ from fastapi import FastAPI
 from app.config import Settings
 from app.crypto import SecretBox, new_key, parse_key
 from app.deps import Services
-from tests.conftest import (
+from tests.support.apps import (
     ADMIN,
     TenantCredentials,
     create_tenant,
-    external_tool,
     http_client,
     make_settings,
     running_app,
 )
+from tests.support.documents import external_tool
 from tests.support.functions import registry as test_functions
 from tests.support.processes import run_app
 from tests.support.secantus import SecantusServer

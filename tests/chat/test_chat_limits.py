@@ -11,10 +11,10 @@ import pytest
 
 from app.limits import ConcurrencyLimiter
 from app.main import create_app
-from tests.chat.conftest import ChatClient
-from tests.conftest import ADMIN, create_tenant, make_settings
 from tests.support import fake_model as script
 from tests.support import functions
+from tests.support.apps import ADMIN, create_tenant, make_settings
+from tests.support.chat_clients import ChatClient
 from tests.support.fake_model import FakeModel
 from tests.support.servers import ThreadedServer
 

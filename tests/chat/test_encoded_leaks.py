@@ -12,11 +12,12 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from app.hidden import encoded_forms
-from tests.chat.conftest import ChatClient, external
 from tests.chat.test_runs import wait_for_runs
-from tests.conftest import JsonLines
 from tests.support import fake_model as script
+from tests.support.chat_clients import ChatClient
+from tests.support.documents import external
 from tests.support.fake_model import FakeModel
+from tests.support.logs import JsonLines
 from tests.support.servers import ThreadedServer
 
 # Each holds / + = & space " < é, and a marker no ordinary text has.

@@ -8,8 +8,9 @@ import orjson
 import pytest
 
 from app.repositories.tools import ToolRepository
-from tests.chat.conftest import ChatClient, external
 from tests.support import fake_model as script
+from tests.support.chat_clients import ChatClient
+from tests.support.documents import external
 from tests.support.fake_model import FakeModel
 from tests.support.servers import ThreadedServer
 from tests.support.upstream import RECEIVED

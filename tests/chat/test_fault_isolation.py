@@ -12,9 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.chat.conftest import ChatClient, external
-from tests.conftest import TenantCredentials, create_tenant
 from tests.support import fake_model as script
+from tests.support.apps import TenantCredentials, create_tenant
+from tests.support.chat_clients import ChatClient
+from tests.support.documents import external
 from tests.support.fake_model import FakeModel
 from tests.support.servers import ThreadedServer
 

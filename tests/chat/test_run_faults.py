@@ -14,9 +14,9 @@ from pymongo import AsyncMongoClient
 
 from app.config import Settings
 from app.main import create_app
-from tests.conftest import create_tenant, http_client, make_settings
 from tests.support import fake_model as script
 from tests.support import functions
+from tests.support.apps import create_tenant, http_client, make_settings
 from tests.support.fake_model import FakeModel
 from tests.support.secantus import SecantusServer
 from tests.support.servers import ThreadedServer

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from tests.chat.conftest import ChatClient
-from tests.conftest import create_tenant
 from tests.support import fake_model as script
+from tests.support.apps import create_tenant
+from tests.support.chat_clients import ChatClient
 from tests.support.fake_model import FakeModel
 
 CANARY = "CANARY-run-3e9a77"

@@ -8,10 +8,11 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.chat.conftest import ChatClient, external
 from tests.chat.test_runs import wait_for_runs
 from tests.support import fake_model as script
 from tests.support import functions
+from tests.support.chat_clients import ChatClient
+from tests.support.documents import external
 from tests.support.fake_model import FakeModel
 from tests.support.servers import ThreadedServer
 from tests.support.upstream import RECEIVED

@@ -14,9 +14,15 @@ import pytest
 from pymongo import AsyncMongoClient
 
 from app.config import Settings
-from tests.conftest import TenantCredentials, create_tenant, http_client, make_settings, running_app
 from tests.support import fake_model as script
 from tests.support import functions
+from tests.support.apps import (
+    TenantCredentials,
+    create_tenant,
+    http_client,
+    make_settings,
+    running_app,
+)
 from tests.support.fake_model import FakeModel, Reply
 from tests.support.secantus import SecantusServer
 from tests.support.servers import ThreadedServer

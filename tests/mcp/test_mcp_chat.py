@@ -15,10 +15,11 @@ import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.mcp.config import parse_operator_servers
-from tests.mcp.conftest import McpChat, connections_to
 from tests.support import fake_model as script
 from tests.support import mcp_demo
+from tests.support.chat_clients import McpChat
 from tests.support.mcp_demo import McpDemoServer
+from tests.support.processes import connections_to
 from tests.support.secantus import free_port
 from tests.support.servers import ThreadedServer
 

@@ -16,7 +16,7 @@ from app.mcp.config import (
     load_operator_servers,
     parse_operator_servers,
 )
-from tests.conftest import make_settings
+from tests.support.apps import make_settings
 from tests.support.processes import run_app
 
 CANARY = "canary-secret-7f3a9e"

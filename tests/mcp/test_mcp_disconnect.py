@@ -11,12 +11,12 @@ import orjson
 import pytest
 
 from app.main import create_app
-from tests.conftest import ADMIN, make_settings
-from tests.mcp.conftest import operator_servers
 from tests.support import fake_model as script
 from tests.support import functions
+from tests.support.apps import ADMIN, make_settings
 from tests.support.fake_model import FakeModel
 from tests.support.mcp_demo import McpDemoServer
+from tests.support.mcp_servers import operator_servers
 from tests.support.servers import ThreadedServer
 
 

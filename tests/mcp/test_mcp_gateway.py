@@ -20,9 +20,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from app.main import create_app
-from tests.conftest import ADMIN, TenantCredentials, create_tenant, external_tool, make_settings
 from tests.support import functions
 from tests.support import upstream as upstream_api
+from tests.support.apps import ADMIN, TenantCredentials, create_tenant, make_settings
+from tests.support.documents import external_tool
 from tests.support.mcp_demo import McpDemoServer
 from tests.support.secantus import free_port
 from tests.support.servers import ThreadedServer

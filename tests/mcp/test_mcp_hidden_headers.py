@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from app.hidden import encoded_forms
-from tests.mcp.conftest import McpChat
 from tests.support import fake_model as script
+from tests.support.chat_clients import McpChat
 from tests.support.mcp_demo import McpDemoServer
 
 

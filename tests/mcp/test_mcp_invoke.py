@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.mcp.conftest import McpChat
 from tests.support import mcp_demo
+from tests.support.chat_clients import McpChat
 
 
 async def test_an_mcp_tool_gets_its_mapped_context_and_its_session_is_closed(

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from app.repositories.mcp_servers import McpServerRepository
-from tests.conftest import ADMIN, TenantCredentials, create_tenant
-from tests.mcp.conftest import McpChat
+from tests.support.apps import ADMIN, TenantCredentials, create_tenant
+from tests.support.chat_clients import McpChat
 from tests.support.mcp_demo import McpDemoServer
 
 TOKEN = "Bearer tok-canary-91c2e07d55aa"

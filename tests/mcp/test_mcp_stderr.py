@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.conftest import JsonLines
-from tests.mcp.conftest import McpChat
 from tests.support import fake_model as script
+from tests.support.chat_clients import McpChat
+from tests.support.logs import JsonLines
 
 NOISE = "connected with Authorization: Bearer sk-live-0123456789abcdef and more"
 

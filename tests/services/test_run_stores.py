@@ -11,7 +11,7 @@ from pymongo import AsyncMongoClient
 
 from app.repositories.database import Database
 from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
-from tests.conftest import make_settings
+from tests.support.apps import make_settings
 from tests.support.secantus import SecantusServer
 
 NOW = datetime.now(UTC).replace(microsecond=0)

@@ -15,7 +15,7 @@ from app.limits import ConcurrencyLimiter, RateLimiter, Release, TenantLimits, T
 from app.repositories.database import Database
 from app.repositories.limits import LimitRepository
 from app.services.shared_limits import SPARE_IDLE_S, SharedLimits
-from tests.conftest import make_settings
+from tests.support.apps import make_settings
 from tests.support.secantus import SecantusServer, free_port
 
 
