@@ -52,6 +52,8 @@ def test_env_file_variable_chooses_the_dotenv_file(
     assert Settings().log_format == "text"  # the default: .env in the working directory
 
 
+@pytest.mark.processes
+@pytest.mark.slow
 def test_tests_pass_with_a_hostile_dotenv_and_environment(tmp_path: Path) -> None:
     """A sample of the suite that reads logs, docs and settings, run from a directory whose
     `.env` and whose environment set every setting above."""
@@ -83,6 +85,8 @@ def test_tests_pass_with_a_hostile_dotenv_and_environment(tmp_path: Path) -> Non
     assert " passed" in result.stdout
 
 
+@pytest.mark.processes
+@pytest.mark.slow
 def test_service_processes_ignore_a_hostile_dotenv_and_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

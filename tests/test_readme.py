@@ -12,8 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.processes import service_env
 from tests.support.secantus import free_port
+
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

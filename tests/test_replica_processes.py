@@ -27,6 +27,8 @@ from tests.support.secantus import SecantusServer, free_port
 from tests.support.servers import ThreadedServer
 from tests.support.waiting import within
 
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
+
 REPLICAS = 3
 CHATS_PER_MINUTE = 10
 CONCURRENT_CHATS = 2

@@ -22,6 +22,9 @@ from tests.support.fake_model import FakeModel
 from tests.support.processes import start_app, wait_serving
 from tests.support.secantus import SecantusServer, free_port
 from tests.support.servers import ThreadedServer
+from tests.support.waiting import within
+
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
 MODEL_DELAY_S = 2.0
 
@@ -61,9 +64,7 @@ async def test_sigterm_lets_the_chat_in_flight_finish(
                     headers=headers,
                 )
             )
-            async with asyncio.timeout(10):  # until the chat is waiting on the model
-                while not fake.requests:  # noqa: ASYNC110 - another thread serves the model
-                    await asyncio.sleep(0.02)
+            await within(lambda: bool(fake.requests), 10)  # the chat waits on the model
             process.send_signal(signal.SIGTERM)
             signalled = time.monotonic()
             await asyncio.sleep(0.3)

@@ -17,6 +17,8 @@ from app.crypto import new_key
 from tests.support.processes import ROOT, run_app, service_env, start_app, wait_serving
 from tests.support.secantus import free_port
 
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
+
 STRONG = "s" * 40
 
 

@@ -19,6 +19,8 @@ from tests.support import functions
 from tests.support.apps import http_client, make_settings, running_app
 from tests.support.servers import ThreadedServer
 
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium")
 # As Debian's chromium runs headless as root with no network: no sandbox, no background calls.
 CHROMIUM_ARGS = [

@@ -24,6 +24,8 @@ from tests.support.apps import ADMIN, make_settings
 from tests.support.fake_model import FakeModel
 from tests.support.servers import ThreadedServer
 
+pytestmark = [pytest.mark.fuzz, pytest.mark.slow]
+
 # Everything it found while this file was written came within 15 examples; a 60-example run
 # with another seed found nothing more. 30 keeps both runs under a minute here.
 EXAMPLES = 30

@@ -229,6 +229,8 @@ def _rotate(
     )
 
 
+@pytest.mark.processes
+@pytest.mark.slow
 async def test_rotation_re_seals_secrets_and_mcp_headers_under_the_new_key(
     secantus_server: SecantusServer,
 ) -> None:

@@ -12,13 +12,13 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from app.hidden import encoded_forms
-from tests.chat.test_runs import wait_for_runs
 from tests.support import fake_model as script
 from tests.support.chat_clients import ChatClient
 from tests.support.documents import external
 from tests.support.fake_model import FakeModel
 from tests.support.logs import JsonLines
 from tests.support.servers import ThreadedServer
+from tests.support.waiting import runs_recorded
 
 # Each holds / + = & space " < é, and a marker no ordinary text has.
 CONTEXT_VALUE = 'zq1/a+b=c&d e"f<g é'
@@ -82,7 +82,7 @@ async def test_echoed_values_are_redacted_in_every_encoding_and_sink(
     tool_message = json.loads(sinks["answer"])["messages"][2]["content"]
     # The upstream did echo every value (else this test would prove nothing)...
     assert tool_message.count("[redacted]") >= 6, tool_message
-    runs = await wait_for_runs(chat, 2)
+    runs = await runs_recorded(chat.http, chat.tenant.headers, 2)
     sinks["run records"] = json.dumps(runs)
     sinks["logs"] = "\n".join(json_logs.lines)
     leaks = {sink: _leaks(text) for sink, text in sinks.items()}

@@ -85,6 +85,7 @@ async def test_large_response_is_read_up_to_the_cap(
     assert content.endswith("[truncated: the response exceeded 10000 bytes]")
 
 
+@pytest.mark.slow
 async def test_gzip_bomb_stops_at_the_decoded_cap(
     chat: ChatClient, fake: FakeModel, upstream: ThreadedServer
 ) -> None:

@@ -111,6 +111,8 @@ async def test_the_app_refuses_to_start_with_a_bad_document() -> None:
             pass
 
 
+@pytest.mark.processes
+@pytest.mark.slow
 def test_check_command_lists_the_problems() -> None:
     entry = {"type": "sse", "url": "https://a", "headers": {"Host": CANARY}}
     result = run_app("check", MCP_SERVERS=orjson.dumps({"mcpServers": {"x": entry}}).decode())

@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.processes import ROOT, service_env
+
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
 SCENARIOS = {
     "toolgate: 1 call, concurrency 1",

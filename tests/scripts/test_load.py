@@ -8,7 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.processes import ROOT, service_env
+
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
 
 def run_load(out: Path, *args: str) -> dict[str, Any]:

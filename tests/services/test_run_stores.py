@@ -41,7 +41,12 @@ def run(
     }
 
 
-@pytest.fixture(params=["memory-ring", "secantus"])
+@pytest.fixture(
+    params=[
+        "memory-ring",
+        pytest.param("secantus", marks=[pytest.mark.processes, pytest.mark.slow]),
+    ]
+)
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[RunStore]:
     if request.param == "memory-ring":
         yield MemoryRunRepository(limit=1000)

@@ -9,7 +9,12 @@ import pytest
 
 from app.config import ENV_FILE_VARIABLE, Settings
 
-STORES = ["memory", "secantus", "mongod"]
+# The inner loop (-m "not slow") runs every store-parametrized suite on the in-memory store.
+STORES = [
+    "memory",
+    pytest.param("secantus", marks=[pytest.mark.processes, pytest.mark.slow]),
+    pytest.param("mongod", marks=[pytest.mark.processes, pytest.mark.slow]),
+]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -26,6 +31,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # Suites marked all_stores run once per backend; everything else uses the in-memory store.
     if "store" in metafunc.fixturenames and metafunc.definition.get_closest_marker("all_stores"):
         metafunc.parametrize("store", STORES)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Whatever runs on the shared SecantusDB server is outside the inner loop.
+    for item in items:
+        if "secantus_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.processes)
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

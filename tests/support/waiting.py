@@ -11,6 +11,9 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
 
 
 def _failure(bound_s: float, describe: Callable[[], str] | None) -> str:
@@ -47,3 +50,20 @@ def within_blocking(
         assert time.monotonic() - started < bound_s, _failure(bound_s, describe)
         time.sleep(every_s)
     return time.monotonic() - started
+
+
+async def runs_recorded(
+    http: httpx.AsyncClient, headers: dict[str, str], count: int, path: str = "/runs?limit=500"
+) -> list[dict[str, Any]]:
+    """The run records at `path` once at least `count` are there (records are written off the
+    response path, in batches)."""
+    items: list[dict[str, Any]] = []
+
+    async def enough() -> bool:
+        response = await http.get(path, headers=headers)
+        assert response.status_code == 200, response.text
+        items[:] = response.json()["items"]
+        return len(items) >= count
+
+    await within(enough, 10, describe=lambda: f"{count} run(s) expected, found {len(items)}")
+    return items
