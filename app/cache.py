@@ -50,8 +50,10 @@ class LoadingCache(Generic[K, V]):
         name: str,
         stale_if_error_s: float = 0.0,
         keep: Callable[[V], bool] = lambda _value: True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._load = load
+        self._clock = clock
         self._ttl_s = ttl_s
         self._stale_s = stale_if_error_s
         self._max_entries = max_entries
@@ -67,7 +69,7 @@ class LoadingCache(Generic[K, V]):
         entry = self._entries.get(key)
         if entry is None:
             return await self._read(key)
-        age = time.monotonic() - entry.read_at
+        age = self._clock() - entry.read_at
         if age < self._ttl_s or (entry.refresh_failed and age < self._ttl_s + self._stale_s):
             if age >= self._ttl_s / 2 and key not in self._loading:
                 self._start(key)
@@ -112,7 +114,7 @@ class LoadingCache(Generic[K, V]):
         return task
 
     async def _fill(self, key: K) -> V:
-        started = time.monotonic()
+        started = self._clock()
         value = await self._load(key)
         # Stored only if no invalidation detached this read meanwhile.
         if self._loading.get(key) is asyncio.current_task():
@@ -135,7 +137,7 @@ class LoadingCache(Generic[K, V]):
         entry = self._entries.get(key)
         if entry is not None:
             entry.refresh_failed = True
-        now = time.monotonic()
+        now = self._clock()
         if now - self._warned_at >= WARN_EVERY_S:
             self._warned_at = now
             logger.warning(

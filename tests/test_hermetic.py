@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.config import ENV_FILE_VARIABLE, Settings
+from tests.support.processes import run_app, start_app, wait_serving
+from tests.support.secantus import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,6 +52,8 @@ def test_env_file_variable_chooses_the_dotenv_file(
     assert Settings().log_format == "text"  # the default: .env in the working directory
 
 
+@pytest.mark.processes
+@pytest.mark.slow
 def test_tests_pass_with_a_hostile_dotenv_and_environment(tmp_path: Path) -> None:
     """A sample of the suite that reads logs, docs and settings, run from a directory whose
     `.env` and whose environment set every setting above."""
@@ -78,3 +83,35 @@ def test_tests_pass_with_a_hostile_dotenv_and_environment(tmp_path: Path) -> Non
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert " passed" in result.stdout
+
+
+@pytest.mark.processes
+@pytest.mark.slow
+def test_service_processes_ignore_a_hostile_dotenv_and_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The helpers every test uses to start `python -m app` (tests/support/processes.py), called
+    from a directory whose `.env` sets hostile values, with the same values exported and the
+    suite's `TOOLGATE_ENV_FILE` gone: the processes see none of them."""
+    (tmp_path / ".env").write_text("".join(f"{k}={v}\n" for k, v in HOSTILE.items()))
+    monkeypatch.delenv(ENV_FILE_VARIABLE)
+    for name, value in HOSTILE.items():
+        monkeypatch.setenv(name, value)
+
+    checked = run_app("check", cwd=tmp_path)  # production and FUNCTIONS_MODULE would refuse
+    assert checked.returncode == 0, checked.stderr
+
+    port = free_port()
+    process = start_app("--port", str(port), cwd=tmp_path)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_serving(process, f"{base}/healthz")
+        assert httpx.get(f"{base}/healthz").json()["store"] == "memory"
+        assert httpx.get(f"{base}/docs").status_code == 200  # DOCS_ENABLED=false would hide it
+        admin = {"Authorization": "Bearer dev-admin-key"}  # not the exported ADMIN_API_KEY
+        created = httpx.post(f"{base}/tenants", json={"tenant_id": "demo"}, headers=admin)
+        assert created.status_code == 201, created.text
+    finally:
+        process.terminate()
+        output, _ = process.communicate(timeout=15)
+    assert output.lstrip().startswith("{")  # JSON logs: LOG_FORMAT=text did not reach it

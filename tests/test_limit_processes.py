@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ADMIN, ADMIN_KEY, KEY_SECRET
 from tests.support import fake_model as script
+from tests.support.apps import ADMIN, ADMIN_KEY, KEY_SECRET
 from tests.support.fake_model import FakeModel, Reply
 from tests.support.in_flight import InFlight
 from tests.support.secantus import SecantusServer, free_port

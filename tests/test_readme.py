@@ -12,7 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.support.processes import service_env
 from tests.support.secantus import free_port
+
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -45,14 +50,13 @@ def test_readme_tour_runs_top_to_bottom(tmp_path: Path) -> None:
             "wait",  # the service stops on `kill %1`
         ]
     )
-    env = {
-        **os.environ,
-        "PORT": str(port),
-        "FAKE_MODEL_PORT": str(model_port),
+    env = service_env(
+        PORT=str(port),
+        FAKE_MODEL_PORT=str(model_port),
         # The interpreter running the tests has the project installed: use its environment.
-        "TOOLGATE_VENV": sys.prefix,
-        "LOG_LEVEL": "WARNING",
-    }
+        TOOLGATE_VENV=sys.prefix,
+        LOG_LEVEL="WARNING",
+    )
     process = subprocess.Popen(
         ["bash", "-c", script],
         cwd=ROOT,

@@ -8,7 +8,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,14 +18,17 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ADMIN, ADMIN_KEY, KEY_SECRET, external_tool
 from tests.support import fake_model as script
+from tests.support.apps import ADMIN, ADMIN_KEY, KEY_SECRET
+from tests.support.documents import external_tool
 from tests.support.fake_model import FakeModel, Reply
+from tests.support.processes import start_app, wait_serving
 from tests.support.secantus import SecantusServer, free_port
 from tests.support.servers import ThreadedServer
 from tests.support.waiting import within
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
+
 REPLICAS = 3
 CHATS_PER_MINUTE = 10
 CONCURRENT_CHATS = 2
@@ -39,7 +41,7 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 @dataclass
 class Replica:
     url: str
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[str]
     log: Path
 
 
@@ -69,32 +71,14 @@ def seeded_tools() -> int:
     return len(registry)
 
 
-def start_replica(port: int, env: dict[str, str], log: Path) -> Replica:
+def start_replica(port: int, settings: dict[str, str], log: Path) -> Replica:
     with log.open("ab") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        process = start_app("--port", str(port), output=out, new_session=True, **settings)
     return Replica(f"http://127.0.0.1:{port}", process, log)
 
 
 def wait_ready(replica: Replica) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if replica.process.poll() is not None:
-            break
-        try:
-            if httpx.get(f"{replica.url}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    replica.process.kill()
-    pytest.fail(f"a replica did not become ready:\n{replica.log.read_text()[-3000:]}")
+    wait_serving(replica.process, f"{replica.url}/readyz", bound_s=60, log=replica.log)
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +96,7 @@ def replicas(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[list[Replica]]:
     logs = tmp_path_factory.mktemp("replicas")
-    env = {
-        **os.environ,
+    settings = {
         "APP_ENV": "development",
         "MONGODB_URL": secantus_server.url,
         "MONGODB_DATABASE": f"replicas_{uuid.uuid4().hex[:10]}",
@@ -133,7 +116,9 @@ def replicas(
         "ACCESS_LOG": "false",
         "LIMITS": "shared",
     }
-    started = [start_replica(free_port(), env, logs / f"replica-{n}.log") for n in range(REPLICAS)]
+    started = [
+        start_replica(free_port(), settings, logs / f"replica-{n}.log") for n in range(REPLICAS)
+    ]
     try:
         for replica in started:
             wait_ready(replica)

@@ -7,10 +7,8 @@ import asyncio
 import dataclasses
 import signal
 import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,36 +16,23 @@ import orjson
 import pytest
 from pymongo import AsyncMongoClient
 
-from tests.conftest import ADMIN, ADMIN_KEY, KEY_SECRET
 from tests.support import fake_model as script
+from tests.support.apps import ADMIN, ADMIN_KEY, KEY_SECRET
 from tests.support.fake_model import FakeModel
+from tests.support.processes import start_app, wait_serving
 from tests.support.secantus import SecantusServer, free_port
 from tests.support.servers import ThreadedServer
-from tests.test_startup import _env
+from tests.support.waiting import within
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
+
 MODEL_DELAY_S = 2.0
 
 
 def start_service(port: int, **env: str) -> subprocess.Popen[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=_env(**env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-            return process
-        except httpx.TransportError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                pytest.fail(f"the service did not start:\n{process.communicate()[0]}")
-            time.sleep(0.1)
+    process = start_app("serve", "--port", str(port), **env)
+    wait_serving(process, f"http://127.0.0.1:{port}/healthz")
+    return process
 
 
 async def test_sigterm_lets_the_chat_in_flight_finish(
@@ -79,9 +64,7 @@ async def test_sigterm_lets_the_chat_in_flight_finish(
                     headers=headers,
                 )
             )
-            async with asyncio.timeout(10):  # until the chat is waiting on the model
-                while not fake.requests:  # noqa: ASYNC110 - another thread serves the model
-                    await asyncio.sleep(0.02)
+            await within(lambda: bool(fake.requests), 10)  # the chat waits on the model
             process.send_signal(signal.SIGTERM)
             signalled = time.monotonic()
             await asyncio.sleep(0.3)

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import http.client
-import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -16,34 +14,16 @@ from pydantic import ValidationError
 
 from app.config import Settings
 from app.crypto import new_key
+from tests.support.processes import ROOT, run_app, service_env, start_app, wait_serving
 from tests.support.secantus import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
+
 STRONG = "s" * 40
 
 
-def _env(**overrides: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("MONGODB_", "ADMIN_", "API_KEY_", "APP_ENV", "FUNCTIONS_"))
-    }
-    return {**env, **overrides}
-
-
-def _run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app", *args],
-        cwd=ROOT,
-        env=_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def test_check_refuses_a_broken_dictionary_with_one_list() -> None:
-    result = _run("check", FUNCTIONS_MODULE="tests.fixtures.broken_functions:registry")
+    result = run_app("check", FUNCTIONS_MODULE="tests.fixtures.broken_functions:registry")
     assert result.returncode == 1
     assert result.stderr.startswith("the function dictionary has 9 problem(s):")
     assert "Traceback" not in result.stderr
@@ -51,7 +31,7 @@ def test_check_refuses_a_broken_dictionary_with_one_list() -> None:
 
 
 def test_several_workers_on_the_in_memory_store_are_refused() -> None:
-    result = _run("serve", "--workers", "2", "--port", str(free_port()))
+    result = run_app("serve", "--workers", "2", "--port", str(free_port()))
     assert result.returncode == 1
     assert "refusing to start 2 workers on the in-memory store" in result.stderr
     assert "MONGODB_URL" in result.stderr and "Traceback" not in result.stderr
@@ -61,7 +41,7 @@ def test_uvicorn_refuses_to_start_with_a_broken_dictionary() -> None:
     process = subprocess.run(
         [sys.executable, "-m", "uvicorn", "app.asgi:app", "--port", str(free_port())],
         cwd=ROOT,
-        env=_env(FUNCTIONS_MODULE="tests.fixtures.broken_functions:registry"),
+        env=service_env(FUNCTIONS_MODULE="tests.fixtures.broken_functions:registry"),
         capture_output=True,
         text=True,
         timeout=60,
@@ -92,7 +72,7 @@ def test_production_refuses_placeholder_secrets(
         env["ADMIN_API_KEY"] = admin
     if secret is not None:
         env["API_KEY_SECRET"] = secret
-    result = _run("check", **env)
+    result = run_app("check", **env)
     assert result.returncode == 1
     assert message in result.stderr
     assert STRONG not in result.stderr  # secrets are never echoed back
@@ -119,25 +99,9 @@ def test_production_accepts_real_secrets_and_development_falls_back() -> None:
 def served() -> Iterator[str]:
     """The README's run command, on a free port, with no settings at all."""
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app", "--port", str(port)],
-        cwd=ROOT,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = start_app("--port", str(port))
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            httpx.get(f"{base}/healthz", timeout=1)
-            break
-        except httpx.TransportError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                pytest.fail(f"the service did not start:\n{process.communicate()[0]}")
-            time.sleep(0.1)
+    wait_serving(process, f"{base}/healthz")
     yield base
     process.terminate()
     output, _ = process.communicate(timeout=15)

@@ -13,6 +13,8 @@ chats (one warning per process), and the CRUD routes list it with its `problems`
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,6 +119,7 @@ class ToolCatalog:
         ttl_s: float,
         registry: FunctionRegistry | None = None,
         stale_if_error_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._tools = tools
         self._registry = registry
@@ -126,6 +129,7 @@ class ToolCatalog:
             stale_if_error_s=stale_if_error_s,
             max_entries=MAX_CACHED_TENANTS,
             name="tool catalog",
+            clock=clock,
         )
         self._warned: set[tuple[str, str, tuple[str, ...]]] = set()
 

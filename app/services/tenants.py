@@ -5,6 +5,8 @@ from __future__ import annotations
 import hmac
 import re
 import secrets
+import time
+from collections.abc import Callable
 from typing import Any
 
 from app.cache import LoadingCache
@@ -48,6 +50,7 @@ class TenantService:
         outbound: TenantOutbound | None = None,
         client_tokens: ClientTokenService | None = None,
         publish: Publish = unpublished,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._outbound = outbound
         self._publish = publish
@@ -71,6 +74,7 @@ class TenantService:
             max_entries=MAX_CACHED_KEYS,
             name="api keys",
             keep=lambda tenant_id: tenant_id is not None,
+            clock=clock,
         )
 
     def _hash(self, api_key: str) -> str:

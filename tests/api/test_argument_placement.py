@@ -9,9 +9,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import TenantCredentials, create_tenant, http_client, make_settings, running_app
 from tests.support import functions
 from tests.support import upstream as upstream_api
+from tests.support.apps import (
+    TenantCredentials,
+    create_tenant,
+    http_client,
+    make_settings,
+    running_app,
+)
 from tests.support.servers import ThreadedServer
 
 

@@ -7,7 +7,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ADMIN, create_tenant, external_tool
+from tests.support.apps import ADMIN, create_tenant
+from tests.support.documents import external_tool
 
 pytestmark = pytest.mark.all_stores
 

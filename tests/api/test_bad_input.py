@@ -5,7 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.conftest import ADMIN, TenantCredentials, external_tool
+from tests.support.apps import ADMIN, TenantCredentials
+from tests.support.documents import external_tool
 
 PROBLEM = "application/problem+json"
 
@@ -125,6 +126,7 @@ async def test_route_names_are_reserved_tool_ids(
     assert response.json()["errors"][0]["path"] == "$.tool_id"
 
 
+@pytest.mark.slow
 async def test_a_literal_path_allows_only_its_own_methods(
     client: httpx.AsyncClient, acme: TenantCredentials
 ) -> None:

@@ -15,9 +15,11 @@ import pytest
 from playwright.async_api import ConsoleMessage, Page, Route, async_playwright
 
 from app.main import create_app
-from tests.conftest import http_client, make_settings, running_app
 from tests.support import functions
+from tests.support.apps import http_client, make_settings, running_app
 from tests.support.servers import ThreadedServer
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium")
 # As Debian's chromium runs headless as root with no network: no sandbox, no background calls.

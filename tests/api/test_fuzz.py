@@ -18,11 +18,13 @@ import httpx
 import pytest
 
 from app.main import create_app
-from tests.conftest import ADMIN, make_settings
 from tests.support import fake_model as script
 from tests.support import functions
+from tests.support.apps import ADMIN, make_settings
 from tests.support.fake_model import FakeModel
 from tests.support.servers import ThreadedServer
+
+pytestmark = [pytest.mark.fuzz, pytest.mark.slow]
 
 # Everything it found while this file was written came within 15 examples; a 60-example run
 # with another seed found nothing more. 30 keeps both runs under a minute here.

@@ -10,17 +10,18 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import (
+from tests.support import functions
+from tests.support import upstream as upstream_api
+from tests.support.apps import (
     TenantCredentials,
     create_tenant,
-    external_tool,
     http_client,
     make_settings,
     running_app,
 )
-from tests.support import functions
-from tests.support import upstream as upstream_api
+from tests.support.documents import external_tool
 from tests.support.servers import ThreadedServer
+from tests.support.waiting import runs_recorded
 
 CANARY = "canary-Vx9-secret-0042"
 TenantApp = tuple[httpx.AsyncClient, TenantCredentials]
@@ -53,14 +54,7 @@ async def runs_of(
     http: httpx.AsyncClient, tenant: TenantCredentials, count: int, query: str = ""
 ) -> list[dict[str, Any]]:
     """The tenant's runs once `count` are recorded (records are written off the response path)."""
-    for _ in range(100):
-        runs: list[dict[str, Any]] = (
-            await http.get(f"/runs{query}", headers=tenant.headers)
-        ).json()["items"]
-        if len(runs) >= count:
-            return runs
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"expected {count} run(s), found {len(runs)}")
+    return await runs_recorded(http, tenant.headers, count, f"/runs{query}")
 
 
 async def _put_secret(http: httpx.AsyncClient, tenant: TenantCredentials, name: str) -> None:

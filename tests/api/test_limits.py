@@ -12,13 +12,8 @@ import orjson
 import pytest
 
 from app.schemas.tools import FunctionSpec
-from tests.conftest import (
-    create_tenant,
-    external_tool,
-    http_client,
-    make_settings,
-    running_app,
-)
+from tests.support.apps import create_tenant, http_client, make_settings, running_app
+from tests.support.documents import external_tool
 from tests.support.functions import registry as test_functions
 
 SEEDED = len(test_functions)
@@ -117,6 +112,7 @@ async def test_tool_schema_size_cap(small_caps: httpx.AsyncClient) -> None:
     assert updated.status_code == 422
 
 
+@pytest.mark.slow
 async def test_mcp_servers_per_tenant_cap(small_caps: httpx.AsyncClient) -> None:
     client = small_caps
     acme = await create_tenant(client, "acme")
@@ -164,6 +160,7 @@ async def test_body_size_limit_at_the_limit_and_one_byte_more(
     assert over.status_code == 413 and "2048 bytes" in over.json()["detail"]
 
 
+@pytest.mark.slow
 @pytest.mark.all_stores  # a real database interleaves the count and the insert
 async def test_caps_hold_under_concurrent_creates(small_caps: httpx.AsyncClient) -> None:
     """Ten creates at once against a cap with room for two: two succeed, eight are 409."""

@@ -17,7 +17,7 @@ from app.fake_model import FakeModelApp
 from app.main import create_app
 from app.schemas import examples
 from app.tools.builtin import registry as builtin_registry
-from tests.conftest import ADMIN, make_settings
+from tests.support.apps import ADMIN, make_settings
 from tests.support.servers import ThreadedServer
 
 PROBLEM = "application/problem+json"
@@ -111,6 +111,7 @@ async def _send(
     return await client.request(method, url, json=body, headers=headers)
 
 
+@pytest.mark.slow
 def test_problems_are_documented_as_sent() -> None:
     spec = create_app(make_settings(), registry=builtin_registry).openapi()
     for method, path, operation in _operations(spec):
@@ -172,6 +173,7 @@ def _mutations(body: Any, at: tuple[str | int, ...] = ()) -> Iterator[tuple[str,
                 yield label, (inner_at, [*body[:index], inner, *body[index + 1 :]])
 
 
+@pytest.mark.slow
 async def test_schema_and_validation_agree_on_every_field(
     service: tuple[httpx.AsyncClient, dict[str, Any]],
 ) -> None:

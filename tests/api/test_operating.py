@@ -7,7 +7,7 @@ import re
 import httpx
 import pytest
 
-from tests.conftest import ADMIN, http_client, make_settings, running_app
+from tests.support.apps import ADMIN, http_client, make_settings, running_app
 from tests.support.functions import registry
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import TenantCredentials, external_tool
+from tests.support.apps import TenantCredentials
+from tests.support.documents import external_tool
 
 GOLDEN = Path(__file__).resolve().parents[1] / "tools" / "golden"
 PROVIDERS = ["openai", "openai-responses", "anthropic", "gemini"]

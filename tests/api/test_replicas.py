@@ -8,17 +8,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
+import pytest
 
 from app.config import Settings
-from tests.conftest import (
-    ADMIN,
-    create_tenant,
-    external_tool,
-    http_client,
-    make_settings,
-    running_app,
-)
 from tests.support import functions
+from tests.support.apps import ADMIN, create_tenant, http_client, make_settings, running_app
+from tests.support.documents import external_tool
 from tests.support.secantus import SecantusServer
 from tests.support.waiting import within
 
@@ -39,6 +34,7 @@ async def two_replicas(
         yield a, b
 
 
+@pytest.mark.slow
 async def test_without_the_sync_changes_reach_the_other_replica_within_the_ttl(
     secantus_server: SecantusServer,
 ) -> None:
@@ -72,6 +68,7 @@ SYNC_S = 0.3
 LONG_TTL_S = 60.0
 
 
+@pytest.mark.slow
 async def test_with_the_sync_changes_reach_the_other_replica_within_the_interval(
     secantus_server: SecantusServer,
 ) -> None:

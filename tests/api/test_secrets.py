@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,16 +17,17 @@ from fastapi import FastAPI
 from app.config import Settings
 from app.crypto import SecretBox, new_key, parse_key
 from app.deps import Services
-from tests.conftest import (
+from tests.support.apps import (
     ADMIN,
     TenantCredentials,
     create_tenant,
-    external_tool,
     http_client,
     make_settings,
     running_app,
 )
+from tests.support.documents import external_tool
 from tests.support.functions import registry as test_functions
+from tests.support.processes import run_app
 from tests.support.secantus import SecantusServer
 
 CANARY = "sk-canary-7f3e9b21d4c8a6e0"
@@ -221,24 +220,17 @@ async def test_headers_only_on_external_tools_and_secret_parameters_are_strings(
 def _rotate(
     url: str, database: str, current: str, old: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "MONGODB_URL": url,
-        "MONGODB_DATABASE": database,
-        "SECRETS_KEY": current,
-        "SECRETS_OLD_KEYS": old,
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "app", "rotate-secrets"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    return run_app(
+        "rotate-secrets",
+        MONGODB_URL=url,
+        MONGODB_DATABASE=database,
+        SECRETS_KEY=current,
+        SECRETS_OLD_KEYS=old,
     )
 
 
+@pytest.mark.processes
+@pytest.mark.slow
 async def test_rotation_re_seals_secrets_and_mcp_headers_under_the_new_key(
     secantus_server: SecantusServer,
 ) -> None:

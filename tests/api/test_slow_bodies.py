@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from app.main import create_app
-from tests.conftest import ADMIN, make_settings
 from tests.support import functions
+from tests.support.apps import ADMIN, make_settings
 from tests.support.servers import ThreadedServer
 
 TIMEOUT_S = 1.0

@@ -9,17 +9,17 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.conftest import (
+from tests.support import functions
+from tests.support.apps import (
     ADMIN,
     TenantCredentials,
     create_tenant,
-    external_tool,
     http_client,
     make_settings,
     running_app,
 )
-from tests.mcp.conftest import demo_http  # noqa: F401 - a fixture: a real MCP server
-from tests.support import functions
+from tests.support.documents import external_tool
+from tests.support.fixtures.mcp import demo_http  # noqa: F401 - a fixture: a real MCP server
 from tests.support.mcp_demo import McpDemoServer
 from tests.support.servers import ThreadedServer
 

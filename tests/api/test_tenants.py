@@ -9,7 +9,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from tests.conftest import ADMIN, KEY_SECRET, TenantCredentials, create_tenant, external_tool
+from tests.support.apps import ADMIN, KEY_SECRET, TenantCredentials, create_tenant
+from tests.support.documents import external_tool
 
 pytestmark = pytest.mark.all_stores
 

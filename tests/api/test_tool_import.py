@@ -11,9 +11,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import TenantCredentials, create_tenant, http_client, make_settings, running_app
 from tests.support import functions
 from tests.support import upstream as upstream_api
+from tests.support.apps import (
+    TenantCredentials,
+    create_tenant,
+    http_client,
+    make_settings,
+    running_app,
+)
 from tests.support.servers import ThreadedServer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openapi"
@@ -66,6 +72,7 @@ async def call_each(
     return seen
 
 
+@pytest.mark.slow
 async def test_petstore_30_imports_and_every_tool_reaches_the_server_as_declared(
     client: httpx.AsyncClient, upstream: ThreadedServer
 ) -> None:
@@ -363,6 +370,7 @@ async def test_unexpressible_operations_are_skipped_not_mangled(client: httpx.As
     assert tool["function"]["parameters"]["properties"]["id"] == {"type": "integer", "in": "path"}
 
 
+@pytest.mark.slow
 async def test_the_tool_cap_holds_for_a_whole_import() -> None:
     # Room for 5 beside the 11 seeded functions of the test dictionary: Petstore gives 14.
     settings = make_settings(None, max_tools_per_tenant=16, rate_limit_writes_per_minute=0)

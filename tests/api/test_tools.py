@@ -8,7 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import TenantCredentials, external_tool
+from tests.support.apps import TenantCredentials
+from tests.support.documents import external_tool
 
 pytestmark = pytest.mark.all_stores
 

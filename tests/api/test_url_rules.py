@@ -6,7 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.conftest import TenantCredentials, external_tool
+from tests.support.apps import TenantCredentials
+from tests.support.documents import external_tool
 
 REFUSED = [
     "https://user:pw@api.example.com/openapi.json",  # credentials (the URL as written)

@@ -4,19 +4,19 @@ including a client that leaves), and the per-chat token budget."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import httpx
 import pytest
 
 from app.limits import ConcurrencyLimiter
 from app.main import create_app
-from tests.chat.conftest import ChatClient
-from tests.conftest import ADMIN, create_tenant, make_settings
 from tests.support import fake_model as script
 from tests.support import functions
+from tests.support.apps import ADMIN, create_tenant, make_settings
+from tests.support.chat_clients import ChatClient
 from tests.support.fake_model import FakeModel
 from tests.support.servers import ThreadedServer
+from tests.support.waiting import within
 
 
 @pytest.mark.settings(rate_limit_chat_per_minute=2)
@@ -38,15 +38,8 @@ def slots(chat: ChatClient) -> ConcurrencyLimiter:
     return limiter
 
 
-async def wait_until(condition: Callable[[], bool]) -> None:
-    """Poll a condition another task or thread makes true (bounded: 5 s)."""
-    async with asyncio.timeout(5):
-        while not condition():  # noqa: ASYNC110 - the state lives in the app, not in an Event
-            await asyncio.sleep(0.01)
-
-
 async def wait_for_slots(chat: ChatClient, count: int) -> None:
-    await wait_until(lambda: slots(chat).active("acme") == count)
+    await within(lambda: slots(chat).active("acme") == count, 5)
 
 
 @pytest.mark.settings(max_concurrent_chats_per_tenant=2)
@@ -103,13 +96,13 @@ async def test_a_stream_holds_its_slot_until_it_ends_even_if_the_client_leaves(
                 assert limiter.active("acme") == 1
                 assert (await client.post("/chat", json=body)).status_code == 429
             # The client left mid-tool: the run is cancelled and the slot is free again.
-            await wait_until(lambda: limiter.active("acme") == 0)
+            await within(lambda: limiter.active("acme") == 0, 5)
             assert functions.CANCELLED == ["sleep_async"]
             assert (await client.post("/chat", json=body)).status_code == 200
             # A stream that ends normally frees its slot too.
             async with client.stream("POST", "/chat", json={**body, "stream": True}) as stream:
                 assert "event: done" in (await stream.aread()).decode()
-            await wait_until(lambda: limiter.active("acme") == 0)
+            await within(lambda: limiter.active("acme") == 0, 5)
     finally:
         server.stop()
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import orjson
 
-from tests.chat.conftest import ChatClient
 from tests.support import fake_model as script
 from tests.support import functions
+from tests.support.chat_clients import ChatClient
 from tests.support.fake_model import FakeModel
 
 

@@ -12,13 +12,14 @@ import json
 
 import pytest
 
-from tests.chat.conftest import ChatClient, external
-from tests.chat.test_runs import wait_for_runs
-from tests.conftest import JsonLines
 from tests.support import fake_model as script
+from tests.support.chat_clients import ChatClient
+from tests.support.documents import external
 from tests.support.echoes import leaks
 from tests.support.fake_model import FakeModel
+from tests.support.logs import JsonLines
 from tests.support.servers import ThreadedServer
+from tests.support.waiting import runs_recorded
 
 # Each holds / + = & space " < ' ( ) ! é, and a marker no ordinary text has.
 CONTEXT_VALUE = "zq1/a+b=c&d e\"f<g é'(h)!"
@@ -104,7 +105,7 @@ async def test_echoed_values_are_redacted_in_every_encoding_and_sink(
     tool_message = json.loads(sinks["answer"])["messages"][2]["content"]
     # The upstream did echo every value, in every form (else this test would prove nothing)...
     assert tool_message.count("[redacted]") >= (6 if code == 404 else 100), tool_message
-    runs = await wait_for_runs(chat, 4)
+    runs = await runs_recorded(chat.http, chat.tenant.headers, 4)
     assert {run["kind"] for run in runs} == {"chat", "invoke", "mcp"}
     sinks["run records"] = json.dumps(runs)
     sinks["logs"] = "\n".join(json_logs.lines)

@@ -8,8 +8,9 @@ import orjson
 import pytest
 
 from app.repositories.tools import ToolRepository
-from tests.chat.conftest import ChatClient, external
 from tests.support import fake_model as script
+from tests.support.chat_clients import ChatClient
+from tests.support.documents import external
 from tests.support.fake_model import FakeModel
 from tests.support.servers import ThreadedServer
 from tests.support.upstream import RECEIVED
@@ -84,6 +85,7 @@ async def test_large_response_is_read_up_to_the_cap(
     assert content.endswith("[truncated: the response exceeded 10000 bytes]")
 
 
+@pytest.mark.slow
 async def test_gzip_bomb_stops_at_the_decoded_cap(
     chat: ChatClient, fake: FakeModel, upstream: ThreadedServer
 ) -> None:

@@ -12,11 +12,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.chat.conftest import ChatClient, external
-from tests.conftest import TenantCredentials, create_tenant
 from tests.support import fake_model as script
+from tests.support.apps import TenantCredentials, create_tenant
+from tests.support.chat_clients import ChatClient
+from tests.support.documents import external
 from tests.support.fake_model import FakeModel
 from tests.support.servers import ThreadedServer
+from tests.support.waiting import within
 
 
 @pytest.fixture
@@ -65,6 +67,7 @@ async def test_a_connection_reset_is_an_error_result(
     await other_tenant_is_served(chat, await create_tenant(chat.http, "globex"))
 
 
+@pytest.mark.slow
 @pytest.mark.settings(tool_timeout_s=3)
 async def test_a_hanging_tool_endpoint_holds_only_its_own_chat(
     chat: ChatClient, fake: FakeModel, upstream: ThreadedServer
@@ -74,9 +77,7 @@ async def test_a_hanging_tool_endpoint_holds_only_its_own_chat(
     # acme's chat waits on the slow endpoint; globex's chat and writes go through meanwhile.
     fake.reset(script.tool_calls(("slow", {})), repeat=script.text("done"))
     hanging = asyncio.create_task(chat.chat(tool_ids=["slow"]))
-    async with asyncio.timeout(5):
-        while len(fake.requests) < 1:  # noqa: ASYNC110 - the fake runs in another thread
-            await asyncio.sleep(0.01)
+    await within(lambda: len(fake.requests) >= 1, 5)  # the fake runs in another thread
     other = await chat.http.post(
         "/chat", json={"messages": [{"role": "user", "content": "x"}]}, headers=globex.headers
     )
@@ -95,9 +96,7 @@ async def test_a_hanging_model_is_504_while_other_routes_answer(
     globex = await create_tenant(chat.http, "globex")
     fake.reset(script.hang(5))
     hanging = asyncio.create_task(chat.chat())
-    async with asyncio.timeout(5):
-        while not fake.requests:  # noqa: ASYNC110 - the fake runs in another thread
-            await asyncio.sleep(0.01)
+    await within(lambda: bool(fake.requests), 5)  # the fake runs in another thread
     await other_tenant_is_served(chat, globex)
     assert not hanging.done()
     response = await hanging
@@ -123,15 +122,11 @@ async def test_a_client_that_hangs_up_mid_chat_leaves_no_slot_or_task(
 ) -> None:
     fake.reset(script.tool_calls(("sleep_async", {"seconds": 30})), repeat=script.text("ok"))
     task = asyncio.create_task(chat.chat(tool_ids=["sleeper"]))
-    async with asyncio.timeout(5):
-        while not fake.requests:  # noqa: ASYNC110 - the fake runs in another thread
-            await asyncio.sleep(0.01)
+    await within(lambda: bool(fake.requests), 5)  # the fake runs in another thread
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     limiter = chat.app.state.services.limits.concurrent_chats
-    async with asyncio.timeout(5):
-        while limiter.active("acme"):  # noqa: ASYNC110 - released by the cancelled request
-            await asyncio.sleep(0.01)
+    await within(lambda: not limiter.active("acme"), 5)  # released by the cancelled request
     after = await chat.chat(tool_ids=["sleeper"])
     assert after.status_code == 200 and after.json()["message"]["content"] == "ok"

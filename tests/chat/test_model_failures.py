@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from tests.chat.conftest import ChatClient
 from tests.support import fake_model as script
+from tests.support.chat_clients import ChatClient
 from tests.support.fake_model import FakeModel
 
 

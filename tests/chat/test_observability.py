@@ -11,11 +11,13 @@ import pytest
 
 from app.crypto import new_key
 from app.logs import JsonFormatter, hiding, redact
-from tests.chat.conftest import ChatClient, external
-from tests.conftest import ADMIN, JsonLines, http_client, make_settings, running_app
 from tests.support import fake_model as script
 from tests.support import functions
+from tests.support.apps import ADMIN, http_client, make_settings, running_app
+from tests.support.chat_clients import ChatClient
+from tests.support.documents import external
 from tests.support.fake_model import FakeModel
+from tests.support.logs import JsonLines
 from tests.support.servers import ThreadedServer
 
 CONTEXT_CANARY = "ctx-canary-0b7d5e12"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,12 +13,13 @@ from pymongo import AsyncMongoClient
 
 from app.config import Settings
 from app.main import create_app
-from tests.conftest import create_tenant, http_client, make_settings
 from tests.support import fake_model as script
 from tests.support import functions
+from tests.support.apps import create_tenant, http_client, make_settings
 from tests.support.fake_model import FakeModel
 from tests.support.secantus import SecantusServer
 from tests.support.servers import ThreadedServer
+from tests.support.waiting import within
 
 HELLO = {"messages": [{"role": "user", "content": "hi"}]}
 
@@ -36,6 +36,8 @@ def _settings(server: SecantusServer, model: ThreadedServer, **extra: Any) -> Se
     return make_settings(server.url, openai_base_url=f"{model.url}/v1", openai_api_key="k", **extra)
 
 
+@pytest.mark.processes
+@pytest.mark.slow
 async def test_records_queued_at_shutdown_are_written(
     database_server: SecantusServer,
     fake_model_server: tuple[FakeModel, ThreadedServer],
@@ -61,6 +63,8 @@ async def test_records_queued_at_shutdown_are_written(
     assert stored == set(ids)
 
 
+@pytest.mark.processes
+@pytest.mark.slow
 async def test_records_written_during_an_outage_are_stored_once_it_ends(
     database_server: SecantusServer,
     fake_model_server: tuple[FakeModel, ThreadedServer],
@@ -83,21 +87,25 @@ async def test_records_written_during_an_outage_are_stored_once_it_ends(
         database_server.kill()
         answer = await http.post("/chat", json=HELLO, headers=acme.headers)
         assert answer.status_code == 200  # a record is never worth a failed chat
-        deadline = time.monotonic() + 10
-        while not re.search(r"run records of tenant acme: database unavailable", caplog.text):
-            assert time.monotonic() < deadline, caplog.text[-2000:]
-            await asyncio.sleep(0.1)
+        unavailable = r"run records of tenant acme: database unavailable"
+        await within(
+            lambda: bool(re.search(unavailable, caplog.text)),
+            10,
+            describe=lambda: caplog.text[-2000:],
+        )
         database_server.start()  # back within the retries: the record is kept, not lost
         wanted = {before.json()["run_id"], answer.json()["run_id"]}
         client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(database_server.url)
         try:
             runs = client[settings.mongodb_database]["tenant.acme.runs"]
-            deadline = time.monotonic() + 20
-            while True:
-                stored = [doc["run_id"] async for doc in runs.find({}, {"run_id": 1})]
-                if set(stored) == wanted or time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.2)
+            stored: list[str] = []
+
+            async def all_stored() -> bool:
+                stored[:] = [doc["run_id"] async for doc in runs.find({}, {"run_id": 1})]
+                return set(stored) == wanted
+
+            with contextlib.suppress(AssertionError):  # the assertion below says what is missing
+                await within(all_stored, 20, every_s=0.2)
             await client.drop_database(settings.mongodb_database)
         finally:
             await client.close()

@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import pytest
 
-from tests.chat.conftest import ChatClient
-from tests.conftest import create_tenant
 from tests.support import fake_model as script
+from tests.support.apps import create_tenant
+from tests.support.chat_clients import ChatClient
 from tests.support.fake_model import FakeModel
+from tests.support.waiting import runs_recorded
 
 CANARY = "CANARY-run-3e9a77"
 
 
 async def wait_for_runs(chat: ChatClient, count: int, query: str = "") -> list[dict[str, Any]]:
     """Records are written off the response path: wait (bounded) until they are there."""
-    deadline = time.monotonic() + 5
-    while True:
-        page = (await chat.http.get(f"/runs?limit=500{query}", headers=chat.tenant.headers)).json()
-        if len(page["items"]) >= count or time.monotonic() > deadline:
-            return list(page["items"])
-        await asyncio.sleep(0.02)
+    return await runs_recorded(chat.http, chat.tenant.headers, count, f"/runs?limit=500{query}")
 
 
 async def test_every_chat_is_recorded(chat: ChatClient, fake: FakeModel) -> None:

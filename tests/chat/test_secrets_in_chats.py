@@ -8,13 +8,14 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.chat.conftest import ChatClient, external
-from tests.chat.test_runs import wait_for_runs
 from tests.support import fake_model as script
 from tests.support import functions
+from tests.support.chat_clients import ChatClient
+from tests.support.documents import external
 from tests.support.fake_model import FakeModel
 from tests.support.servers import ThreadedServer
 from tests.support.upstream import RECEIVED
+from tests.support.waiting import runs_recorded
 
 CANARY = "sk-canary-5be01f9a7c3d2e48"
 
@@ -28,7 +29,7 @@ async def put_secret(chat: ChatClient, name: str, value: str) -> None:
 
 async def run_recorded(chat: ChatClient, run_id: str) -> str:
     """The stored run (written off the response path: wait, bounded, until it is there)."""
-    [run] = await wait_for_runs(chat, 1)
+    [run] = await runs_recorded(chat.http, chat.tenant.headers, 1)
     assert run["run_id"] == run_id
     response = await chat.http.get(f"/runs/{run_id}", headers=chat.tenant.headers)
     assert response.status_code == 200

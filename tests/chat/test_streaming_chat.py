@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -12,11 +11,13 @@ import orjson
 import pytest
 
 from app.main import create_app
-from tests.conftest import ADMIN, make_settings
 from tests.support import fake_model as script
 from tests.support import functions
+from tests.support.apps import ADMIN, make_settings
 from tests.support.fake_model import FakeModel
+from tests.support.fixtures.chat import MODEL_CLIENTS
 from tests.support.servers import ThreadedServer
+from tests.support.waiting import runs_recorded, within
 
 CANARY = "CANARY-stream-5d1f0b"
 
@@ -51,7 +52,7 @@ class Streamer:
         return found
 
 
-@pytest.fixture(params=["http", "openai-sdk"])
+@pytest.fixture(params=MODEL_CLIENTS)
 def streamer(
     request: pytest.FixtureRequest,
     fake_model_server: tuple[FakeModel, ThreadedServer],
@@ -182,19 +183,10 @@ async def test_disconnect_cancels_the_running_tool(streamer: Streamer, fake: Fak
         async for line in response.aiter_lines():
             if line.startswith("event: tool_call"):
                 break  # the client goes away while the tool runs
-    for _ in range(50):
-        if functions.CANCELLED:
-            break
-        await asyncio.sleep(0.05)
+    await within(lambda: bool(functions.CANCELLED), 5)
     assert functions.CANCELLED == ["sleep_async"]
     assert functions.TIMELINE == []  # the tool never finished
     assert len(fake.requests) == 1  # and the model was not called again
-    async with httpx.AsyncClient() as client:
-        for _ in range(50):
-            runs = (
-                await client.get(f"{streamer.base}/runs?status=cancelled", headers=streamer.headers)
-            ).json()["items"]
-            if runs:
-                break
-            await asyncio.sleep(0.05)
+    async with httpx.AsyncClient(base_url=streamer.base) as client:
+        runs = await runs_recorded(client, streamer.headers, 1, "/runs?status=cancelled")
     assert [run["stop_reason"] for run in runs] == ["cancelled"]

@@ -13,6 +13,7 @@ from app.chat.model import ModelClient, ModelTurn, ModelUpstreamError, TurnAssem
 from app.chat.openai_sdk import OpenAISDKClient
 from tests.support import fake_model as script
 from tests.support.fake_model import FakeModel
+from tests.support.fixtures.chat import MODEL_CLIENTS
 from tests.support.servers import ThreadedServer
 
 
@@ -24,7 +25,7 @@ def served() -> Iterator[tuple[FakeModel, ThreadedServer]]:
     server.stop()
 
 
-@pytest.fixture(params=["http", "openai-sdk"])
+@pytest.fixture(params=MODEL_CLIENTS)
 async def client(request: pytest.FixtureRequest, served: tuple[FakeModel, ThreadedServer]):  # type: ignore[no-untyped-def]
     kind = HTTPModelClient if request.param == "http" else OpenAISDKClient
     model = kind(base_url=f"{served[1].url}/v1", api_key="k", timeout_s=5, max_retries=1)

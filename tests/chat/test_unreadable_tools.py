@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from app.repositories.database import utc_now
-from tests.chat.conftest import ChatClient
 from tests.support import fake_model as script
+from tests.support.chat_clients import ChatClient
 from tests.support.fake_model import FakeModel
 
 BROKEN: list[dict[str, Any]] = [

@@ -14,12 +14,19 @@ import pytest
 from pymongo import AsyncMongoClient
 
 from app.config import Settings
-from tests.conftest import TenantCredentials, create_tenant, http_client, make_settings, running_app
 from tests.support import fake_model as script
 from tests.support import functions
+from tests.support.apps import (
+    TenantCredentials,
+    create_tenant,
+    http_client,
+    make_settings,
+    running_app,
+)
 from tests.support.fake_model import FakeModel, Reply
 from tests.support.secantus import SecantusServer
 from tests.support.servers import ThreadedServer
+from tests.support.waiting import runs_recorded
 
 BIG = "9223372036854775808"  # 2**63: JSON the model may send, one past BSON's int64
 
@@ -53,13 +60,7 @@ async def on_secantus(
 
 
 async def _runs(http: httpx.AsyncClient, tenant: TenantCredentials, count: int) -> list[Any]:
-    for _ in range(250):
-        response = await http.get("/runs?limit=500", headers=tenant.headers)
-        assert response.status_code == 200, response.text
-        if len(items := response.json()["items"]) >= count:
-            return list(items)
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{count} run(s) expected")
+    return await runs_recorded(http, tenant.headers, count)
 
 
 async def test_one_bad_record_does_not_take_the_batch_and_is_kept_reduced(

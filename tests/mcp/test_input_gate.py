@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from app.schemas.fields import MAX_JSON_DEPTH, json_problem
-from tests.mcp.conftest import McpChat
 from tests.support import fake_model as script
+from tests.support.chat_clients import McpChat
 from tests.support.waiting import within
 
 HUGE = 2**64

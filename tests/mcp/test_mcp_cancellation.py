@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import create_tenant
 from tests.mcp.test_mcp_gateway import Served, served
 from tests.support import functions
+from tests.support.apps import create_tenant
 from tests.support.waiting import within
 
 __all__ = ["served"]  # the fixture, reused

@@ -15,12 +15,14 @@ import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.mcp.config import parse_operator_servers
-from tests.mcp.conftest import McpChat, connections_to
 from tests.support import fake_model as script
 from tests.support import mcp_demo
+from tests.support.chat_clients import McpChat
 from tests.support.mcp_demo import McpDemoServer
+from tests.support.processes import connections_to
 from tests.support.secantus import free_port
 from tests.support.servers import ThreadedServer
+from tests.support.waiting import within
 
 HTTP_SERVERS = ["demo-http", "demo-sse"]
 
@@ -29,6 +31,7 @@ def tool_names(request: dict[str, Any]) -> list[str]:
     return [t["function"]["name"] for t in request.get("tools", [])]
 
 
+@pytest.mark.slow
 async def test_reference_time_server_is_listed_and_called_over_stdio(mcp_chat: McpChat) -> None:
     assert mcp_chat.new_children() == []
     body = await mcp_chat.call(
@@ -54,6 +57,7 @@ async def test_without_mcp_servers_no_mcp_tool_is_offered(mcp_chat: McpChat) -> 
     assert mcp_chat.hub.handshakes == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [*HTTP_SERVERS, "demo"])
 async def test_calls_and_error_results_on_every_transport(mcp_chat: McpChat, name: str) -> None:
     body = await mcp_chat.call(
@@ -100,6 +104,7 @@ async def test_a_missing_required_context_argument_is_an_error_result(mcp_chat: 
     assert mcp_demo.RECEIVED == []  # the server was never asked
 
 
+@pytest.mark.slow
 @pytest.mark.settings(tool_timeout_s=1.0)
 @pytest.mark.parametrize("name", [*HTTP_SERVERS, "demo"])
 async def test_a_hanging_tool_times_out_and_its_session_is_closed(
@@ -126,6 +131,7 @@ async def test_mcp_output_is_capped_like_any_tool(mcp_chat: McpChat) -> None:
     assert content.startswith("x" * 1000) and "[truncated: 49000 more characters]" in content
 
 
+@pytest.mark.slow
 async def test_a_stdio_server_that_dies_mid_chat(mcp_chat: McpChat) -> None:
     """The crash is an error result; the next call starts a fresh process; nothing is left."""
     body = await mcp_chat.call(
@@ -177,14 +183,12 @@ async def test_http_connections_are_closed_when_the_chat_ends(
         script.text("ok"),
         mcp_servers=[name],
     )
-    for _ in range(50):  # the server side may take a moment to see the close
-        if connections_to(port) == 0:
-            break
-        await asyncio.sleep(0.05)
-    assert connections_to(port) == 0
+    # the server side may take a moment to see the close
+    await within(lambda: connections_to(port) == 0, 5)
     assert mcp_chat.hub.open_sessions == 0
 
 
+@pytest.mark.slow
 @pytest.mark.settings(mcp_tools_cache_ttl_s=0)
 async def test_model_failure_mid_chat_still_closes_sessions(mcp_chat: McpChat) -> None:
     mcp_chat.fake.reset(script.tool_calls(("demo__add", {"a": 1, "b": 1})), script.status(401))
@@ -200,6 +204,7 @@ def streaming_app(mcp_chat: McpChat) -> Iterator[ThreadedServer]:
     server.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["demo", "demo-http"])
 async def test_client_disconnect_mid_tool_closes_everything(
     mcp_chat: McpChat, streaming_app: ThreadedServer, name: str
@@ -214,13 +219,10 @@ async def test_client_disconnect_mid_tool_closes_everything(
         async for line in response.aiter_lines():
             if line == "event: tool_call":
                 break  # leave while the tool runs
-    for _ in range(100):
-        if mcp_chat.hub.open_sessions == 0 and not mcp_chat.new_children():
-            break
-        await asyncio.sleep(0.05)
-    assert mcp_chat.hub.open_sessions == 0 and mcp_chat.new_children() == []
+    await within(lambda: mcp_chat.hub.open_sessions == 0 and not mcp_chat.new_children(), 5)
 
 
+@pytest.mark.slow
 async def test_tool_lists_are_cached_between_chats(mcp_chat: McpChat) -> None:
     for _ in range(3):
         await mcp_chat.call(script.text("hi"), mcp_servers=["demo", "demo-http"])
@@ -234,6 +236,7 @@ async def test_without_the_cache_every_chat_lists_again(mcp_chat: McpChat) -> No
     assert mcp_chat.hub.handshakes == 2
 
 
+@pytest.mark.slow
 async def test_concurrent_chats_share_one_listing(mcp_chat: McpChat) -> None:
     mcp_chat.fake.reset(repeat=script.text("hi"))
     responses = await asyncio.gather(*(mcp_chat.chat(mcp_servers=["demo"]) for _ in range(5)))
@@ -391,6 +394,7 @@ async def test_include_and_exclude_choose_a_servers_tools(
     assert invoked.status_code == 404
 
 
+@pytest.mark.slow
 async def test_a_name_offered_twice_is_422(mcp_chat: McpChat) -> None:
     tool = {
         "tool_id": "clash",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import mcp.types as mcp_types
@@ -18,7 +16,8 @@ from app.mcp.config import (
     load_operator_servers,
     parse_operator_servers,
 )
-from tests.conftest import make_settings
+from tests.support.apps import make_settings
+from tests.support.processes import run_app
 
 CANARY = "canary-secret-7f3a9e"
 
@@ -112,20 +111,11 @@ async def test_the_app_refuses_to_start_with_a_bad_document() -> None:
             pass
 
 
-def test_check_command_lists_the_problems(tmp_path: Path) -> None:
+@pytest.mark.processes
+@pytest.mark.slow
+def test_check_command_lists_the_problems() -> None:
     entry = {"type": "sse", "url": "https://a", "headers": {"Host": CANARY}}
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "MCP_SERVERS": orjson.dumps({"mcpServers": {"x": entry}}).decode(),
-    }
-    result = subprocess.run(
-        [sys.executable, "-m", "app", "check"],
-        env=env,
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_app("check", MCP_SERVERS=orjson.dumps({"mcpServers": {"x": entry}}).decode())
     assert result.returncode == 1
     assert "invalid MCP server configuration" in result.stderr
     assert "set by the transport" in result.stderr

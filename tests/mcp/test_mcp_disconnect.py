@@ -3,7 +3,6 @@ as cancelled, and the MCP session is closed (stdio and streamable HTTP)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
 import httpx
@@ -11,13 +10,14 @@ import orjson
 import pytest
 
 from app.main import create_app
-from tests.conftest import ADMIN, make_settings
-from tests.mcp.conftest import operator_servers
 from tests.support import fake_model as script
 from tests.support import functions
+from tests.support.apps import ADMIN, make_settings
 from tests.support.fake_model import FakeModel
 from tests.support.mcp_demo import McpDemoServer
+from tests.support.mcp_servers import operator_servers
 from tests.support.servers import ThreadedServer
+from tests.support.waiting import runs_recorded, within
 
 
 @pytest.fixture
@@ -48,6 +48,7 @@ def _cancelled(metrics: str) -> float:
     return 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("server_name", ["demo", "demo-http"])
 async def test_leaving_during_an_mcp_tool_is_recorded_and_counted(
     served: tuple[str, dict[str, str]], fake: FakeModel, server_name: str
@@ -71,13 +72,14 @@ async def test_leaving_during_an_mcp_tool_is_recorded_and_counted(
         async for line in response.aiter_lines():
             if line.startswith("event: tool_call"):
                 break  # the client goes away while the MCP tool runs
-    async with httpx.AsyncClient() as client:
-        for _ in range(100):
-            runs = (await client.get(f"{base}/runs?status=cancelled", headers=headers)).json()
-            metrics = (await client.get(f"{base}/metrics")).text
-            if runs["items"] and _cancelled(metrics):
-                break
-            await asyncio.sleep(0.05)
-    assert [run["stop_reason"] for run in runs["items"]] == ["cancelled"]
+    async with httpx.AsyncClient(base_url=base) as client:
+        runs = await runs_recorded(client, headers, 1, "/runs?status=cancelled")
+
+        async def counted() -> bool:
+            return bool(_cancelled((await client.get("/metrics")).text))
+
+        await within(counted, 5)
+        metrics = (await client.get("/metrics")).text
+    assert [run["stop_reason"] for run in runs] == ["cancelled"]
     assert _cancelled(metrics) == 1
     assert "toolgate_mcp_open_sessions 0.0" in metrics

@@ -20,12 +20,14 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from app.main import create_app
-from tests.conftest import ADMIN, TenantCredentials, create_tenant, external_tool, make_settings
 from tests.support import functions
 from tests.support import upstream as upstream_api
+from tests.support.apps import ADMIN, TenantCredentials, create_tenant, make_settings
+from tests.support.documents import external_tool
 from tests.support.mcp_demo import McpDemoServer
 from tests.support.secantus import free_port
 from tests.support.servers import ThreadedServer
+from tests.support.waiting import runs_recorded, within
 
 CANARY = "cnry-user-7f3a9c"  # the end user's id, bound to the token
 TOKEN_CANARY = "cnry-token-51be02"
@@ -46,9 +48,8 @@ async def served() -> AsyncIterator[Served]:
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
     task = asyncio.create_task(server.serve())
-    while not server.started:
-        assert not task.done(), "the service did not start"
-        await asyncio.sleep(0.02)
+    await within(lambda: server.started or task.done(), 10)
+    assert not task.done(), "the service did not start"
     url = f"http://127.0.0.1:{port}"
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         yield Served(url, http, app)
@@ -112,6 +113,7 @@ def echo_tool() -> dict[str, Any]:
     )
 
 
+@pytest.mark.slow
 async def test_a_token_lists_and_calls_function_external_and_upstream_tools(
     served: Served, upstream: ThreadedServer, demo_http: McpDemoServer
 ) -> None:
@@ -168,11 +170,7 @@ async def test_a_token_lists_and_calls_function_external_and_upstream_tools(
     everything = received.text()
     assert received.bodies and CANARY not in everything and TOKEN_CANARY not in everything
 
-    for _ in range(50):  # records are written in batches, off the response path
-        runs = (await served.http.get("/runs?limit=10", headers=acme.headers)).json()["items"]
-        if len(runs) >= 3:
-            break
-        await asyncio.sleep(0.05)
+    runs = await runs_recorded(served.http, acme.headers, 3, "/runs?limit=10")
     assert [r["kind"] for r in runs] == ["mcp", "mcp", "mcp"]
     assert CANARY not in json.dumps(runs)
 

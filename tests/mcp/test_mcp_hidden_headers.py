@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.mcp.conftest import McpChat
 from tests.support import fake_model as script
+from tests.support.chat_clients import McpChat
 from tests.support.echoes import leaks
 from tests.support.mcp_demo import McpDemoServer
 

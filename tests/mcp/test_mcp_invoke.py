@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from tests.mcp.conftest import McpChat
+import pytest
+
 from tests.support import mcp_demo
+from tests.support.chat_clients import McpChat
 
 
+@pytest.mark.slow
 async def test_an_mcp_tool_gets_its_mapped_context_and_its_session_is_closed(
     mcp_chat: McpChat,
 ) -> None:

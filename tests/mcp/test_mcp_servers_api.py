@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from app.repositories.mcp_servers import McpServerRepository
-from tests.conftest import ADMIN, TenantCredentials, create_tenant
-from tests.mcp.conftest import McpChat
+from tests.support.apps import ADMIN, TenantCredentials, create_tenant
+from tests.support.chat_clients import McpChat
 from tests.support.mcp_demo import McpDemoServer
 
 TOKEN = "Bearer tok-canary-91c2e07d55aa"
@@ -127,6 +127,7 @@ async def test_operator_servers_cannot_be_deleted_or_shadowed(mcp_chat: McpChat)
     assert hidden.status_code == 404
 
 
+@pytest.mark.slow
 async def test_reference_time_server_tools_over_stdio(mcp_chat: McpChat) -> None:
     response = await mcp_chat.http.get("/mcp-servers/time/tools", headers=mcp_chat.tenant.headers)
     assert response.status_code == 200, response.text
@@ -138,6 +139,7 @@ async def test_reference_time_server_tools_over_stdio(mcp_chat: McpChat) -> None
     assert current["incompatible_providers"] == {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["demo-http", "demo-sse", "demo"])
 async def test_context_mapped_arguments_are_hidden_in_tool_documents(
     mcp_chat: McpChat, name: str
@@ -155,6 +157,7 @@ async def test_context_mapped_arguments_are_hidden_in_tool_documents(
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("provider", "keys"),
     [

@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.chat.conftest import external
-from tests.mcp.conftest import McpChat
 from tests.support import fake_model as script
+from tests.support.chat_clients import McpChat
+from tests.support.documents import external
 from tests.support.servers import ThreadedServer
 from tests.support.upstream import RECEIVED
 

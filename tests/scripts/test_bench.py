@@ -7,7 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+import pytest
+
+from tests.support.processes import ROOT, service_env
+
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
+
 SCENARIOS = {
     "toolgate: 1 call, concurrency 1",
     "naive: 1 call, concurrency 1",
@@ -26,6 +31,7 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "scripts/bench/bench.py", "--quick", "--out", str(tmp_path)],
         cwd=ROOT,
+        env=service_env(),
         capture_output=True,
         text=True,
         timeout=300,

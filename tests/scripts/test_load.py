@@ -8,13 +8,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+import pytest
+
+from tests.support.processes import ROOT, service_env
+
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
 
 def run_load(out: Path, *args: str) -> dict[str, Any]:
     result = subprocess.run(
         [sys.executable, "scripts/load.py", *args, "--out", str(out)],
         cwd=ROOT,
+        env=service_env(),
         capture_output=True,
         text=True,
         timeout=120,

@@ -11,6 +11,8 @@ from pymongo.errors import NetworkTimeout
 
 from app.cache import LoadingCache
 from app.services.tenants import TenantService
+from tests.support.clock import FakeClock
+from tests.support.waiting import within
 
 
 class Source:
@@ -19,6 +21,7 @@ class Source:
     def __init__(self) -> None:
         self.value = "v1"
         self.reads = 0
+        self.done = 0  # reads that returned a value
         self.gate: asyncio.Event | None = None
         self.error: Exception | None = None
 
@@ -29,12 +32,20 @@ class Source:
             await self.gate.wait()
         if self.error is not None:
             raise self.error
+        self.done += 1
         return f"{key}:{value}"
 
 
-def cache(source: Source, ttl_s: float, stale_if_error_s: float = 0.0) -> LoadingCache[str, str]:
+def cache(
+    source: Source, ttl_s: float, stale_if_error_s: float = 0.0, clock: FakeClock | None = None
+) -> LoadingCache[str, str]:
     return LoadingCache(
-        source.load, ttl_s=ttl_s, stale_if_error_s=stale_if_error_s, max_entries=100, name="test"
+        source.load,
+        ttl_s=ttl_s,
+        stale_if_error_s=stale_if_error_s,
+        max_entries=100,
+        name="test",
+        clock=clock or FakeClock(),
     )
 
 
@@ -43,35 +54,36 @@ async def test_concurrent_misses_share_one_read() -> None:
     source.gate = asyncio.Event()
     keys = cache(source, ttl_s=60)
     callers = [asyncio.create_task(keys.get("k")) for _ in range(50)]
-    await asyncio.sleep(0.01)
+    await within(lambda: source.reads == 1, 1)
     source.gate.set()
     assert await asyncio.gather(*callers) == ["k:v1"] * 50
     assert source.reads == 1  # before: one read per caller in flight (the stampede)
 
 
 async def test_a_used_entry_is_refreshed_before_it_expires_without_waiting() -> None:
-    source = Source()
-    keys = cache(source, ttl_s=1.0)
+    source, clock = Source(), FakeClock()
+    keys = cache(source, ttl_s=1.0, clock=clock)
     assert await keys.get("k") == "k:v1"
-    await asyncio.sleep(0.6)  # past half the TTL
+    clock.advance(0.6)  # past half the TTL
     source.value, source.gate = "v2", asyncio.Event()
     # Answered at once from the entry, while one background read starts.
     assert await asyncio.wait_for(keys.get("k"), 0.05) == "k:v1"
     assert await asyncio.wait_for(keys.get("k"), 0.05) == "k:v1"
     assert source.reads == 2
     source.gate.set()
-    await asyncio.sleep(0.5)  # past the first read's TTL: the refreshed entry is served
+    await within(lambda: source.done == 2, 1)  # the refresh is stored
+    clock.advance(0.5)  # past the first read's TTL: the refreshed entry is served
     assert await asyncio.wait_for(keys.get("k"), 0.05) == "k:v2"
 
 
 async def test_never_served_past_its_ttl_while_the_database_answers() -> None:
-    source = Source()
-    keys = cache(source, ttl_s=0.2, stale_if_error_s=60)
+    source, clock = Source(), FakeClock()
+    keys = cache(source, ttl_s=0.2, stale_if_error_s=60, clock=clock)
     await keys.get("k")
     source.value, source.gate = "v2", asyncio.Event()
-    await asyncio.sleep(0.25)
+    clock.advance(0.25)
     waiting = asyncio.create_task(keys.get("k"))
-    await asyncio.sleep(0.05)
+    await within(lambda: source.reads == 2, 1)
     assert not waiting.done()  # a slow read is waited for: the old value is too old
     source.gate.set()
     assert await waiting == "k:v2"
@@ -80,18 +92,18 @@ async def test_never_served_past_its_ttl_while_the_database_answers() -> None:
 async def test_a_failed_refresh_serves_the_last_value_for_the_grace_only(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    source = Source()
-    keys = cache(source, ttl_s=0.4, stale_if_error_s=1.0)
+    source, clock = Source(), FakeClock()
+    keys = cache(source, ttl_s=0.4, stale_if_error_s=1.0, clock=clock)
     await keys.get("k")
     source.error = NetworkTimeout("timed out")
-    await asyncio.sleep(0.25)
+    clock.advance(0.25)
     with caplog.at_level(logging.WARNING, logger="app.cache"):
         assert await keys.get("k") == "k:v1"  # starts a refresh, which fails
-        await asyncio.sleep(0.01)
+        await within(lambda: "could not refresh" in caplog.text, 1)
     assert "test: could not refresh from the database (NetworkTimeout)" in caplog.text
-    await asyncio.sleep(0.25)  # past the TTL, within the grace: no wait, no error
+    clock.advance(0.25)  # past the TTL, within the grace: no wait, no error
     assert await asyncio.wait_for(keys.get("k"), 0.05) == "k:v1"
-    await asyncio.sleep(1.0)  # past TTL + grace: the error shows
+    clock.advance(1.0)  # past TTL + grace: the error shows
     with pytest.raises(NetworkTimeout):
         await keys.get("k")
     source.error = None  # the database is back: reads resume
@@ -99,11 +111,11 @@ async def test_a_failed_refresh_serves_the_last_value_for_the_grace_only(
 
 
 async def test_without_a_grace_an_expired_entry_is_never_served() -> None:
-    source = Source()
-    keys = cache(source, ttl_s=0.1)
+    source, clock = Source(), FakeClock()
+    keys = cache(source, ttl_s=0.1, clock=clock)
     await keys.get("k")
     source.error = NetworkTimeout("timed out")
-    await asyncio.sleep(0.15)
+    clock.advance(0.15)
     with pytest.raises(NetworkTimeout):
         await keys.get("k")
 
@@ -113,11 +125,11 @@ async def test_invalidate_detaches_a_read_in_flight() -> None:
     source.gate = asyncio.Event()
     keys = cache(source, ttl_s=60)
     before = asyncio.create_task(keys.get("k"))  # reads "v1", held open
-    await asyncio.sleep(0.01)
+    await within(lambda: source.reads == 1, 1)
     source.value = "v2"  # a local write...
     keys.invalidate("k")  # ...invalidates: the read in flight is neither joined nor stored
     after = asyncio.create_task(keys.get("k"))
-    await asyncio.sleep(0.01)
+    await within(lambda: source.reads == 2, 1)
     source.gate.set()
     assert await before == "k:v1" and await after == "k:v2"
     assert await keys.get("k") == "k:v2" and source.reads == 2
@@ -129,7 +141,7 @@ async def test_a_caller_that_leaves_does_not_cancel_the_shared_read() -> None:
     keys = cache(source, ttl_s=60)
     leaving = asyncio.create_task(keys.get("k"))
     staying = asyncio.create_task(keys.get("k"))
-    await asyncio.sleep(0.01)
+    await within(lambda: source.reads == 1, 1)
     leaving.cancel()
     source.gate.set()
     assert await staying == "k:v1"
@@ -159,7 +171,7 @@ class KeyRepository:
         return owner
 
 
-def tenant_service(keys: KeyRepository, ttl_s: float) -> TenantService:
+def tenant_service(keys: KeyRepository, ttl_s: float, clock: FakeClock) -> TenantService:
     return TenantService(
         tenants=keys,  # type: ignore[arg-type]
         tools=None,  # type: ignore[arg-type]
@@ -172,19 +184,20 @@ def tenant_service(keys: KeyRepository, ttl_s: float) -> TenantService:
         admin_key="admin",
         auth_cache_ttl_s=ttl_s,
         stale_if_error_s=30,
+        clock=clock,
     )
 
 
 async def test_one_key_lookup_for_a_burst_and_a_key_revoked_elsewhere_stops_working() -> None:
-    keys = KeyRepository()
-    service = tenant_service(keys, ttl_s=0.2)
+    keys, clock = KeyRepository(), FakeClock()
+    service = tenant_service(keys, ttl_s=0.2, clock=clock)
     key = "tg_" + "a" * 43
     burst = [asyncio.create_task(service.tenant_for_key(key)) for _ in range(40)]
-    await asyncio.sleep(0.01)
+    await within(lambda: keys.reads == 1, 1)
     keys.gate.set()
     assert await asyncio.gather(*burst) == ["acme"] * 40
     assert keys.reads == 1
     keys.owner = None  # rotated on another replica
-    await asyncio.sleep(0.25)
+    clock.advance(0.25)
     assert await service.tenant_for_key(key) is None  # within the TTL, not later
     await service.aclose()

@@ -6,6 +6,8 @@ import asyncio
 from typing import Any
 
 from app.services.catalog import ToolCatalog
+from tests.support.clock import FakeClock
+from tests.support.waiting import within
 
 
 def _tool(tool_id: str) -> dict[str, Any]:
@@ -38,14 +40,14 @@ class SlowRepository:
 
 
 async def test_cached_until_ttl_then_reloaded() -> None:
-    repo = SlowRepository()
-    catalog = ToolCatalog(tools=repo, ttl_s=0.2)  # type: ignore[arg-type]
+    repo, clock = SlowRepository(), FakeClock()
+    catalog = ToolCatalog(tools=repo, ttl_s=0.2, clock=clock)  # type: ignore[arg-type]
     first = await catalog.enabled(tenant_id="t")
     assert [t.name for t in first] == ["a"] and first[0].schema["function"]["name"] == "a"
     repo.docs.append(_tool("b"))  # as if another replica wrote it
     assert [t.name for t in await catalog.enabled(tenant_id="t")] == ["a"]
     assert repo.reads == 1
-    await asyncio.sleep(0.25)
+    clock.advance(0.25)
     assert [t.name for t in await catalog.enabled(tenant_id="t")] == ["a", "b"]
 
 
@@ -65,7 +67,7 @@ async def test_a_load_racing_a_write_is_not_cached() -> None:
     catalog = ToolCatalog(tools=repo, ttl_s=60)  # type: ignore[arg-type]
     repo.pause = asyncio.Event()
     loading = asyncio.create_task(catalog.enabled(tenant_id="t"))  # reads ["a"], then waits
-    await asyncio.sleep(0.01)
+    await within(lambda: repo.reads == 1, 1)
     repo.docs.append(_tool("b"))
     catalog.invalidate("t")  # the write lands while the read is in flight
     repo.pause.set()
@@ -87,7 +89,7 @@ async def test_a_burst_of_requests_on_a_cold_or_expired_tenant_reads_once() -> N
     catalog = ToolCatalog(tools=repo, ttl_s=60)  # type: ignore[arg-type]
     repo.pause = asyncio.Event()
     burst = [asyncio.create_task(catalog.enabled(tenant_id="t")) for _ in range(30)]
-    await asyncio.sleep(0.01)
+    await within(lambda: repo.reads == 1, 1)
     repo.pause.set()
     assert all([t.name for t in tools] == ["a"] for tools in await asyncio.gather(*burst))
     assert repo.reads == 1  # before: 30 identical reads, each waiting on the database

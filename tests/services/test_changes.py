@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.repositories.changes import ChangeStampRepository
 from app.repositories.database import Database
 from app.services.changes import ChangeFeed
-from tests.conftest import make_settings
+from tests.support.apps import make_settings
 from tests.support.secantus import SecantusServer
 
 

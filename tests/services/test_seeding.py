@@ -12,7 +12,7 @@ from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
 from app.services.seeding import Seeder
 from app.tools.builtin import registry
-from tests.conftest import make_settings
+from tests.support.apps import make_settings
 
 pytestmark = pytest.mark.all_stores
 

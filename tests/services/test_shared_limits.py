@@ -17,7 +17,7 @@ from app.repositories.database import Database
 from app.repositories.limits import LimitRepository
 from app.services.limit_shares import share_of
 from app.services.shared_limits import SPARE_IDLE_S, SharedLimits
-from tests.conftest import make_settings
+from tests.support.apps import make_settings
 from tests.support.clock import FakeClock
 from tests.support.secantus import SecantusServer, free_port
 

@@ -8,8 +8,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests.support.waiting import within_blocking
 
 STARTUP_TIMEOUT_S = 30.0
 
@@ -60,17 +61,21 @@ class SecantusServer:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"SecantusDB exited early; see {self.log_path}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"SecantusDB did not listen within {STARTUP_TIMEOUT_S} s")
+        try:
+            within_blocking(self._listening, STARTUP_TIMEOUT_S)
+        except AssertionError:
+            self.stop()
+            raise RuntimeError(f"SecantusDB did not listen within {STARTUP_TIMEOUT_S} s") from None
+
+    def _listening(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise RuntimeError(f"SecantusDB exited early; see {self.log_path}")
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return True
+        except OSError:
+            return False
 
     def kill(self) -> None:
         """kill -9, as a crash would."""

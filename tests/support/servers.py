@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import uvicorn
 from starlette.types import ASGIApp
 
 from tests.support.secantus import free_port
+from tests.support.waiting import within_blocking
 
 
 class ThreadedServer:
@@ -42,11 +42,7 @@ class ThreadedServer:
 
     def start(self) -> ThreadedServer:
         self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("test server did not start")
-            time.sleep(0.01)
+        within_blocking(lambda: self._server.started, 10, every_s=0.01)
         return self
 
     def stop(self, *, force: bool = False) -> None:

@@ -1,32 +1,18 @@
-"""The invocation path below the HTTP layer: executors' failures become error results."""
+"""The invoker (app/tools/invocation.py), below the HTTP layer: what every kind of tool gets
+(argument checks, timeout, cap, scrub), and an executor's failures as error results. Each
+executor alone: tests/tools/executors/."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-import httpx
-
 from app.metrics import Metrics
 from app.tools.executors import CallScope
-from app.tools.executors.external import ExternalExecutor
-from app.tools.executors.mcp import McpExecutor
 from app.tools.invocation import InvocationLimits, ToolInvoker
 from app.tools.outcome import ToolOutcome
 from app.tools.scrub import Scrubber
-from app.tools.typed import ContextSlot, ExternalTool, FunctionTool, McpServerTool
-
-
-def _external(url: str) -> ExternalTool:
-    return ExternalTool(
-        tool_id="bad-url",
-        name="bad_url",
-        description="",
-        parameters={"properties": {}, "required": []},
-        json_parameters={"type": "object", "properties": {}},
-        url=url,
-        method="GET",
-    )
+from app.tools.typed import ContextSlot, FunctionTool
 
 
 def _function(**extra: Any) -> FunctionTool:
@@ -86,13 +72,6 @@ def _invoker(executor: Any, metrics: Metrics | None = None) -> ToolInvoker:
     )
 
 
-async def test_an_invalid_stored_url_is_an_error_result() -> None:
-    async with httpx.AsyncClient() as http:  # the real client raises httpx.InvalidURL
-        executor = ExternalExecutor(http=http, response_max_bytes=1000)
-        outcome = await executor.run(_external("https://[::1/x"), {}, CallScope())
-    assert outcome == ToolOutcome.error("the tool's URL is not valid", "unreachable")
-
-
 async def test_an_exception_an_executor_lets_through_is_an_error_result() -> None:
     metrics = Metrics()
     result = await _invoker(Raising(), metrics).invoke(_function(), {}, CallScope())
@@ -134,17 +113,3 @@ async def test_arguments_are_checked_before_any_executor_runs() -> None:
         "invalid_arguments",
         "invalid arguments: 'x' must be an integer",
     )
-
-
-async def test_an_mcp_tool_without_a_session_is_an_error_result() -> None:
-    tool = McpServerTool(
-        tool_id="s__t",
-        name="s__t",
-        description="",
-        parameters=None,
-        json_parameters={"type": "object", "properties": {}},
-        server="s",
-        mcp_tool="t",
-    )
-    outcome = await McpExecutor().run(tool, {}, CallScope())
-    assert outcome.status == "error" and outcome.kind == "unreachable"

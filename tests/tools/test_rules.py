@@ -16,7 +16,7 @@ from app.tools.netguard import OutboundPolicy, url_problems
 from app.tools.registry import FunctionRegistry
 from app.tools.rules import definition_problems
 from app.tools.typed import UnreadableToolError, parse_stored_tool
-from tests.conftest import external_tool
+from tests.support.documents import external_tool
 
 
 def _broken(**function: Any) -> dict[str, Any]:

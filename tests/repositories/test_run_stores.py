@@ -12,7 +12,7 @@ from pymongo import AsyncMongoClient
 from app.repositories.database import Database
 from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
 from app.schemas.runs import RunQuery
-from tests.conftest import make_settings
+from tests.support.apps import make_settings
 from tests.support.secantus import SecantusServer
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -42,7 +42,12 @@ def run(
     }
 
 
-@pytest.fixture(params=["memory-ring", "secantus"])
+@pytest.fixture(
+    params=[
+        "memory-ring",
+        pytest.param("secantus", marks=[pytest.mark.processes, pytest.mark.slow]),
+    ]
+)
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[RunStore]:
     if request.param == "memory-ring":
         yield MemoryRunRepository(limit=1000)

@@ -1,0 +1,69 @@
+"""The app under test: its settings, its lifespan, an HTTP client over ASGITransport, tenants."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from pymongo import AsyncMongoClient
+
+from app.config import Settings
+from app.main import create_app
+from app.tools.registry import FunctionRegistry
+
+ADMIN_KEY = "test-admin-key-0123456789abcdef0123456789"
+KEY_SECRET = "test-key-secret-0123456789abcdef0123456789"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+def make_settings(mongo_url: str | None = None, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "app_env": "development",
+        "mongodb_url": mongo_url,
+        "mongodb_database": f"test_{uuid.uuid4().hex[:12]}",
+        "admin_api_key": ADMIN_KEY,
+        "api_key_secret": KEY_SECRET,
+        **overrides,
+    }
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+@asynccontextmanager
+async def running_app(settings: Settings, registry: FunctionRegistry) -> AsyncIterator[FastAPI]:
+    """The app with its lifespan entered; the test database is dropped afterwards."""
+    app = create_app(settings, registry=registry)
+    async with app.router.lifespan_context(app):
+        yield app
+    if settings.mongodb_url:
+        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
+            settings.mongodb_url, serverSelectionTimeoutMS=2000
+        )
+        try:
+            await client.drop_database(settings.mongodb_database)
+        finally:
+            await client.close()
+
+
+def http_client(app: FastAPI) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+
+
+@dataclass(frozen=True)
+class TenantCredentials:
+    tenant_id: str
+    api_key: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+
+async def create_tenant(client: httpx.AsyncClient, tenant_id: str) -> TenantCredentials:
+    response = await client.post("/tenants", json={"tenant_id": tenant_id}, headers=ADMIN)
+    assert response.status_code == 201, response.text
+    return TenantCredentials(tenant_id, response.json()["api_key"])
