@@ -1,13 +1,12 @@
-"""The MCP executor (app/mcp/executor.py): a call goes through the run's MCP sessions. Calls
+"""The MCP executor (app/tools/executors/mcp.py): a call goes through the run's MCP sessions. Calls
 over real MCP servers on every transport live in tests/mcp/."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.mcp.executor import McpExecutor
-
 from app.tools.executors import CallScope
+from app.tools.executors.mcp import McpExecutor
 from app.tools.outcome import ToolOutcome
 from app.tools.typed import McpServerTool
 
