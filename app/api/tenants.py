@@ -12,7 +12,9 @@ from app.schemas import examples
 from app.schemas.problems import problem_responses
 from app.schemas.tenants import (
     TENANT_ID_PATTERN,
+    KeyRotationOptions,
     OutboundAllow,
+    RotatedTenantKey,
     Tenant,
     TenantCreate,
     TenantKey,
@@ -65,11 +67,26 @@ async def delete_tenant(tenant_id: TenantPath, services: ServicesDep) -> Respons
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.post("/{tenant_id}/keys", response_model=TenantKey, responses=problem_responses(404, 422))
-async def rotate_tenant_key(tenant_id: TenantPath, services: ServicesDep) -> TenantKey:
-    """Issue a new API key for a tenant; the previous key stops working at once."""
-    api_key = await services.tenants.rotate_key(tenant_id=tenant_id)
-    return TenantKey(tenant_id=tenant_id, api_key=api_key)
+@router.post(
+    "/{tenant_id}/keys",
+    response_model=RotatedTenantKey,
+    responses=problem_responses(400, 404, 413, 422),
+)
+async def rotate_tenant_key(
+    tenant_id: TenantPath,
+    services: ServicesDep,
+    body: Annotated[KeyRotationOptions | None, Body(openapi_examples=examples.KEY_ROTATION)] = None,
+) -> RotatedTenantKey:
+    """Issue a new API key for a tenant; the previous key stops working at once, and so do
+    the tenant's client tokens unless `keep_client_tokens` is true."""
+    keep = body is not None and body.keep_client_tokens
+    rotation = await services.tenants.rotate_key(tenant_id=tenant_id, keep_client_tokens=keep)
+    return RotatedTenantKey(
+        tenant_id=tenant_id,
+        api_key=rotation.api_key,
+        client_tokens_revoked=rotation.revoked,
+        client_tokens_kept=rotation.kept,
+    )
 
 
 @router.get(

@@ -39,6 +39,23 @@ class TenantKey(BaseModel):
     api_key: str
 
 
+class KeyRotationOptions(ClientModel):
+    """`POST /tenants/{id}/keys`: what to do with the tenant's client tokens."""
+
+    keep_client_tokens: bool = Field(
+        default=False,
+        description="Keep the tenant's client tokens working. By default a rotation revokes "
+        "them all, since whoever held the old key may have minted some.",
+    )
+
+
+class RotatedTenantKey(TenantKey):
+    """A tenant's new API key (shown only here), and what became of its client tokens."""
+
+    client_tokens_revoked: int = Field(description="Client tokens revoked by this rotation.")
+    client_tokens_kept: int = Field(description="Client tokens kept (keep_client_tokens).")
+
+
 AllowEntry = Annotated[str, StringConstraints(min_length=1, max_length=300)]
 
 
