@@ -91,6 +91,11 @@ class Settings(BaseSettings):
     # first: a request sent on a connection the server is closing at that instant fails.
     keepalive_timeout_s: int = Field(default=75, ge=1, le=3600)
     body_timeout_s: float = Field(default=15.0, ge=0.1, le=600)
+    # A connection whose request head (request line and headers) is not complete this long
+    # after it opened, or after the first byte following a response, is closed (app/http_server).
+    header_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    # Open connections one process keeps; one more is answered 503 and closed at once.
+    max_connections: int = Field(default=1000, ge=1, le=1_000_000)
 
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
