@@ -154,9 +154,10 @@ def create_app(
         app.include_router(module.router)
     # MCP over streamable HTTP (docs/mcp.md); not a REST route, so not in the OpenAPI document.
     # Right after /ping: routes are matched in order, and a tools/call is a hot path too.
-    # Starlette serves an endpoint that is not a function as an ASGI app.
+    # Starlette serves an endpoint that is not a function as an ASGI app; every method reaches
+    # it, so the credential is checked before anything is said about the method (405 but POST).
     gateway = McpGateway()
-    app.router.routes.insert(1, Route("/mcp", gateway, methods=["GET", "POST", "DELETE"]))
+    app.router.routes.insert(1, Route("/mcp", gateway))
     if app.openapi_url:
         install_docs(app, openapi_url=app.openapi_url)
     return app
