@@ -138,7 +138,8 @@ class Settings(BaseSettings):
     outbound_ca_bundle: str | None = None
 
     cors_allow_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    docs_enabled: bool = True
+    # /docs, /redoc and /openapi.json; unset: served in development, not in production.
+    docs_enabled: bool | None = None
 
     secrets_key: SecretStr | None = None
     secrets_old_keys: SecretStr | None = None
@@ -155,6 +156,11 @@ class Settings(BaseSettings):
     def _port_lists(cls, value: str) -> str:
         parse_ports(value)  # ValueError naming the bad part
         return value
+
+    @field_validator("docs_enabled", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("outbound_allow", "cors_allow_origins", mode="before")
     @classmethod
@@ -205,6 +211,12 @@ class Settings(BaseSettings):
         if self.metrics_token is not None and self.metrics_token.get_secret_value():
             return "token"
         return "public" if self.metrics_public or self.app_env != "production" else "closed"
+
+    @property
+    def docs_served(self) -> bool:
+        """DOCS_ENABLED, or when unset: in development only (the API's map is no one's
+        business on a public production host unless the operator says so)."""
+        return self.app_env != "production" if self.docs_enabled is None else self.docs_enabled
 
     @property
     def uses_memory_store(self) -> bool:

@@ -126,7 +126,7 @@ def create_app(
         telemetry={"tracing": False, "metrics": False, "logs": False},
         docs_url=None,  # install_docs serves both pages with local assets
         redoc_url=None,
-        openapi_url="/openapi.json" if settings.docs_enabled else None,
+        openapi_url="/openapi.json" if settings.docs_served else None,
     )
     app.state.metrics = Metrics()
     app.add_middleware(

@@ -78,3 +78,25 @@ async def test_admin_routes(
     if response.status_code in (401, 403):
         listing = (await client.get("/tenants", headers=ADMIN)).json()
         assert {t["tenant_id"] for t in listing["items"]} >= {"acme", "victim"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/tools/ids", None),
+        ("GET", "/tenants", None),
+        ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+        ("POST", "/chat", {"messages": [{"role": "user", "content": "hi"}]}),
+    ],
+)
+async def test_two_authorization_headers_are_400(
+    client: httpx.AsyncClient, method: str, path: str, body: Any
+) -> None:
+    """Which of two a proxy, a log or this service reads would differ: neither is taken."""
+    acme = await create_tenant(client, "acme")
+    valid = acme.headers["Authorization"] if path != "/tenants" else ADMIN["Authorization"]
+    for pair in ([valid, "Bearer tg_" + "A" * 43], ["Bearer tg_" + "A" * 43, valid], [valid] * 2):
+        headers = [("Authorization", value) for value in pair]
+        response = await client.request(method, path, json=body, headers=headers)
+        assert response.status_code == 400, (pair, response.text)
+        assert "one Authorization header" in response.json()["detail"]
