@@ -215,7 +215,16 @@ def _split_port(entry: str) -> tuple[str, int | None]:
 
 
 def normalize_host(host: str) -> str:
-    return host.translate(_DOT_LOOKALIKES).strip("[]").rstrip(".").lower()
+    """The host as DNS sees it: lower case, dots for dot look-alikes, and an internationalized
+    name in its IDNA form (`bücher.example` -> `xn--bcher-kva.example`), as httpx sends it, so
+    names are judged and matched label by label in ASCII."""
+    name = host.translate(_DOT_LOOKALIKES).strip("[]").rstrip(".").lower()
+    if name.isascii():
+        return name
+    try:
+        return httpx.URL(scheme="http", host=name).raw_host.decode("ascii")
+    except httpx.InvalidURL:
+        return name  # host_name_problem names it
 
 
 def literal_address(host: str) -> IPAddress | None:

@@ -86,6 +86,9 @@ UNSAFE_URLS = [
     "http://-bad.example.com/",
     "http://bad-.example.com/",
     "http://a..b.example/",
+    # An internationalized name is judged in its IDNA form: a local name stays local.
+    "http://bücher.localhost/",
+    "http://xn--bcher-kva.localhost/",
 ]
 SAFE_URLS = [
     "https://api.example.com/weather",
@@ -101,6 +104,11 @@ SAFE_URLS = [
     "http://api.example.com:8080/",
     f"http://{'a' * 63}.example.com/",
     "http://under_score.example.com/",
+    # Internationalized domain names, as written and in their IDNA (punycode) form.
+    "https://xn--bcher-kva.example/",
+    "https://bücher.example/",
+    "https://BÜCHER.example/path",
+    "https://例え.テスト/",
 ]
 
 
@@ -121,6 +129,13 @@ def test_operator_allow_list() -> None:
     assert policy.url_safety_problem("http://internal.example/") is None
     assert policy.url_safety_problem("http://192.168.0.1/") is not None
     assert policy.url_safety_problem("http://127.0.0.2/") is not None
+
+
+def test_an_internationalized_allow_list_entry_matches_either_spelling() -> None:
+    policy = OutboundPolicy(["bücher.intranet"])
+    assert policy.url_safety_problem("http://xn--bcher-kva.intranet/") is None
+    assert policy.url_safety_problem("http://bücher.intranet/") is None
+    assert policy.host_allowed("xn--bcher-kva.intranet")  # as httpcore names it at connect time
 
 
 def test_an_allow_list_entry_can_open_one_port() -> None:
