@@ -127,6 +127,9 @@ def create_app(
         docs_url=None,  # install_docs serves both pages with local assets
         redoc_url=None,
         openapi_url="/openapi.json" if settings.docs_served else None,
+        # `/tools/ids/` and `/mcp/` are 404, not a 307 to the route answered before the
+        # credential is checked.
+        redirect_slashes=False,
     )
     app.state.metrics = Metrics()
     app.add_middleware(

@@ -100,3 +100,25 @@ async def test_two_authorization_headers_are_400(
         response = await client.request(method, path, json=body, headers=headers)
         assert response.status_code == 400, (pair, response.text)
         assert "one Authorization header" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "path", ["/mcp/", "/tools/ids/", "/tools/weather-api/", "/tenants/", "/runs/"]
+)
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_a_trailing_slash_is_not_redirected_before_the_credential(
+    client: httpx.AsyncClient, method: str, path: str
+) -> None:
+    acme = await create_tenant(client, "acme")
+    for headers in ({}, acme.headers):
+        response = await client.request(method, path, headers=headers)
+        assert response.status_code in (401, 404, 405), (headers, response.status_code)
+        assert "location" not in response.headers
+
+
+async def test_the_tool_list_answers_with_and_without_its_slash(client: httpx.AsyncClient) -> None:
+    acme = await create_tenant(client, "acme")
+    for path in ("/tools", "/tools/"):
+        assert (await client.get(path)).status_code == 401
+        listed = await client.get(path, headers=acme.headers)
+        assert listed.status_code == 200 and listed.json()["total"] >= 1
