@@ -14,6 +14,7 @@ from app.schemas.tenants import (
     TENANT_ID_PATTERN,
     KeyRotationOptions,
     OutboundAllow,
+    OutboundAllowUpdate,
     RotatedTenantKey,
     Tenant,
     TenantCreate,
@@ -104,12 +105,13 @@ async def get_tenant_outbound(tenant_id: TenantPath, services: ServicesDep) -> O
 )
 async def set_tenant_outbound(
     tenant_id: TenantPath,
-    body: Annotated[OutboundAllow, Body(openapi_examples=examples.OUTBOUND)],
+    body: Annotated[OutboundAllowUpdate, Body(openapi_examples=examples.OUTBOUND)],
     services: ServicesDep,
 ) -> OutboundAllow:
     """Replace the tenant's own outbound allow list: its external tools and MCP servers may
-    then also reach these hosts, addresses or networks (and the ports they name). It applies
-    at once on this replica and within AUTH_CACHE_TTL_S on the others; tools already stored
-    are judged again when they connect."""
-    allow = await services.outbound.set_allow_list(tenant_id, body.allow)
+    then also reach these hosts, addresses or networks (an entry with a port: on that port
+    only). Entries opening every address, loopback or link-local (metadata) need `force`. It
+    applies at once on this replica and within AUTH_CACHE_TTL_S on the others; tools already
+    stored are judged again when they connect."""
+    allow = await services.outbound.set_allow_list(tenant_id, body.allow, force=body.force)
     return OutboundAllow(allow=allow)

@@ -63,6 +63,18 @@ class OutboundAllow(ClientModel):
     """A tenant's own outbound allow list, on top of the operator's policy (OUTBOUND_ALLOW,
     OUTBOUND_PORTS). Entries as in OUTBOUND_ALLOW: a host name, an address or a network, each
     optionally with `:port` (`[v6]:port`). An entry without a port lifts the public-address
-    rule for that target on the open ports; with a port it also opens that one port."""
+    rule for that target on the open ports; with a port it opens that target on that one port
+    only."""
 
     allow: list[AllowEntry] = Field(max_length=100)
+
+
+class OutboundAllowUpdate(OutboundAllow):
+    """`PUT /tenants/{id}/outbound`: the new list. Entries that open every address (`0.0.0.0/0`,
+    `::/0`), the service's own host (loopback, `localhost`) or link-local addresses (cloud
+    metadata) are refused unless `force` is true."""
+
+    force: bool = Field(
+        default=False,
+        description="Accept entries that open every address, loopback or link-local (metadata).",
+    )
