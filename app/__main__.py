@@ -133,6 +133,9 @@ def main(argv: list[str] | None = None) -> None:
         log_config=None,  # uvicorn's lines go through our redacting JSON handler
         access_log=False,  # our access log has the route template, tenant and request id
         proxy_headers=False,
+        # uvicorn's httptools protocol with HEADER_TIMEOUT_S and MAX_CONNECTIONS (it reads them
+        # from the settings in each worker).
+        http="app.http_server:GuardedHttpProtocol",
         timeout_keep_alive=settings.keepalive_timeout_s,
         # On SIGTERM: stop accepting, let in-flight chats finish up to their deadline, then
         # run the lifespan's shutdown (clients closed, run records flushed).

@@ -91,6 +91,11 @@ class Settings(BaseSettings):
     # first: a request sent on a connection the server is closing at that instant fails.
     keepalive_timeout_s: int = Field(default=75, ge=1, le=3600)
     body_timeout_s: float = Field(default=15.0, ge=0.1, le=600)
+    # A connection whose request head (request line and headers) is not complete this long
+    # after it opened, or after the first byte following a response, is closed (app/http_server).
+    header_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    # Open connections one process keeps; one more is answered 503 and closed at once.
+    max_connections: int = Field(default=1000, ge=1, le=1_000_000)
 
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
@@ -137,7 +142,8 @@ class Settings(BaseSettings):
     outbound_ca_bundle: str | None = None
 
     cors_allow_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    docs_enabled: bool = True
+    # /docs, /redoc and /openapi.json; unset: served in development, not in production.
+    docs_enabled: bool | None = None
 
     secrets_key: SecretStr | None = None
     secrets_old_keys: SecretStr | None = None
@@ -154,6 +160,11 @@ class Settings(BaseSettings):
     def _port_lists(cls, value: str) -> str:
         parse_ports(value)  # ValueError naming the bad part
         return value
+
+    @field_validator("docs_enabled", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("outbound_allow", "cors_allow_origins", mode="before")
     @classmethod
@@ -204,6 +215,12 @@ class Settings(BaseSettings):
         if self.metrics_token is not None and self.metrics_token.get_secret_value():
             return "token"
         return "public" if self.metrics_public or self.app_env != "production" else "closed"
+
+    @property
+    def docs_served(self) -> bool:
+        """DOCS_ENABLED, or when unset: in development only (the API's map is no one's
+        business on a public production host unless the operator says so)."""
+        return self.app_env != "production" if self.docs_enabled is None else self.docs_enabled
 
     @property
     def uses_memory_store(self) -> bool:

@@ -12,7 +12,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 
 from app.container import Services
-from app.errors import ForbiddenError, UnauthorizedError
+from app.errors import BadRequestError, ForbiddenError, UnauthorizedError
 from app.logs import request_context
 from app.services.client_tokens import ClientToken, is_client_token
 
@@ -27,7 +27,12 @@ ServicesDep = Annotated[Services, Depends(get_services)]
 
 
 def presented_bearer(request: Request) -> str:
-    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    """The bearer value of the one Authorization header; 400 for two (which one a proxy, a
+    log or this service reads would differ), 401 for none."""
+    values = request.headers.getlist("authorization")
+    if len(values) > 1:
+        raise BadRequestError("Send one Authorization header, not several.")
+    scheme, _, key = (values[0] if values else "").partition(" ")
     key = key.strip()
     if scheme.lower() != "bearer" or not key:
         raise UnauthorizedError("Send an API key as 'Authorization: Bearer <key>'.")

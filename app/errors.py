@@ -2,6 +2,7 @@
 problem response with the class's status (anything else is a logged, generic 500).
 
 * AppError (500) ....................................... here
+  * BadRequestError (400: two Authorization headers)
   * UnauthorizedError (401, `WWW-Authenticate: Bearer`)
   * ForbiddenError (403)
   * NotFoundError (404)
@@ -91,6 +92,10 @@ class AppError(Exception):
     def body(self) -> dict[str, Any]:
         """The problem details (RFC 9457) this error is answered with."""
         return problem_body(self.status_code, self.message, title=self.title, errors=self.errors)
+
+
+class BadRequestError(AppError):
+    status_code = 400
 
 
 class UnauthorizedError(AppError):

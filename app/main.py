@@ -126,7 +126,10 @@ def create_app(
         telemetry={"tracing": False, "metrics": False, "logs": False},
         docs_url=None,  # install_docs serves both pages with local assets
         redoc_url=None,
-        openapi_url="/openapi.json" if settings.docs_enabled else None,
+        openapi_url="/openapi.json" if settings.docs_served else None,
+        # `/tools/ids/` and `/mcp/` are 404, not a 307 to the route answered before the
+        # credential is checked.
+        redirect_slashes=False,
     )
     app.state.metrics = Metrics()
     app.add_middleware(
@@ -154,9 +157,10 @@ def create_app(
         app.include_router(module.router)
     # MCP over streamable HTTP (docs/mcp.md); not a REST route, so not in the OpenAPI document.
     # Right after /ping: routes are matched in order, and a tools/call is a hot path too.
-    # Starlette serves an endpoint that is not a function as an ASGI app.
+    # Starlette serves an endpoint that is not a function as an ASGI app; every method reaches
+    # it, so the credential is checked before anything is said about the method (405 but POST).
     gateway = McpGateway()
-    app.router.routes.insert(1, Route("/mcp", gateway, methods=["GET", "POST", "DELETE"]))
+    app.router.routes.insert(1, Route("/mcp", gateway))
     if app.openapi_url:
         install_docs(app, openapi_url=app.openapi_url)
     return app

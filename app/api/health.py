@@ -10,7 +10,7 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
-from app.deps import ServicesDep
+from app.deps import ServicesDep, presented_bearer
 from app.errors import ForbiddenError, UnauthorizedError
 from app.schemas.problems import problem_responses
 
@@ -78,8 +78,10 @@ async def metrics(request: Request, services: ServicesDep) -> Response:
             "token), or METRICS_PUBLIC=true."
         )
     if access == "token" and token is not None:
-        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-        expected = token.get_secret_value().encode()
-        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.encode(), expected):
+        try:
+            presented = presented_bearer(request)
+        except UnauthorizedError:
+            presented = ""
+        if not hmac.compare_digest(presented.encode(), token.get_secret_value().encode()):
             raise UnauthorizedError("Send METRICS_TOKEN as 'Authorization: Bearer <token>'.")
     return Response(services.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -46,14 +46,33 @@ class _DirectContext:
     request: Request
 
 
-def _plain_json_post(scope: Scope) -> bool:
-    """A JSON POST of the protocol versions with a handshake (or none said): a candidate."""
+def _json_post(scope: Scope) -> tuple[bool, bool]:
+    """(a JSON POST, of the protocol versions with a handshake or none said: a candidate for a
+    direct answer)."""
     headers = dict(scope["headers"])
     version = headers.get(b"mcp-protocol-version")
     content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
-    return content_type == b"application/json" and (
+    json_post = scope["method"] == "POST" and content_type == b"application/json"
+    return json_post, json_post and (
         version is None or version.decode("latin-1") in HANDSHAKE_PROTOCOL_VERSIONS
     )
+
+
+def _parsed(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None  # the SDK answers with its parse error
+
+
+def _bad_request_id(message: Any) -> bool:
+    """A request (it has a method) whose `id` is there but not a string or an integer: MCP
+    forbids null, and JSON-RPC numbers with a fraction; the SDK would take it for a
+    notification and answer 202 with nothing."""
+    if not isinstance(message, dict) or "method" not in message or "id" not in message:
+        return False
+    request_id = message["id"]
+    return not isinstance(request_id, str | int) or isinstance(request_id, bool)
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -162,24 +181,28 @@ class McpGateway:
             return
         if self._manager is None:
             raise RuntimeError("the MCP endpoint is not running (app lifespan not started)")
-        if scope["method"] == "POST" and _plain_json_post(scope):
+        if scope["method"] != "POST":  # stateless: no SSE stream to GET, no session to DELETE
+            refused = problem_response(405, "/mcp takes POST only", headers={"Allow": "POST"})
+            await refused(scope, receive, send)
+            return
+        json_post, direct = _json_post(scope)
+        if json_post:
             body = await _read_body(receive)
-            answered = await self._answered_unless_gone(scope, body, receive, send)
-            if answered:
+            message = _parsed(body)
+            if _bad_request_id(message):
+                await _invalid_request(scope, send)
+                return
+            if direct and await self._answered_unless_gone(scope, message, receive, send):
                 return
             receive = _replay(body, receive)
         await self._manager.handle_request(scope, receive, send)
 
     async def _answered_unless_gone(
-        self, scope: Scope, body: bytes, receive: Receive, send: Send
+        self, scope: Scope, message: Any, receive: Receive, send: Send
     ) -> bool:
         """`_answer_directly`, cancelled when the client disconnects before its answer (a tool
         it gave up on stops, and its run is recorded `cancelled`) or when it sends
         `notifications/cancelled` for the request (`_cancel`)."""
-        try:
-            message = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return False
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             return False
         key = (
@@ -311,6 +334,13 @@ class McpGateway:
 def _problem_text(exc: AppError) -> str:
     details = "; ".join(f"{e['path']}: {e['message']}" for e in exc.errors or [])
     return f"{exc.message} ({details})" if details else exc.message
+
+
+async def _invalid_request(scope: Scope, send: Send) -> None:
+    error = {"code": mcp_types.INVALID_REQUEST, "message": "id must be a string or an integer"}
+    payload = {"jsonrpc": "2.0", "id": None, "error": error}
+    response = Response(orjson.dumps(payload), status_code=400, media_type="application/json")
+    await response(scope, _no_body, send)
 
 
 def _error_result(message: str) -> mcp_types.CallToolResult:

@@ -12,7 +12,10 @@ from app.schemas import examples
 from app.schemas.problems import problem_responses
 from app.schemas.tenants import (
     TENANT_ID_PATTERN,
+    KeyRotationOptions,
     OutboundAllow,
+    OutboundAllowUpdate,
+    RotatedTenantKey,
     Tenant,
     TenantCreate,
     TenantKey,
@@ -65,11 +68,26 @@ async def delete_tenant(tenant_id: TenantPath, services: ServicesDep) -> Respons
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.post("/{tenant_id}/keys", response_model=TenantKey, responses=problem_responses(404, 422))
-async def rotate_tenant_key(tenant_id: TenantPath, services: ServicesDep) -> TenantKey:
-    """Issue a new API key for a tenant; the previous key stops working at once."""
-    api_key = await services.tenants.rotate_key(tenant_id=tenant_id)
-    return TenantKey(tenant_id=tenant_id, api_key=api_key)
+@router.post(
+    "/{tenant_id}/keys",
+    response_model=RotatedTenantKey,
+    responses=problem_responses(400, 404, 413, 422),
+)
+async def rotate_tenant_key(
+    tenant_id: TenantPath,
+    services: ServicesDep,
+    body: Annotated[KeyRotationOptions | None, Body(openapi_examples=examples.KEY_ROTATION)] = None,
+) -> RotatedTenantKey:
+    """Issue a new API key for a tenant; the previous key stops working at once, and so do
+    the tenant's client tokens unless `keep_client_tokens` is true."""
+    keep = body is not None and body.keep_client_tokens
+    rotation = await services.tenants.rotate_key(tenant_id=tenant_id, keep_client_tokens=keep)
+    return RotatedTenantKey(
+        tenant_id=tenant_id,
+        api_key=rotation.api_key,
+        client_tokens_revoked=rotation.revoked,
+        client_tokens_kept=rotation.kept,
+    )
 
 
 @router.get(
@@ -87,12 +105,13 @@ async def get_tenant_outbound(tenant_id: TenantPath, services: ServicesDep) -> O
 )
 async def set_tenant_outbound(
     tenant_id: TenantPath,
-    body: Annotated[OutboundAllow, Body(openapi_examples=examples.OUTBOUND)],
+    body: Annotated[OutboundAllowUpdate, Body(openapi_examples=examples.OUTBOUND)],
     services: ServicesDep,
 ) -> OutboundAllow:
     """Replace the tenant's own outbound allow list: its external tools and MCP servers may
-    then also reach these hosts, addresses or networks (and the ports they name). It applies
-    at once on this replica and within AUTH_CACHE_TTL_S on the others; tools already stored
-    are judged again when they connect."""
-    allow = await services.outbound.set_allow_list(tenant_id, body.allow)
+    then also reach these hosts, addresses or networks (an entry with a port: on that port
+    only). Entries opening every address, loopback or link-local (metadata) need `force`. It
+    applies at once on this replica and within AUTH_CACHE_TTL_S on the others; tools already
+    stored are judged again when they connect."""
+    allow = await services.outbound.set_allow_list(tenant_id, body.allow, force=body.force)
     return OutboundAllow(allow=allow)

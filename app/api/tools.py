@@ -102,6 +102,9 @@ FormatQuery = Annotated[
     response_model_exclude_none=True,
     responses=problem_responses(422),
 )
+# The app redirects no slashes (a 307 would answer before the credential is checked), so the
+# list answers at both spellings.
+@router.get("", include_in_schema=False)
 async def list_tools(
     tenant: TenantDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,

@@ -49,8 +49,10 @@ class ClientTokenRepository:
         )
         return None if doc is None else str(doc["key_hash"])
 
-    async def drop_all(self, *, tenant_id: str) -> None:
-        await self._collection.delete_many({"tenant_id": tenant_id})
+    async def drop_all(self, *, tenant_id: str) -> int:
+        """Delete every token of the tenant; how many there were."""
+        result = await self._collection.delete_many({"tenant_id": tenant_id})
+        return int(result.deleted_count)
 
     async def sealed_all(self, *, tenant_id: str) -> dict[str, str]:
         cursor = self._collection.find(

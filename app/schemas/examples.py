@@ -147,6 +147,17 @@ TENANT: Examples = {
     "tenant": {"summary": "A new tenant; its key is shown once", "value": {"tenant_id": "acme"}},
 }
 
+KEY_ROTATION: Examples = {
+    "revoke": {
+        "summary": "New key; the tenant's client tokens are revoked too (the default)",
+        "value": {},
+    },
+    "keep": {
+        "summary": "New key; the tenant's client tokens keep working",
+        "value": {"keep_client_tokens": True},
+    },
+}
+
 TOOL_IMPORT: Examples = {
     "inline": {
         "summary": "A one-operation API, tried first (dry_run: nothing is stored)",

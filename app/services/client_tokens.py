@@ -170,9 +170,15 @@ class ClientTokenService:
         self._cache.invalidate(key_hash)
         await self._publish(tenant_id)
 
-    async def drop_all(self, *, tenant_id: str) -> None:
-        await self._tokens.drop_all(tenant_id=tenant_id)
+    async def drop_all(self, *, tenant_id: str) -> int:
+        """Revoke every token of the tenant at once on this replica (the caller publishes the
+        change to the others); how many were revoked."""
+        revoked = await self._tokens.drop_all(tenant_id=tenant_id)
         self.forget_tenant(tenant_id)
+        return revoked
+
+    async def count(self, *, tenant_id: str) -> int:
+        return await self._tokens.count(tenant_id=tenant_id)
 
     def forget_tenant(self, tenant_id: str) -> None:
         """Forget the tenant's cached tokens (a change published elsewhere)."""

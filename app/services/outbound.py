@@ -19,7 +19,7 @@ from app.cache import LoadingCache
 from app.errors import NotFoundError, UnprocessableError, field_error
 from app.repositories.tenants import TenantRepository
 from app.services.changes import Publish, unpublished
-from app.tools.netguard import OutboundPolicy, allow_entry_problem
+from app.tools.netguard import OutboundPolicy, allow_entry_problem, forced_entry_problem
 
 MAX_CACHED_TENANTS = 100_000
 MAX_CLIENTS = 256  # distinct allow lists with a client open; the least used is closed first
@@ -102,9 +102,12 @@ class TenantOutbound:
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")
         return allow
 
-    async def set_allow_list(self, tenant_id: str, allow: list[str]) -> list[str]:
-        """Replace the tenant's list; 422 naming every malformed entry. Applies at once here
-        and within CACHE_SYNC_INTERVAL_S on other replicas (docs/replicas.md)."""
+    async def set_allow_list(
+        self, tenant_id: str, allow: list[str], *, force: bool = False
+    ) -> list[str]:
+        """Replace the tenant's list; 422 naming every malformed entry, and every entry that
+        opens everything, loopback or link-local unless `force`. Applies at once here and
+        within CACHE_SYNC_INTERVAL_S on other replicas (docs/replicas.md)."""
         errors = [
             field_error(f"$.allow[{index}]", problem)
             for index, entry in enumerate(allow)
@@ -112,6 +115,15 @@ class TenantOutbound:
         ]
         if errors:
             raise UnprocessableError("Some allow-list entries are malformed.", errors=errors)
+        errors = [
+            field_error(f"$.allow[{index}]", f'{problem}; send "force": true to open it anyway')
+            for index, entry in enumerate(allow)
+            if not force and (problem := forced_entry_problem(entry))
+        ]
+        if errors:
+            raise UnprocessableError(
+                "Some allow-list entries open the service's own host or metadata.", errors=errors
+            )
         entries = list(dict.fromkeys(entry.strip() for entry in allow))
         if not await self._tenants.set_outbound_allow(entries, tenant_id=tenant_id):
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")

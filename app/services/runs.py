@@ -249,7 +249,7 @@ class RunService:
         self, tool_id: str, *, tenant_id: str, since: datetime | None, until: datetime | None
     ) -> dict[str, Any]:
         until = until or datetime.now(UTC)
-        since = since or until - timedelta(days=1)
+        since = since or _day_before(until)
         found = await self._runs.tool_stats(tool_id, tenant_id=tenant_id, since=since, until=until)
         calls, errors = int(found.get("calls", 0)), int(found.get("errors", 0))
         return {
@@ -313,3 +313,12 @@ def _decode(cursor: str) -> tuple[datetime, str]:
         "The cursor is not valid.",
         errors=[field_error("query.cursor", "use next_cursor from a previous page")],
     )
+
+
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+
+def _day_before(instant: datetime) -> datetime:
+    """A day earlier, or the first instant a datetime holds (0001-01-01 has no day before)."""
+    day = timedelta(days=1)
+    return instant - day if instant - _EARLIEST >= day else _EARLIEST

@@ -7,6 +7,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from app.cache import LoadingCache
@@ -26,6 +27,15 @@ from app.services.seeding import Seeder
 KEY_PREFIX = "tg_"
 _KEY_SHAPE = re.compile(r"^tg_[A-Za-z0-9_-]{43}$")
 MAX_CACHED_KEYS = 100_000
+
+
+@dataclass(slots=True)
+class KeyRotation:
+    """A new key, and what became of the tenant's client tokens."""
+
+    api_key: str
+    revoked: int = 0
+    kept: int = 0
 
 
 def new_api_key() -> str:
@@ -117,16 +127,24 @@ class TenantService:
     async def page(self, *, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
         return await self._tenants.page(limit=limit, offset=offset)
 
-    async def rotate_key(self, *, tenant_id: str) -> str:
-        """Issue a new key; the old one stops working at once."""
+    async def rotate_key(self, *, tenant_id: str, keep_client_tokens: bool = False) -> KeyRotation:
+        """Issue a new key; the old one stops working at once, and so do the tenant's client
+        tokens unless `keep_client_tokens` (a rotation usually means the key leaked, and
+        whoever held it may have minted tokens)."""
         api_key = new_api_key()
         self._forget_keys_of(tenant_id)
         if not await self._tenants.replace_key_hash(
             tenant_id=tenant_id, key_hash=self._hash(api_key)
         ):
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")
+        rotation = KeyRotation(api_key=api_key)
+        if self._client_tokens is not None:
+            if keep_client_tokens:
+                rotation.kept = await self._client_tokens.count(tenant_id=tenant_id)
+            else:
+                rotation.revoked = await self._client_tokens.drop_all(tenant_id=tenant_id)
         await self._publish(tenant_id)
-        return api_key
+        return rotation
 
     async def delete(self, *, tenant_id: str) -> None:
         """Delete a tenant: its keys and client tokens stop working first, then its tools are

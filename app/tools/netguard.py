@@ -81,7 +81,8 @@ _LABEL = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
 class OutboundPolicy:
     """Which destinations external tools may reach: public addresses on the allowed ports, plus
     the operator's allow list. An entry without a port (`internal.example`, `10.0.0.0/8`) lifts
-    the address rule only; `host:port` (`[v6]:port`, `cidr:port`) also opens that one port."""
+    the address rule on the open ports; `host:port` (`[v6]:port`, `cidr:port`) opens that target
+    on that one port only."""
 
     def __init__(
         self,
@@ -106,12 +107,14 @@ class OutboundPolicy:
                 network = ipaddress.ip_network(target, strict=False)
             except ValueError:
                 host = normalize_host(target)
-                self._hosts.add(host)
-                if port is not None:
+                if port is None:
+                    self._hosts.add(host)
+                else:
                     self._host_ports.add((host, port))
                 continue
-            self._networks.append(network)
-            if port is not None:
+            if port is None:
+                self._networks.append(network)
+            else:
                 self._network_ports.append((network, port))
 
     def extended(self, allow: Sequence[str]) -> OutboundPolicy:
@@ -129,24 +132,29 @@ class OutboundPolicy:
             self._ssl = ssl.create_default_context(cafile=self._ca_bundle or certifi.where())
         return self._ssl
 
-    def host_allowed(self, host: str) -> bool:
-        return normalize_host(host) in self._hosts
+    def host_allowed(self, host: str, port: int) -> bool:
+        """An allow-list entry names this host (for every open port, or for this one)."""
+        name = normalize_host(host)
+        return name in self._hosts or (name, port) in self._host_ports
 
-    def address_allowed(self, address: IPAddress) -> bool:
-        if any(address in network for network in self._networks):
+    def address_allowed(self, address: IPAddress, port: int) -> bool:
+        """Public, or in an allow-listed network (for every open port, or for this one)."""
+        if any(address in network for network in self._networks) or any(
+            address in network and port == allowed for network, allowed in self._network_ports
+        ):
             return True
         if address.version == 6 and address.ipv4_mapped is not None:
-            return self.address_allowed(address.ipv4_mapped)  # judged by the IPv4 inside
+            return self.address_allowed(address.ipv4_mapped, port)  # judged by the IPv4 inside
         return not any(address in network for network in _BLOCKED) and address.is_global
 
-    def port_allowed(self, host: str, port: int, addresses: Iterable[IPAddress] = ()) -> bool:
-        """The default ports, or a port an allow-list entry names for this host or address."""
+    def port_allowed(self, host: str, port: int, addresses: Sequence[IPAddress] = ()) -> bool:
+        """The default ports, or a port an allow-list entry names for this host or for every
+        one of its addresses."""
         if port in self._ports or (normalize_host(host), port) in self._host_ports:
             return True
-        return any(
-            address in network and port == allowed
+        return bool(addresses) and all(
+            any(address in network and port == allowed for network, allowed in self._network_ports)
             for address in addresses
-            for network, allowed in self._network_ports
         )
 
     def url_safety_problem(self, url: str) -> str | None:
@@ -163,13 +171,13 @@ class OutboundPolicy:
         port = httpx.URL(url).port or (443 if url.lower().startswith("https") else 80)
         if not self.port_allowed(name, port, [address] if address else []):
             return f"port {port} is not open to external tools (OUTBOUND_PORTS); ask the operator"
-        if self.host_allowed(host):
+        if self.host_allowed(host, port):
             return None
         if address is None and (problem := host_name_problem(name)):
             return problem
         if name == "localhost" or name.endswith((".localhost", ".local", ".internal")):
             return f"host '{host}' is a local name; external tools may only reach public hosts"
-        if address is not None and not self.address_allowed(address):
+        if address is not None and not self.address_allowed(address, port):
             return (
                 f"host '{host}' is not a public address; external tools may only reach public hosts"
             )
@@ -238,6 +246,44 @@ def allow_entry_problem(entry: str) -> str | None:
     return None if problem is None else f"'{entry}': {problem}"
 
 
+# What a tenant's own allow list opens only when the admin forces it: the service's own host
+# (loopback, unspecified), link-local (cloud metadata at 169.254.169.254, fd00:ec2::254 aside),
+# and their IPv4-mapped forms; a network holding them (`0.0.0.0/0`, `::/0`) too.
+_FORCE_ONLY: tuple[Network, ...] = tuple(
+    ipaddress.ip_network(cidr)
+    for cidr in (
+        "0.0.0.0/8",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "::/128",
+        "::1/128",
+        "fe80::/10",
+        "::ffff:0.0.0.0/104",
+        "::ffff:127.0.0.0/104",
+        "::ffff:169.254.0.0/112",
+    )
+)
+
+
+def forced_entry_problem(entry: str) -> str | None:
+    """Why a tenant's allow-list entry may be set only when the admin forces it, or None."""
+    target, _ = _split_port(entry.strip())
+    try:
+        network = ipaddress.ip_network(target, strict=False)
+    except ValueError:
+        name = normalize_host(target)
+        if name == "localhost" or name.endswith(".localhost"):
+            return f"'{entry}' names the service's own host"
+        if name == "metadata.google.internal":
+            return f"'{entry}' names a cloud metadata service"
+        return None
+    if network.prefixlen == 0:
+        return f"'{entry}' opens every address"
+    if any(network.overlaps(n) for n in _FORCE_ONLY if n.version == network.version):
+        return f"'{entry}' reaches loopback, unspecified or link-local (metadata) addresses"
+    return None
+
+
 def _split_port(entry: str) -> tuple[str, int | None]:
     """`host:port`, `[v6]:port`, `cidr:port` -> (target, port); an entry without one: None."""
     if entry.startswith("["):
@@ -250,7 +296,16 @@ def _split_port(entry: str) -> tuple[str, int | None]:
 
 
 def normalize_host(host: str) -> str:
-    return host.translate(_DOT_LOOKALIKES).strip("[]").rstrip(".").lower()
+    """The host as DNS sees it: lower case, dots for dot look-alikes, and an internationalized
+    name in its IDNA form (`bücher.example` -> `xn--bcher-kva.example`), as httpx sends it, so
+    names are judged and matched label by label in ASCII."""
+    name = host.translate(_DOT_LOOKALIKES).strip("[]").rstrip(".").lower()
+    if name.isascii():
+        return name
+    try:
+        return httpx.URL(scheme="http", host=name).raw_host.decode("ascii")
+    except httpx.InvalidURL:
+        return name  # host_name_problem names it
 
 
 def literal_address(host: str) -> IPAddress | None:
@@ -300,8 +355,8 @@ class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
         addresses = await self._resolve(host, port, timeout)
         if not self._policy.port_allowed(host, port, addresses):
             raise OutboundBlockedError(f"refusing to connect to port {port} (OUTBOUND_PORTS)")
-        if not self._policy.host_allowed(host):
-            blocked = [a for a in addresses if not self._policy.address_allowed(a)]
+        if not self._policy.host_allowed(host, port):
+            blocked = [a for a in addresses if not self._policy.address_allowed(a, port)]
             if blocked:
                 raise OutboundBlockedError(
                     f"refusing to connect to '{host}': it resolves to a non-public address"

@@ -165,9 +165,60 @@ def placement_problems(
             problems.append((path, "a path parameter must be required"))
         elif where == "header":
             problems += [(path, problem) for problem in reserved_header_problems([name])]
-            if name.lower() in {h.lower() for h in function.headers or {}}:
-                problems.append((path, f"the tool's headers already set '{name}'"))
+    return problems + case_problems(function, context_parameters)
+
+
+def case_problems(
+    function: FunctionSpec, context_parameters: Sequence[ContextParameter]
+) -> list[Problem]:
+    """Receivers read header names, and often JSON members, without regard to case (Go's
+    `Header.Get` takes the first `x-user` of several): within an external tool, header names
+    (fixed, context, visible) are unique case-insensitively, a body member may not differ from a
+    hidden one only by case, and the model may not set `Content-Type`."""
+    default = "query" if function.method in ("GET", "DELETE") else "body"
+    placed = [
+        (f"$.function.parameters.properties.{name}.in", name, s.in_ or default, False)
+        for name, s in function.parameters.properties.items()
+    ] + [
+        (f"$.context_parameters[{index}].in", c.name, c.in_ or default, True)
+        for index, c in enumerate(context_parameters)
+    ]
+    problems: list[Problem] = []
+    fixed: dict[str, str] = {}
+    for name in function.headers or {}:
+        if name.lower() in fixed:
+            problems.append((f"$.function.headers.{name}", _same_but_case("header", name, fixed)))
+        fixed.setdefault(name.lower(), name)
+    headers = dict(fixed)
+    body: dict[str, tuple[str, bool]] = {}
+    for path, name, where, hidden in placed:
+        key = name.lower()
+        if where == "header":
+            if not hidden and key == "content-type":
+                problems.append((path, "a parameter the model sets may not set Content-Type"))
+            if key in fixed:
+                problems.append((path, f"the tool's headers already set '{fixed[key]}'"))
+            elif headers.get(key, name) != name:  # the same name twice is parameter_problems'
+                problems.append((path, _same_but_case("header", name, headers)))
+            headers.setdefault(key, name)
+        elif where == "body":
+            other, other_hidden = body.setdefault(key, (name, hidden))
+            if other != name and (hidden or other_hidden):
+                problems.append(
+                    (
+                        path,
+                        f"the body member '{name}' differs only in case from '{other}', "
+                        "and one of them is a context parameter",
+                    )
+                )
     return problems
+
+
+def _same_but_case(kind: str, name: str, seen: dict[str, str]) -> str:
+    return (
+        f"the {kind} '{name}' differs from '{seen[name.lower()]}' only in case; "
+        "header names are case-insensitive"
+    )
 
 
 def signature_problems(

@@ -79,3 +79,47 @@ async def test_admin_routes(
     if response.status_code in (401, 403):
         listing = (await client.get("/tenants", headers=ADMIN)).json()
         assert {t["tenant_id"] for t in listing["items"]} >= {"acme", "victim"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/tools/ids", None),
+        ("GET", "/tenants", None),
+        ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+        ("POST", "/chat", {"messages": [{"role": "user", "content": "hi"}]}),
+    ],
+)
+async def test_two_authorization_headers_are_400(
+    client: httpx.AsyncClient, method: str, path: str, body: Any
+) -> None:
+    """Which of two a proxy, a log or this service reads would differ: neither is taken."""
+    acme = await create_tenant(client, "acme")
+    valid = acme.headers["Authorization"] if path != "/tenants" else ADMIN["Authorization"]
+    for pair in ([valid, "Bearer tg_" + "A" * 43], ["Bearer tg_" + "A" * 43, valid], [valid] * 2):
+        headers = [("Authorization", value) for value in pair]
+        response = await client.request(method, path, json=body, headers=headers)
+        assert response.status_code == 400, (pair, response.text)
+        assert "one Authorization header" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "path", ["/mcp/", "/tools/ids/", "/tools/weather-api/", "/tenants/", "/runs/"]
+)
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_a_trailing_slash_is_not_redirected_before_the_credential(
+    client: httpx.AsyncClient, method: str, path: str
+) -> None:
+    acme = await create_tenant(client, "acme")
+    for headers in ({}, acme.headers):
+        response = await client.request(method, path, headers=headers)
+        assert response.status_code in (401, 404, 405), (headers, response.status_code)
+        assert "location" not in response.headers
+
+
+async def test_the_tool_list_answers_with_and_without_its_slash(client: httpx.AsyncClient) -> None:
+    acme = await create_tenant(client, "acme")
+    for path in ("/tools", "/tools/"):
+        assert (await client.get(path)).status_code == 401
+        listed = await client.get(path, headers=acme.headers)
+        assert listed.status_code == 200 and listed.json()["total"] >= 1

@@ -191,3 +191,28 @@ async def test_a_date_without_an_offset_is_utc(
             route, params={"since": "2026-01-01T00:00:00"}, headers=acme.headers
         )
         assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize(
+    ("query", "since"),
+    [
+        ({"until": "0001-01-01T00:00:00Z"}, "0001-01-01T00:00:00Z"),
+        ({"until": "0001-01-01T12:30:00Z"}, "0001-01-01T00:00:00Z"),
+        ({"until": "0001-01-01T23:59:59.999999Z"}, "0001-01-01T00:00:00Z"),
+        ({"until": "0001-01-02T00:00:00Z"}, "0001-01-01T00:00:00Z"),
+        ({"until": "9999-12-31T23:59:59.999999Z"}, "9999-12-30T23:59:59.999999Z"),
+        ({"since": "9999-12-31T23:59:59.999999Z"}, "9999-12-31T23:59:59.999999Z"),
+        (
+            {"since": "0001-01-01T00:00:00Z", "until": "9999-12-31T23:59:59Z"},
+            "0001-01-01T00:00:00Z",
+        ),
+    ],
+)
+async def test_stats_windows_at_the_ends_of_the_calendar(
+    client: httpx.AsyncClient, acme: TenantCredentials, query: dict[str, str], since: str
+) -> None:
+    """The default window is the day before `until`; on the first day there is none."""
+    response = await client.get("/tools/rolldice/stats", params=query, headers=acme.headers)
+    assert response.status_code == 200, response.text
+    assert response.json()["since"] == since
+    assert response.json()["calls"] == 0

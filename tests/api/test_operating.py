@@ -7,6 +7,7 @@ import re
 import httpx
 import pytest
 
+from app.crypto import new_key
 from tests.support.apps import ADMIN, http_client, make_settings, running_app
 from tests.support.functions import registry
 
@@ -74,3 +75,37 @@ async def test_docs_can_be_turned_off() -> None:
         for path in ("/docs", "/redoc", "/openapi.json", "/docs/assets/swagger-ui-bundle.js"):
             assert (await client.get(path)).status_code == 404, path
         assert (await client.get("/ping")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("app_env", "docs_enabled", "served"),
+    [
+        ("production", None, False),  # the default in production: no map of the API
+        ("production", True, True),  # the operator said so
+        ("development", None, True),
+        ("development", False, False),
+    ],
+)
+async def test_docs_are_off_in_production_unless_turned_on(
+    app_env: str, docs_enabled: bool | None, served: bool
+) -> None:
+    production = {
+        "admin_api_key": "a" * 40,
+        "api_key_secret": "b" * 40,
+        "secrets_key": new_key(),
+    }
+    settings = make_settings(
+        None,
+        app_env=app_env,
+        docs_enabled=docs_enabled,
+        **(production if app_env == "production" else {}),
+    )
+    async with running_app(settings, registry) as app, http_client(app) as client:
+        for path in ("/docs", "/redoc", "/openapi.json"):
+            expected = 200 if served else 404
+            assert (await client.get(path)).status_code == expected, path
+
+
+def test_an_empty_docs_enabled_is_unset() -> None:
+    assert make_settings(None, docs_enabled="").docs_served is True
+    assert make_settings(None, docs_enabled="false").docs_served is False

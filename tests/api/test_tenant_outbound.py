@@ -46,8 +46,11 @@ def local_tool(url: str, tool_id: str = "intranet") -> dict[str, object]:
     )
 
 
-async def set_allow(client: httpx.AsyncClient, tenant: str, allow: list[str]) -> httpx.Response:
-    return await client.put(f"/tenants/{tenant}/outbound", json={"allow": allow}, headers=ADMIN)
+async def set_allow(
+    client: httpx.AsyncClient, tenant: str, allow: list[str], *, force: bool = False
+) -> httpx.Response:
+    body = {"allow": allow, "force": force}
+    return await client.put(f"/tenants/{tenant}/outbound", json=body, headers=ADMIN)
 
 
 async def test_admin_sets_reads_and_validates_a_tenants_list(client: httpx.AsyncClient) -> None:
@@ -92,11 +95,11 @@ async def test_a_list_opens_its_targets_for_that_tenant_only(
         return dict(response.json())
 
     # Without a port, the entry lifts the address rule only: the port is still closed.
-    assert (await set_allow(client, "acme", ["127.0.0.1"])).status_code == 200
+    assert (await set_allow(client, "acme", ["127.0.0.1"], force=True)).status_code == 200
     refused = await create(acme)
     assert refused.status_code == 422 and f"port {port}" in refused.text
     # With the port, both: acme may create and call it...
-    assert (await set_allow(client, "acme", [f"127.0.0.1:{port}"])).status_code == 200
+    assert (await set_allow(client, "acme", [f"127.0.0.1:{port}"], force=True)).status_code == 200
     assert (await create(acme)).status_code == 201, (await create(acme)).text
     called = await invoke(acme)
     assert called["status"] == "ok" and '"method":"GET"' in str(called["content"]), called
@@ -115,7 +118,7 @@ async def test_a_deleted_tenant_does_not_pass_its_list_to_a_new_one_with_its_id(
 ) -> None:
     port = urlsplit(upstream.url).port
     await create_tenant(client, "acme")
-    assert (await set_allow(client, "acme", [f"127.0.0.1:{port}"])).status_code == 200
+    assert (await set_allow(client, "acme", [f"127.0.0.1:{port}"], force=True)).status_code == 200
     assert (await client.delete("/tenants/acme", headers=ADMIN)).status_code == 204
     again = await create_tenant(client, "acme")
     assert (await client.get("/tenants/acme/outbound", headers=ADMIN)).json() == {"allow": []}
@@ -132,7 +135,7 @@ async def test_a_tenants_mcp_server_on_an_allowed_local_address(
     acme, globex = await create_tenant(client, "acme"), await create_tenant(client, "globex")
     port = urlsplit(demo_http.url).port
     body = {"name": "local", "type": "streamable-http", "url": demo_http.url}
-    assert (await set_allow(client, "acme", [f"127.0.0.1:{port}"])).status_code == 200
+    assert (await set_allow(client, "acme", [f"127.0.0.1:{port}"], force=True)).status_code == 200
     created = await client.post("/mcp-servers", json=body, headers=acme.headers)
     assert created.status_code == 201, created.text
     listed = await client.get("/mcp-servers/local/tools", headers=acme.headers)
@@ -144,3 +147,44 @@ async def test_a_tenants_mcp_server_on_an_allowed_local_address(
     assert (await set_allow(client, "acme", [])).status_code == 200
     cut = await client.get("/mcp-servers/local/tools", headers=acme.headers)
     assert cut.status_code == 502 and "local" in cut.json()["detail"], cut.text
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "0.0.0.0/0",
+        "::/0",
+        "0.0.0.0/1",  # holds 0.0.0.0/8 and 127.0.0.0/8
+        "0.0.0.0",
+        "127.0.0.1",
+        "127.0.0.0/8:8080",
+        "::1",
+        "[::1]:8080",
+        "::/96",
+        "::ffff:127.0.0.1",
+        "::ffff:169.254.169.254",
+        "169.254.169.254",
+        "169.254.0.0/16:80",
+        "fe80::/10",
+        "localhost",
+        "api.localhost:8080",
+        "metadata.google.internal",
+    ],
+)
+async def test_a_list_opens_loopback_link_local_or_everything_only_when_forced(
+    client: httpx.AsyncClient, entry: str
+) -> None:
+    await create_tenant(client, "acme")
+    refused = await set_allow(client, "acme", ["wiki.intranet.example", entry])
+    assert refused.status_code == 422, refused.text
+    [error] = refused.json()["errors"]
+    assert error["path"] == "$.allow[1]" and '"force": true' in error["message"], error
+    assert (await client.get("/tenants/acme/outbound", headers=ADMIN)).json() == {"allow": []}
+    forced = await set_allow(client, "acme", [entry], force=True)
+    assert forced.status_code == 200 and forced.json() == {"allow": [entry]}
+
+
+async def test_private_networks_need_no_force(client: httpx.AsyncClient) -> None:
+    await create_tenant(client, "acme")
+    entries = ["10.0.0.0/8", "192.168.0.0/16:8443", "fd00::/8", "wiki.internal", "172.16.0.1"]
+    assert (await set_allow(client, "acme", entries)).status_code == 200

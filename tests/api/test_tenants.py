@@ -75,3 +75,50 @@ async def test_delete_tenant_removes_its_tools_and_key(
     reborn = await create_tenant(client, "acme")
     ids = {t["tool_id"] for t in (await client.get("/tools/ids", headers=reborn.headers)).json()}
     assert "weather-api" not in ids and "rolldice" in ids
+
+
+async def _client_token(client: httpx.AsyncClient, tenant: TenantCredentials) -> dict[str, str]:
+    created = await client.post(
+        "/client-tokens", json={"name": "t", "context_arguments": {}}, headers=tenant.headers
+    )
+    assert created.status_code == 201, created.text
+    return {"Authorization": f"Bearer {created.json()['token']}"}
+
+
+async def _opens(client: httpx.AsyncClient, bearer: dict[str, str]) -> tuple[bool, bool]:
+    """Whether the token opens /mcp and /chat (anything but 401)."""
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    mcp = await client.post("/mcp", json=ping, headers=bearer)
+    chat = await client.post(
+        "/chat", json={"messages": [{"role": "user", "content": "hi"}]}, headers=bearer
+    )
+    return mcp.status_code != 401, chat.status_code != 401
+
+
+async def test_rotation_revokes_client_tokens_at_once(
+    client: httpx.AsyncClient, acme: TenantCredentials
+) -> None:
+    bearers = [await _client_token(client, acme) for _ in range(2)]
+    assert [await _opens(client, bearer) for bearer in bearers] == [(True, True)] * 2  # cached
+    rotated = await client.post("/tenants/acme/keys", headers=ADMIN)
+    assert rotated.status_code == 200, rotated.text
+    assert rotated.json()["client_tokens_revoked"] == 2
+    assert rotated.json()["client_tokens_kept"] == 0
+    assert [await _opens(client, bearer) for bearer in bearers] == [(False, False)] * 2
+    fresh = {"Authorization": f"Bearer {rotated.json()['api_key']}"}
+    assert (await client.get("/client-tokens", headers=fresh)).json() == []
+
+
+async def test_rotation_keeps_client_tokens_when_asked(
+    client: httpx.AsyncClient, acme: TenantCredentials
+) -> None:
+    bearer = await _client_token(client, acme)
+    rotated = await client.post(
+        "/tenants/acme/keys", json={"keep_client_tokens": True}, headers=ADMIN
+    )
+    assert rotated.status_code == 200, rotated.text
+    assert rotated.json()["client_tokens_kept"] == 1
+    assert rotated.json()["client_tokens_revoked"] == 0
+    assert await _opens(client, bearer) == (True, True)
+    refused = await client.post("/tenants/acme/keys", json={"keep": True}, headers=ADMIN)
+    assert refused.status_code == 422

@@ -276,3 +276,13 @@ async def test_malformed_tool_id_in_path_is_a_clear_4xx(
     response = await client.get("/tools/" + "x" * 65, headers=acme.headers)
     assert response.status_code == 422
     assert response.json()["errors"][0]["path"] == "path.tool_id"
+
+
+@pytest.mark.parametrize("url", ["https://xn--bcher-kva.example/books", "https://bücher.example/"])
+async def test_internationalized_domain_names_are_accepted(
+    client: httpx.AsyncClient, acme: TenantCredentials, url: str
+) -> None:
+    tool = external_tool()
+    tool["function"]["url"] = url
+    created = await client.post("/tools/create", json=tool, headers=acme.headers)
+    assert created.status_code == 201, created.text

@@ -86,6 +86,9 @@ UNSAFE_URLS = [
     "http://-bad.example.com/",
     "http://bad-.example.com/",
     "http://a..b.example/",
+    # An internationalized name is judged in its IDNA form: a local name stays local.
+    "http://bücher.localhost/",
+    "http://xn--bcher-kva.localhost/",
 ]
 SAFE_URLS = [
     "https://api.example.com/weather",
@@ -101,6 +104,11 @@ SAFE_URLS = [
     "http://api.example.com:8080/",
     f"http://{'a' * 63}.example.com/",
     "http://under_score.example.com/",
+    # Internationalized domain names, as written and in their IDNA (punycode) form.
+    "https://xn--bcher-kva.example/",
+    "https://bücher.example/",
+    "https://BÜCHER.example/path",
+    "https://例え.テスト/",
 ]
 
 
@@ -123,6 +131,13 @@ def test_operator_allow_list() -> None:
     assert policy.url_safety_problem("http://127.0.0.2/") is not None
 
 
+def test_an_internationalized_allow_list_entry_matches_either_spelling() -> None:
+    policy = OutboundPolicy(["bücher.intranet"])
+    assert policy.url_safety_problem("http://xn--bcher-kva.intranet/") is None
+    assert policy.url_safety_problem("http://bücher.intranet/") is None
+    assert policy.host_allowed("xn--bcher-kva.intranet", 443)  # as httpcore names it
+
+
 def test_an_allow_list_entry_can_open_one_port() -> None:
     policy = OutboundPolicy(["127.0.0.1:6379", "10.0.0.0/8:22", "[fd00::1]:25", "db.internal:5432"])
     assert policy.url_safety_problem("http://127.0.0.1:6379/") is None
@@ -133,6 +148,30 @@ def test_an_allow_list_entry_can_open_one_port() -> None:
     assert policy.url_safety_problem("http://db.internal:5432/") is None
     assert policy.url_safety_problem("http://api.example.com:5432/") is not None
     assert OutboundPolicy(ports="443").url_safety_problem("http://api.example.com/") is not None
+
+
+@pytest.mark.parametrize("entry", ["10.0.0.1:8080", "10.0.0.0/24:8080", "[fd00::1]:8080"])
+def test_an_entry_with_a_port_opens_that_port_only(entry: str) -> None:
+    """Not the open ports as well: `10.0.0.1:8080` used to open 80 and 8000 of that host."""
+    host = "[fd00::1]" if "fd00" in entry else "10.0.0.1"
+    policy = OutboundPolicy([entry])
+    assert policy.url_safety_problem(f"http://{host}:8080/") is None
+    for port in (80, 443, 8000, 8081):
+        assert policy.url_safety_problem(f"http://{host}:{port}/") is not None, port
+
+
+def test_a_name_with_a_port_lifts_the_address_rule_on_that_port_only() -> None:
+    policy = OutboundPolicy(["intranet.example:8080"])
+    assert policy.host_allowed("intranet.example", 8080)
+    assert not policy.host_allowed("intranet.example", 80)  # judged by its addresses there
+
+
+async def test_connect_time_holds_an_entry_to_its_port(local_api: ThreadedServer) -> None:
+    port = int(local_api.url.rsplit(":", 1)[1])
+    policy = OutboundPolicy([f"127.0.0.1:{port + 1}"])  # another port of the same host
+    async with _client(policy) as client:
+        with pytest.raises(OutboundBlockedError):
+            await client.get(f"{local_api.url}/echo")
 
 
 def _client(policy: OutboundPolicy, resolver=None) -> httpx.AsyncClient:  # type: ignore[no-untyped-def]
