@@ -27,6 +27,8 @@ from tests.support.secantus import SecantusServer, executable
 from tests.support.servers import ThreadedServer
 from tests.support.upstream import upstream_app
 
+pytest_plugins = ["tests.support.loop_watchdog"]  # fails a test whose app's loop stalled
+
 ADMIN_KEY = "test-admin-key-0123456789abcdef0123456789"
 KEY_SECRET = "test-key-secret-0123456789abcdef0123456789"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}

@@ -58,10 +58,20 @@ def parse_document(text: str) -> Any:
     except _AliasUsed:
         raise TextError("YAML anchors and aliases are not accepted") from None
     except yaml.YAMLError as exc:
-        raise TextError(f"neither JSON nor YAML: {str(exc).splitlines()[0]}") from None
+        raise TextError(f"neither JSON nor YAML: {_yaml_problem(exc)}") from None
     except RecursionError:
         raise TextError("it is nested too deeply") from None
     return json_data(data)
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's context and problem, and where they are (line and column)."""
+    if not isinstance(error, yaml.MarkedYAMLError):
+        return str(error).splitlines()[0]
+    said = ": ".join(part for part in (error.context, error.problem) if part)
+    mark = error.problem_mark or error.context_mark
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+    return f"{said}{where}"
 
 
 def flow_nesting(text: str, *, stop: int) -> int:

@@ -11,7 +11,13 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Route
 
 RECEIVED: list[dict[str, object]] = []
@@ -62,6 +68,19 @@ async def slow(request: Request) -> Response:
     return PlainTextResponse("finally")
 
 
+async def drip(request: Request) -> Response:
+    """`count` bytes, one every `every` seconds: each read is quick, the whole is not."""
+    every = float(request.query_params.get("every", "0.2"))
+    count = int(request.query_params.get("count", "100"))
+
+    async def body():  # type: ignore[no-untyped-def]
+        for _ in range(count):
+            yield b" "
+            await asyncio.sleep(every)
+
+    return StreamingResponse(body(), media_type="application/yaml")
+
+
 async def big(request: Request) -> Response:
     return PlainTextResponse("x" * int(request.query_params.get("size", "2000000")))
 
@@ -108,6 +127,7 @@ upstream_app = Starlette(
         Route("/status/{code:int}", fail, methods=["GET", "POST"]),
         Route("/reflect/{code:int}", reflect, methods=["GET"]),
         Route("/slow", slow, methods=["GET"]),
+        Route("/drip", drip, methods=["GET"]),
         Route("/big", big, methods=["GET"]),
         Route("/bomb", bomb, methods=["GET"]),
         Route("/redirect", redirect, methods=["GET"]),
