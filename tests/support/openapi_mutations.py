@@ -1,7 +1,8 @@
 """Hypothesis strategies that mutate real OpenAPI documents: any JSON or YAML value anywhere.
 
-A mutation picks a place in the document (half the time inside `paths`, where the converter
-looks closest) and replaces its value, replaces its key, or deletes it. YAML mutations may use
+A mutation picks a place in the document (a third of the time near its root, a third in the
+first levels of an operation, where the converter looks closest, a third anywhere) and
+replaces its value, replaces its key, or deletes it. YAML mutations may use
 values JSON has no form for (binary data, timestamps, sets, keys that are numbers or dates).
 """
 
@@ -64,8 +65,12 @@ def mutated(draw: st.DrawFn, document: dict[str, Any], *, yaml_values: bool) -> 
     result = copy.deepcopy(document)
     for _ in range(draw(st.integers(1, 3))):
         places = locations(result)
-        in_paths = [place for place in places if place[0] == "paths"]
-        pool = in_paths if in_paths and draw(st.booleans()) else places
+        pools = [
+            [place for place in places if len(place) <= 2 and place[0] != "openapi"],
+            [place for place in places if place[0] == "paths" and len(place) <= 6],  # operations
+            places,
+        ]
+        pool = draw(st.sampled_from([pool for pool in pools if pool] or [[]]))
         if not pool:
             break
         *parents, last = draw(st.sampled_from(pool))
