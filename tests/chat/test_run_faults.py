@@ -80,14 +80,16 @@ async def test_records_written_during_an_outage_are_stored_once_it_ends(
     async with app.router.lifespan_context(app), http_client(app) as http:
         acme = await create_tenant(http, "acme")
         before = await http.post("/chat", json=HELLO, headers=acme.headers)
-        database_server.kill()
+        await asyncio.to_thread(database_server.kill)
         answer = await http.post("/chat", json=HELLO, headers=acme.headers)
         assert answer.status_code == 200  # a record is never worth a failed chat
         deadline = time.monotonic() + 10
         while not re.search(r"run records of tenant acme: database unavailable", caplog.text):
             assert time.monotonic() < deadline, caplog.text[-2000:]
             await asyncio.sleep(0.1)
-        database_server.start()  # back within the retries: the record is kept, not lost
+        await asyncio.to_thread(
+            database_server.start
+        )  # back within the retries: the record is kept, not lost
         wanted = {before.json()["run_id"], answer.json()["run_id"]}
         client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(database_server.url)
         try:

@@ -98,7 +98,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()  # modules and collected tests live to the end: later collections skip them
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(wrapper=True, trylast=True)  # innermost: the window is the test alone
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     gc.disable()  # no collection stalls the loop during the test; it runs after
     try:
