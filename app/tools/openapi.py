@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin
 
-from app.tools.openapi_fields import kind, short, text_field
+from app.tools.openapi_fields import NAME, kind, short, text_field
 from app.tools.openapi_parameters import body_members, parameter_members
 from app.tools.openapi_refs import DocumentError, Resolver, Skip
 
@@ -26,7 +26,6 @@ __all__ = ["METHODS", "Converted", "DocumentError", "ImportOptions", "convert", 
 METHODS = ("get", "post", "put", "patch", "delete")
 MAX_NAME = 64
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
-_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")  # an HTTP token
 
 
@@ -245,7 +244,7 @@ def _satisfy(
         scheme_type, name = scheme.get("type"), scheme.get("name")
         http_scheme = str(scheme.get("scheme")).lower()
         if scheme_type == "apiKey" and scheme.get("in") in ("header", "query"):
-            pattern = _HEADER if scheme["in"] == "header" else _NAME
+            pattern = _HEADER if scheme["in"] == "header" else NAME
             if not isinstance(name, str) or not pattern.match(name):
                 raise Skip(f"the API key name of '{short(scheme_name)}' is not a name tools accept")
             if scheme["in"] == "header":

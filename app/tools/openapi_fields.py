@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from app.tools.openapi_refs import Skip
 
 SHOWN = 100  # characters of a document's text quoted in a reason
+NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # a tool parameter's name
 
 
 def kind(value: Any) -> str:

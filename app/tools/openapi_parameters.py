@@ -7,13 +7,11 @@ skips the operation with the reason.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from app.tools.openapi_fields import kind, scalar_texts, short, text_field
+from app.tools.openapi_fields import NAME, kind, scalar_texts, short, text_field
 from app.tools.openapi_refs import Resolver, Skip
 
-_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _SCALARS = ("string", "integer", "number", "boolean")
 _PLACES = ("path", "query", "header")
 
@@ -103,7 +101,7 @@ def body_members(
 
 
 def _add(properties: dict[str, Any], name: str, schema: Any, where: str) -> None:
-    if not _NAME.match(name):
+    if not NAME.match(name):
         raise Skip(
             f"the {where} parameter '{short(name)}' is not a name tools accept ([a-zA-Z0-9_-])"
         )
