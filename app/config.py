@@ -150,6 +150,12 @@ class Settings(BaseSettings):
     max_secrets_per_tenant: int = Field(default=100, ge=1, le=10_000)
     max_secret_bytes: int = Field(default=8192, ge=16, le=65_536)
 
+    # POST /tools/import: reading and converting one document runs on worker threads and must
+    # end within this (422 when it does not); fetching one by URL, however slowly the server
+    # sends it, within the other.
+    import_deadline_s: float = Field(default=10.0, gt=0, le=300)
+    import_fetch_deadline_s: float = Field(default=15.0, gt=0, le=300)
+
     mcp_servers: SecretStr | None = None
     mcp_servers_file: str | None = None
     mcp_connect_timeout_s: float = Field(default=10.0, gt=0, le=300)

@@ -425,5 +425,10 @@ async def build_services(
         outbound=run.outbound,
         client_tokens=client_tokens,
         catalog=run.catalog,
-        importer=ToolImporter(tools=tools, outbound=run.outbound),
+        importer=ToolImporter(
+            tools=tools,
+            outbound=run.outbound,
+            deadline_s=settings.import_deadline_s,
+            fetch_deadline_s=settings.import_fetch_deadline_s,
+        ),
     )

@@ -12,7 +12,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from app.api import chat, client_tokens, health, mcp_servers, runs, secrets, tenants, tools
-from app.api.docs import install_docs
+from app.api.docs import install_docs, install_openapi
 from app.api.mcp_endpoint import McpGateway
 from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from app.api.problems import PROBLEM_MEDIA_TYPE, install_error_handlers
@@ -20,10 +20,11 @@ from app.config import Settings, get_settings
 from app.container import build_services
 from app.logs import configure_logging
 from app.mcp.config import McpConfigError, McpServer, load_operator_servers
-from app.metrics import Metrics
+from app.metrics import Metrics, loop_lag_probe
 from app.tools.registry import FunctionDictionaryError, FunctionRegistry, load_registry
 
 logger = logging.getLogger("app")
+OPENAPI_URL = "/openapi.json"
 
 
 def _load_checked_registry(
@@ -58,6 +59,18 @@ def _warn_about_development_setup(settings: Settings) -> None:
         )
     if settings.uses_memory_store:
         logger.warning("MONGODB_URL is not set: using the in-memory store; data is lost on exit")
+
+
+def _build_routes(app: FastAPI) -> None:
+    """FastAPI (0.16x) builds each included router's routes when the first request reaches
+    it: about 0.3 s of CPU on the event loop, stalling every request then in flight (the loop
+    watchdog of the test suite caught it). Built here, before the first request, instead; if
+    FastAPI stops building them lazily, this does nothing."""
+    for route in app.router.routes:
+        for build in ("effective_candidates", "effective_low_priority_routes"):
+            method = getattr(route, build, None)
+            if callable(method):
+                method()
 
 
 def _problems_as_sent(spec: dict[str, Any]) -> None:
@@ -115,6 +128,9 @@ def create_app(
                 settings, checked, stack, operator, app.state.metrics
             )
             await stack.enter_async_context(gateway.running())
+            _build_routes(app)
+            # Entered last, closed first: the probe watches the loop while requests are served.
+            await stack.enter_async_context(loop_lag_probe(app.state.metrics))
             yield
 
     app = FastAPI(
@@ -126,7 +142,7 @@ def create_app(
         telemetry={"tracing": False, "metrics": False, "logs": False},
         docs_url=None,  # install_docs serves both pages with local assets
         redoc_url=None,
-        openapi_url="/openapi.json" if settings.docs_served else None,
+        openapi_url=None,  # install_openapi serves it, built off the event loop
         # `/tools/ids/` and `/mcp/` are 404, not a 307 to the route answered before the
         # credential is checked.
         redirect_slashes=False,
@@ -161,6 +177,7 @@ def create_app(
     # it, so the credential is checked before anything is said about the method (405 but POST).
     gateway = McpGateway()
     app.router.routes.insert(1, Route("/mcp", gateway))
-    if app.openapi_url:
-        install_docs(app, openapi_url=app.openapi_url)
+    if settings.docs_served:
+        install_openapi(app, openapi_url=OPENAPI_URL)
+        install_docs(app, openapi_url=OPENAPI_URL)
     return app

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 ITERATION_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 50, 100)
+LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+LAG_PROBE_INTERVAL_S = 0.05
+# Also told every lag sample, as (time.monotonic() when the probe woke, lag in seconds), from
+# whichever thread runs the loop: the test suite's loop watchdog listens here
+# (tests/support/loop_watchdog.py). Listeners must be quick and must not raise.
+LAG_LISTENERS: list[Callable[[float, float], None]] = []
 
 
 class Metrics:
@@ -62,6 +71,13 @@ class Metrics:
         self.mcp_sessions = Gauge(
             "toolgate_mcp_open_sessions", "Open MCP sessions held by chats.", registry=registry
         )
+        self.loop_lag = Histogram(
+            "toolgate_event_loop_lag_seconds",
+            "How much later than asked the event loop woke a task sleeping 50 ms: the time "
+            "the loop was held by other work.",
+            buckets=LAG_BUCKETS,
+            registry=registry,
+        )
 
         # Labelled children looked up once: `labels()` takes a lock and builds a key each call.
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
@@ -108,3 +124,33 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+async def probe_loop_lag(
+    metrics: Metrics,
+    *,
+    interval_s: float = LAG_PROBE_INTERVAL_S,
+    clock: Callable[[], float] = time.monotonic,
+    listeners: Sequence[Callable[[float, float], None]] = LAG_LISTENERS,
+) -> None:
+    """Forever: sleep `interval_s` and record how much later than that the loop woke us."""
+    while True:
+        start = clock()
+        await asyncio.sleep(interval_s)
+        woke = clock()
+        lag = max(0.0, woke - start - interval_s)
+        metrics.loop_lag.observe(lag)
+        for listener in listeners:
+            listener(woke, lag)
+
+
+@contextlib.asynccontextmanager
+async def loop_lag_probe(metrics: Metrics) -> AsyncIterator[None]:
+    """The lag probe running on the current loop while the context is open (the lifespan)."""
+    task = asyncio.create_task(probe_loop_lag(metrics), name="toolgate-loop-lag")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

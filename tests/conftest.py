@@ -1,3 +1,7 @@
 """Registers the suite's hooks and shared fixtures; both live in tests/support/."""
 
-pytest_plugins = ["tests.support.plugin", "tests.support.fixtures.shared"]
+pytest_plugins = [
+    "tests.support.plugin",
+    "tests.support.fixtures.shared",
+    "tests.support.loop_watchdog",  # fails a test whose app's loop stalled
+]

@@ -46,7 +46,7 @@ async def test_kill_then_restart(dying_server: SecantusServer) -> None:
             await client.post("/tools/create", json=external_tool(), headers=acme.headers)
         ).status_code == 201
 
-        dying_server.kill()
+        await asyncio.to_thread(dying_server.kill)
         ready, elapsed = await _timed(client.get("/readyz"))
         assert ready.status_code == 503 and elapsed < FAIL_FAST_BOUND_S
         for method, path, body in [
@@ -62,7 +62,7 @@ async def test_kill_then_restart(dying_server: SecantusServer) -> None:
             assert response.headers["content-type"] == "application/problem+json"
         assert (await client.get("/healthz")).status_code == 200  # the process itself is fine
 
-        dying_server.start()
+        await asyncio.to_thread(dying_server.start)
 
         async def ready() -> bool:
             return (await client.get("/readyz")).status_code == 200
@@ -102,14 +102,14 @@ async def test_chats_of_a_known_tenant_outlive_an_outage_within_the_grace(
     async with running_app(settings, _builtin()) as app, http_client(app) as client:
         acme = await create_tenant(client, "acme")
         assert (await client.post("/chat", json=hello, headers=acme.headers)).status_code == 200
-        dying_server.kill()
+        await asyncio.to_thread(dying_server.kill)
         await asyncio.sleep(0.4)  # past both TTLs
         during = await client.post("/chat", json=hello, headers=acme.headers)
         assert during.status_code == (200 if grace_s else 503), during.text
         # A key never seen before is never guessed: it needs the database.
         stranger = {"Authorization": "Bearer tg_" + "x" * 43}
         assert (await client.post("/chat", json=hello, headers=stranger)).status_code == 503
-        dying_server.start()  # for the clean-up
+        await asyncio.to_thread(dying_server.start)  # for the clean-up
 
 
 def _builtin():  # type: ignore[no-untyped-def]

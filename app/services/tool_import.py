@@ -4,15 +4,20 @@ All or nothing: the operations a tool cannot express are skipped and listed with
 reasons; every tool built from the rest must pass the rules of `POST /tools/create` (and fit
 the tenant's tool cap and free ids and names), or nothing is stored and the answer lists every
 problem. `dry_run` returns the same without storing.
+
+Reading and converting the document is CPU work bounded by its size (app/tools/openapi_text.py,
+app/tools/openapi_refs.py); it runs on this importer's own threads, never on the event loop,
+under `IMPORT_DEADLINE_S` (422 when it passes). Fetching a document by URL has a total deadline
+too (`IMPORT_FETCH_DEADLINE_S`), however slowly the server sends it.
 """
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-import orjson
-import yaml
 from pydantic import ValidationError
 
 from app.errors import UnprocessableError, field_error
@@ -21,16 +26,28 @@ from app.schemas.tools import ToolCreate, ToolImport
 from app.services.outbound import TenantOutbound
 from app.services.tools import ToolService
 from app.tools.netguard import url_problems
-from app.tools.openapi import DocumentError, ImportOptions, convert
+from app.tools.openapi import Converted, DocumentError, ImportOptions, convert
+from app.tools.openapi_text import TextError, parse_document
 
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
-FETCH_TIMEOUT_S = 10.0
+FETCH_TIMEOUT_S = 10.0  # each read of the fetch; IMPORT_FETCH_DEADLINE_S bounds the whole of it
+IMPORT_THREADS = 2  # documents read and converted at once, per process; the rest wait their turn
 
 
 class ToolImporter:
-    def __init__(self, *, tools: ToolService, outbound: TenantOutbound) -> None:
+    def __init__(
+        self,
+        *,
+        tools: ToolService,
+        outbound: TenantOutbound,
+        deadline_s: float = 10.0,
+        fetch_deadline_s: float = 15.0,
+    ) -> None:
         self._tools = tools
         self._outbound = outbound
+        self._deadline_s = deadline_s
+        self._fetch_deadline_s = fetch_deadline_s
+        self._threads = ThreadPoolExecutor(IMPORT_THREADS, thread_name_prefix="toolgate-import")
 
     async def run(self, request: ToolImport, *, tenant_id: str) -> dict[str, Any]:
         given = [f for f in ("document", "document_text", "url") if getattr(request, f) is not None]
@@ -39,7 +56,7 @@ class ToolImporter:
                 "Give the OpenAPI document one way.",
                 errors=[field_error("$", "give exactly one of document, document_text, url")],
             )
-        document = await self._document(request, tenant_id)
+        source = await self._source(request, tenant_id)
         options = ImportOptions(
             operation_ids=None if request.operation_ids is None else set(request.operation_ids),
             openapi_tags=None if request.openapi_tags is None else set(request.openapi_tags),
@@ -49,18 +66,7 @@ class ToolImporter:
             security=dict(request.security),
             base_url=request.url,
         )
-        try:
-            converted = convert(document, options)
-        except DocumentError as exc:
-            raise UnprocessableError(
-                "The document cannot be imported; nothing was stored.",
-                errors=[field_error("$.document", problem) for problem in exc.problems],
-            ) from None
-        except RecursionError:
-            raise UnprocessableError(
-                "The document cannot be imported; nothing was stored.",
-                errors=[field_error("$.document", "it is nested too deeply")],
-            ) from None
+        converted = await self._converted(source, options)
         creates, problems = await self._checked(converted.tools, tenant_id)
         answer: dict[str, Any] = {
             "dry_run": request.dry_run,
@@ -123,14 +129,33 @@ class ToolImporter:
             )
         return creates, problems
 
-    async def _document(self, request: ToolImport, tenant_id: str) -> Any:
+    async def _source(self, request: ToolImport, tenant_id: str) -> dict[str, Any] | str:
+        """The document as given, or its text (size-checked; parsed with the conversion)."""
         if request.document is not None:
             return request.document
         text = request.document_text
         if request.url is not None:
             text = await self._fetch(request.url, tenant_id)
         assert text is not None
-        return parse_document(text)
+        if len(text.encode()) > MAX_DOCUMENT_BYTES:
+            raise _parse_failed(f"it is larger than {MAX_DOCUMENT_BYTES} bytes")
+        return text
+
+    async def _converted(self, source: dict[str, Any] | str, options: ImportOptions) -> Converted:
+        """Parse and convert on the importer's threads, under the deadline."""
+        loop = asyncio.get_running_loop()
+        work = loop.run_in_executor(self._threads, _read_and_convert, source, options)
+        try:
+            return await asyncio.wait_for(work, self._deadline_s)
+        except TimeoutError:
+            problem = f"reading and converting it took longer than {self._deadline_s:g} s"
+            raise _import_failed([f"{problem} (IMPORT_DEADLINE_S)"]) from None
+        except TextError as exc:
+            raise _parse_failed(str(exc)) from None
+        except DocumentError as exc:
+            raise _import_failed(exc.problems) from None
+        except RecursionError:
+            raise _import_failed(["it is nested too deeply"]) from None
 
     async def _fetch(self, url: str, tenant_id: str) -> str:
         """GET the document through the outbound guard (the tenant's policy), size-capped."""
@@ -143,7 +168,7 @@ class ToolImporter:
             )
         client = self._outbound.client_for(policy)
         try:
-            async with client:
+            async with asyncio.timeout(self._fetch_deadline_s), client:
                 async with client.stream("GET", url, timeout=FETCH_TIMEOUT_S) as response:
                     if response.status_code != 200:
                         raise _fetch_failed(f"it answered HTTP {response.status_code}")
@@ -154,6 +179,9 @@ class ToolImporter:
                             raise _fetch_failed(f"it is larger than {MAX_DOCUMENT_BYTES} bytes")
         except httpx.HTTPError as exc:
             raise _fetch_failed(f"cannot fetch it: {type(exc).__name__}") from None
+        except TimeoutError:
+            reason = f"it did not arrive within {self._fetch_deadline_s:g} s"
+            raise _fetch_failed(f"{reason} (IMPORT_FETCH_DEADLINE_S)") from None
         return data.decode("utf-8", errors="replace")
 
 
@@ -164,22 +192,17 @@ def _fetch_failed(reason: str) -> UnprocessableError:
     )
 
 
-def parse_document(text: str) -> Any:
-    """JSON, else YAML without anchors and aliases (an alias bomb expands without bound)."""
-    if len(text.encode()) > MAX_DOCUMENT_BYTES:
-        raise _parse_failed(f"it is larger than {MAX_DOCUMENT_BYTES} bytes")
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        if any(isinstance(t, yaml.AliasToken | yaml.AnchorToken) for t in yaml.scan(text)):
-            raise _parse_failed("YAML anchors and aliases are not accepted")
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise _parse_failed(f"neither JSON nor YAML: {str(exc).splitlines()[0]}") from None
-    except RecursionError:
-        raise _parse_failed("it is nested too deeply") from None
+def _read_and_convert(source: dict[str, Any] | str, options: ImportOptions) -> Converted:
+    """The CPU part of an import (run on a worker thread): parse the text, convert."""
+    document = parse_document(source) if isinstance(source, str) else source
+    return convert(document, options)
+
+
+def _import_failed(problems: list[str]) -> UnprocessableError:
+    return UnprocessableError(
+        "The document cannot be imported; nothing was stored.",
+        errors=[field_error("$.document", problem) for problem in problems],
+    )
 
 
 def _parse_failed(reason: str) -> UnprocessableError:

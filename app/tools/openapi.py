@@ -1,11 +1,13 @@
 """OpenAPI 3.0 / 3.1 documents -> external tool documents, one per operation.
 
-Pure conversion (no I/O): `POST /tools/import` parses, limits and stores around it. What a tool
-cannot express is never mangled: the operation is skipped with the reason (a cookie parameter,
-a body that is not a JSON object of scalar and array-of-scalar members, `oneOf`, form bodies,
-an unmapped security scheme). What makes the document unusable (not OpenAPI 3.0/3.1, a
-`$ref` outside the document, a cyclic schema, too many operations) is a problem of the whole
-document.
+Pure conversion (no I/O): `POST /tools/import` parses, limits and stores around it, off the
+event loop. What a tool cannot express is never mangled: the operation is skipped with the
+reason (a cookie parameter, a body that is not a JSON object of scalar and array-of-scalar
+members, `oneOf`, form bodies, an unmapped security scheme, a path that does not start with
+`/`, a field of the wrong type). What makes the document unusable (not OpenAPI 3.0/3.1, a
+`$ref` outside the document, a cyclic schema, too many operations, `servers` or `components` of
+the wrong type, the resolution budget spent) is a problem of the whole document, named by its
+path. Nothing in the document is trusted to have the type the specification gives it.
 """
 
 from __future__ import annotations
@@ -15,24 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin
 
-from app.schemas.fields import NAME_PATTERN, safe_tool_name
+from app.schemas.fields import safe_tool_name
+from app.tools.openapi_fields import NAME, kind, short, text_field
+from app.tools.openapi_parameters import body_members, parameter_members
+from app.tools.openapi_refs import DocumentError, Resolver, Skip
+
+__all__ = ["METHODS", "Converted", "DocumentError", "ImportOptions", "convert", "tool_name"]
 
 METHODS = ("get", "post", "put", "patch", "delete")
-_NAME = re.compile(NAME_PATTERN)
-_SCALARS = {"string", "integer", "number", "boolean"}
-_MAX_REF_DEPTH = 64
-
-
-class DocumentError(Exception):
-    """The document cannot be imported at all; `problems` says why, each precisely."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = problems
-
-
-class _Skip(Exception):
-    """This operation cannot be a tool (the reason is reported)."""
+MAX_NAME = 64
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
+_HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")  # an HTTP token
 
 
 @dataclass
@@ -55,16 +50,8 @@ class Converted:
 
 def convert(document: Any, options: ImportOptions) -> Converted:
     """The tools of the selected operations, and the operations skipped with their reasons."""
-    if not isinstance(document, dict):
-        raise DocumentError(["the document is not a JSON or YAML object"])
-    version = str(document.get("openapi", ""))
-    if not re.match(r"^3\.[01]\.\d+$", version):
-        found = f"swagger {document['swagger']}" if "swagger" in document else repr(version)
-        raise DocumentError([f"not an OpenAPI 3.0 or 3.1 document (found {found})"])
-    paths = document.get("paths") or {}
-    if not isinstance(paths, dict):
-        raise DocumentError(["$.paths is not an object"])
-    resolver = _Resolver(document)
+    paths = _checked_document(document)
+    resolver = Resolver(document)
     operations = [
         (path, method, item[method])
         for path, item in paths.items()
@@ -81,22 +68,17 @@ def convert(document: Any, options: ImportOptions) -> Converted:
     skipped: list[dict[str, str]] = []
     taken: set[str] = set()
     for path, method, operation in operations:
-        label = f"{method.upper()} {path}"
-        operation_id = str(operation.get("operationId") or "")
-        if options.operation_ids is not None and operation_id not in options.operation_ids:
-            continue
-        if options.openapi_tags is not None and options.openapi_tags.isdisjoint(
-            operation.get("tags") or []
-        ):
+        label = f"{method.upper()} {short(path)}"
+        raw_id = operation.get("operationId")
+        operation_id = raw_id if isinstance(raw_id, str) else ""
+        if not _selected(operation, operation_id, options):
             continue
         try:
             tool = _tool(document, resolver, server, path, method, operation, paths[path], options)
-        except _Skip as why:
+            if tool["tool_id"] in taken:
+                raise Skip(f"its name '{tool['tool_id']}' is taken by another operation")
+        except Skip as why:
             skipped.append({"operation": label, "operation_id": operation_id, "reason": str(why)})
-            continue
-        if tool["tool_id"] in taken:
-            reason = f"its name '{tool['tool_id']}' is taken by another operation"
-            skipped.append({"operation": label, "operation_id": operation_id, "reason": reason})
             continue
         taken.add(tool["tool_id"])
         tools.append(tool)
@@ -110,55 +92,62 @@ def tool_name(operation_id: str, method: str, path: str, prefix: str = "") -> st
     return safe_tool_name(operation_id or f"{method} {path}", prefix=prefix)
 
 
-class _Resolver:
-    """Local `$ref`s (`#/...`) resolved; anything else, or a cycle, is a document problem."""
+def _checked_document(document: Any) -> dict[str, Any]:
+    """The document's `paths`, once the fields every operation relies on have their types."""
+    if not isinstance(document, dict):
+        raise DocumentError(["the document is not a JSON or YAML object"])
+    version = document.get("openapi", "")
+    if not isinstance(version, str) or not re.match(r"^3\.[01]\.\d+$", version):
+        swagger = document.get("swagger")
+        found = f"swagger {short(swagger)}" if isinstance(swagger, str) else _shown(version)
+        raise DocumentError([f"not an OpenAPI 3.0 or 3.1 document (found {found})"])
+    paths = document.get("paths") or {}
+    if not isinstance(paths, dict):
+        raise DocumentError([f"$.paths is {kind(paths)}, not an object"])
+    components = document.get("components")
+    if components is not None and not isinstance(components, dict):
+        raise DocumentError([f"$.components is {kind(components)}, not an object"])
+    schemes = (components or {}).get("securitySchemes")
+    if schemes is not None and not isinstance(schemes, dict):
+        raise DocumentError([f"$.components.securitySchemes is {kind(schemes)}, not an object"])
+    return paths
 
-    def __init__(self, document: dict[str, Any]) -> None:
-        self._document = document
-        self.problems: list[str] = []
 
-    def resolve(self, node: Any, seen: tuple[str, ...] = ()) -> Any:
-        """`node` with every `$ref` replaced by what it points at, deeply."""
-        if isinstance(node, list):
-            return [self.resolve(item, seen) for item in node]
-        if not isinstance(node, dict):
-            return node
-        ref = node.get("$ref")
-        if isinstance(ref, str):
-            if not ref.startswith("#/"):
-                self.problems.append(f"$ref '{ref}' points outside the document (not supported)")
-                raise _Skip(f"$ref '{ref}' points outside the document")
-            if ref in seen:
-                self.problems.append(f"the schema at '{ref}' refers to itself (a cycle)")
-                raise _Skip(f"the schema at '{ref}' refers to itself")
-            if len(seen) > _MAX_REF_DEPTH:
-                self.problems.append(f"$ref chain deeper than {_MAX_REF_DEPTH} at '{ref}'")
-                raise _Skip("$ref chain too deep")
-            return self.resolve(self._target(ref), (*seen, ref))
-        return {key: self.resolve(value, seen) for key, value in node.items()}
+def _shown(value: Any) -> str:
+    return repr(short(value)) if isinstance(value, str) else kind(value)
 
-    def _target(self, ref: str) -> Any:
-        node: Any = self._document
-        for part in ref[2:].split("/"):
-            part = part.replace("~1", "/").replace("~0", "~")
-            if not isinstance(node, dict) or part not in node:
-                self.problems.append(f"$ref '{ref}' points at nothing")
-                raise _Skip(f"$ref '{ref}' points at nothing")
-            node = node[part]
-        return node
+
+def _selected(operation: dict[str, Any], operation_id: str, options: ImportOptions) -> bool:
+    if options.operation_ids is not None and operation_id not in options.operation_ids:
+        return False
+    if options.openapi_tags is None:
+        return True
+    tags = operation.get("tags")
+    own = {tag for tag in tags if isinstance(tag, str)} if isinstance(tags, list) else set()
+    return not options.openapi_tags.isdisjoint(own)
 
 
 def _server_url(document: dict[str, Any], options: ImportOptions) -> str | None:
     if options.server_url:
         return options.server_url.rstrip("/")
-    servers = document.get("servers") or []
-    if not servers or not isinstance(servers[0], dict) or not servers[0].get("url"):
+    servers = document.get("servers")
+    if not servers:
         return None
+    if not isinstance(servers, list):
+        raise DocumentError([f"$.servers is {kind(servers)}, not a list"])
     server = servers[0]
-    url = str(server["url"])
-    for name, variable in (server.get("variables") or {}).items():
-        if isinstance(variable, dict) and "default" in variable:
-            url = url.replace(f"{{{name}}}", str(variable["default"]))
+    if not isinstance(server, dict) or not isinstance(server.get("url"), str):
+        return None  # each operation is skipped: no absolute server URL
+    url: str = server["url"]
+    variables = server.get("variables") or {}
+    if not isinstance(variables, dict):
+        raise DocumentError([f"$.servers[0].variables is {kind(variables)}, not an object"])
+    for name, variable in variables.items():
+        default = variable.get("default") if isinstance(variable, dict) else None
+        if isinstance(default, str | int | float) and not isinstance(default, bool):
+            url = url.replace(f"{{{name}}}", str(default))
+    if not url:
+        return None
     if not re.match(r"^https?://", url):
         if options.base_url is None:
             return None
@@ -168,7 +157,7 @@ def _server_url(document: dict[str, Any], options: ImportOptions) -> str | None:
 
 def _tool(
     document: dict[str, Any],
-    resolver: _Resolver,
+    resolver: Resolver,
     server: str | None,
     path: str,
     method: str,
@@ -176,145 +165,44 @@ def _tool(
     path_item: dict[str, Any],
     options: ImportOptions,
 ) -> dict[str, Any]:
+    if not path.startswith("/"):  # `.evil.example/x` after the server's host changes the host
+        raise Skip(f"its path '{short(path)}' does not start with '/'")
     if server is None:
-        raise _Skip("the document names no absolute server URL: give `server_url`")
-    name = tool_name(str(operation.get("operationId") or ""), method, path, options.prefix)
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    parameters = {
-        (p.get("name"), p.get("in")): p
-        for p in resolver.resolve(
-            list(path_item.get("parameters") or []) + list(operation.get("parameters") or [])
-        )
-        if isinstance(p, dict)
-    }
-    for (param_name, where), parameter in parameters.items():
-        if where == "cookie":
-            raise _Skip(f"the cookie parameter '{param_name}' cannot be sent")
-        if where not in ("path", "query", "header"):
-            raise _Skip(f"parameter '{param_name}' has no valid 'in'")
-        _add(properties, str(param_name), parameter.get("schema") or {}, where)
-        properties[str(param_name)].setdefault("description", _text(parameter))
-        if parameter.get("required") or where == "path":
-            if param_name not in required:
-                required.append(str(param_name))
-    _body(resolver, operation, properties, required)
+        raise Skip("the document names no absolute server URL: give `server_url`")
+    raw_id = operation.get("operationId")
+    if raw_id is not None and not isinstance(raw_id, str):
+        raise Skip(f"its operationId is {kind(raw_id)}, not a string")
+    summary = text_field(operation, "summary")
+    description = "\n\n".join(p for p in (summary, text_field(operation, "description")) if p)
+    name = tool_name(raw_id or "", method, path, options.prefix)
+    properties, required = parameter_members(resolver, path_item, operation)
+    body_members(resolver, operation, properties, required)
     headers, context = _security(document, operation, options)
     fixed = {name.lower() for name in headers} | {c["name"].lower() for c in context}
     for param, item in properties.items():
         if item["in"] in ("header", "query") and param.lower() in fixed:
-            raise _Skip(f"the {item['in']} parameter '{param}' is also its credential")
-    for item in properties.values():
-        if not item.get("description"):
-            item.pop("description", None)
-    description = "\n\n".join(
-        part for part in (operation.get("summary"), operation.get("description")) if part
-    )
-    tags = list(dict.fromkeys([*options.add_tags]))
+            raise Skip(f"the {item['in']} parameter '{param}' is also its credential")
     tool: dict[str, Any] = {
         "tool_id": name,
         "type": "external",
         "function": {
             "name": name,
-            "description": str(description)[:4096],
+            "description": description[:4096],
             "parameters": {"type": "object", "properties": properties, "required": required},
             "url": server + path,
             "method": method.upper(),
         },
         "context_parameters": context,
-        "tags": tags,
+        "tags": list(dict.fromkeys(options.add_tags)),
+        "annotations": {"read_only_hint": method == "get", "open_world_hint": True},
     }
     if headers:
         tool["function"]["headers"] = headers
-    if operation.get("summary"):
-        tool["title"] = str(operation["summary"])[:128]
-    read_only = method == "get"
-    tool["annotations"] = {"read_only_hint": read_only, "open_world_hint": True}
+    if summary:
+        tool["title"] = summary[:128]
     if method == "delete":
         tool["annotations"]["destructive_hint"] = True
     return tool
-
-
-def _text(parameter: dict[str, Any]) -> str:
-    return str(parameter.get("description") or "")[:4096]
-
-
-def _add(properties: dict[str, Any], name: str, schema: Any, where: str) -> None:
-    if not _NAME.fullmatch(name):
-        raise _Skip(f"the {where} parameter '{name}' is not a name tools accept ([a-zA-Z0-9_-])")
-    if name in properties:
-        raise _Skip(f"'{name}' is both a {properties[name]['in']} and a {where} parameter")
-    properties[name] = {**_parameter(name, schema), "in": where}
-
-
-def _parameter(name: str, schema: Any) -> dict[str, Any]:
-    """A schema as a tool parameter: scalars, and arrays of scalars."""
-    if not isinstance(schema, dict):
-        raise _Skip(f"'{name}' has no schema")
-    for keyword in ("anyOf", "oneOf"):  # `X or null` (3.1's optional values) is X
-        choices = schema.get(keyword)
-        if isinstance(choices, list):
-            real = [c for c in choices if not (isinstance(c, dict) and c.get("type") == "null")]
-            if len(real) == 1 and isinstance(real[0], dict):
-                schema = {**{k: v for k, v in schema.items() if k != keyword}, **real[0]}
-    for keyword in ("oneOf", "anyOf", "allOf", "not"):
-        if keyword in schema:
-            raise _Skip(f"'{name}' uses {keyword}, which tool parameters cannot express")
-    kind = schema.get("type")
-    if isinstance(kind, list):  # 3.1: ["string", "null"]
-        kinds = [k for k in kind if k != "null"]
-        kind = kinds[0] if len(kinds) == 1 else None
-    out: dict[str, Any] = {}
-    if schema.get("description"):
-        out["description"] = str(schema["description"])[:4096]
-    if kind in _SCALARS:
-        out["type"] = kind
-        enum = [str(v) for v in schema.get("enum") or [] if v is not None and str(v)][:256]
-        if kind == "string" and enum:
-            out["enum"] = enum
-        return out
-    if kind == "array":
-        items = schema.get("items") or {}
-        item_kind = items.get("type") if isinstance(items, dict) else None
-        if item_kind not in _SCALARS:
-            raise _Skip(f"'{name}' is an array of {item_kind or 'untyped items'}")
-        out["type"] = "array"
-        out["items"] = {"type": item_kind}
-        if item_kind == "string" and isinstance(items.get("enum"), list) and items["enum"]:
-            out["items"]["enum"] = [str(value) for value in items["enum"]][:256]
-        for source, target in (("minItems", "min_items"), ("maxItems", "max_items")):
-            if isinstance(schema.get(source), int) and 0 <= schema[source] <= 1000:
-                out[target] = schema[source]
-        return out
-    what = "an object" if kind == "object" else "untyped"
-    raise _Skip(f"'{name}' is {what}, which tool parameters cannot express")
-
-
-def _body(
-    resolver: _Resolver,
-    operation: dict[str, Any],
-    properties: dict[str, Any],
-    required: list[str],
-) -> None:
-    body = resolver.resolve(operation.get("requestBody"))
-    if not isinstance(body, dict):
-        return
-    content = body.get("content") or {}
-    json_type = next((t for t in content if t.split(";")[0].strip() == "application/json"), None)
-    if json_type is None:
-        kinds = ", ".join(sorted(content)) or "none"
-        raise _Skip(f"the request body is not JSON ({kinds})")
-    schema = (content[json_type] or {}).get("schema") or {}
-    for keyword in ("oneOf", "anyOf", "allOf"):
-        if keyword in schema:
-            raise _Skip(f"the JSON body uses {keyword}, which tool parameters cannot express")
-    if schema.get("type", "object") != "object" or not isinstance(schema.get("properties"), dict):
-        raise _Skip("the JSON body is not an object with named members")
-    body_required = set(schema.get("required") or []) if body.get("required") else set()
-    for name, member in schema["properties"].items():
-        _add(properties, str(name), member, "body")
-        if name in body_required:
-            required.append(str(name))
 
 
 def _security(
@@ -325,7 +213,7 @@ def _security(
     if not requirements:
         return {}, []
     if not isinstance(requirements, list):
-        raise _Skip("its 'security' is not a list of requirements")
+        raise Skip(f"its 'security' is {kind(requirements)}, not a list of requirements")
     if any(requirement == {} for requirement in requirements):
         return {}, []  # security is optional for this operation
     schemes = (document.get("components") or {}).get("securitySchemes") or {}
@@ -335,9 +223,9 @@ def _security(
             continue
         try:
             return _satisfy(requirement, schemes, options)
-        except _Skip as why:
+        except Skip as why:
             reasons.append(str(why))
-    raise _Skip("; ".join(reasons) or "its security requirements are malformed")
+    raise Skip("; ".join(reasons) or "its security requirements are malformed")
 
 
 def _satisfy(
@@ -349,19 +237,22 @@ def _satisfy(
         secret = options.security.get(scheme_name)
         scheme = schemes.get(scheme_name)
         if secret is None or not isinstance(scheme, dict):
-            raise _Skip(f"it needs the security scheme '{scheme_name}': map it to a secret")
-        kind = scheme.get("type")
-        if kind == "apiKey" and scheme.get("in") == "header":
-            headers[str(scheme.get("name"))] = f"{{secret:{secret}}}"
-        elif kind == "apiKey" and scheme.get("in") == "query":
-            name = str(scheme.get("name"))
-            if not _NAME.fullmatch(name):
-                raise _Skip(f"the API key's query name '{name}' is not a name tools accept")
-            context.append({"name": name, "secret": secret, "in": "query"})
-        elif kind == "http" and str(scheme.get("scheme", "")).lower() == "basic":
+            raise Skip(f"it needs the security scheme '{short(scheme_name)}': map it to a secret")
+        scheme_type, name = scheme.get("type"), scheme.get("name")
+        http_scheme = str(scheme.get("scheme")).lower()
+        if scheme_type == "apiKey" and scheme.get("in") in ("header", "query"):
+            pattern = _HEADER if scheme["in"] == "header" else NAME
+            if not isinstance(name, str) or not pattern.fullmatch(name):
+                raise Skip(f"the API key name of '{short(scheme_name)}' is not a name tools accept")
+            if scheme["in"] == "header":
+                headers[name] = f"{{secret:{secret}}}"
+            else:
+                context.append({"name": name, "secret": secret, "in": "query"})
+        elif scheme_type == "http" and http_scheme == "basic":
             headers["Authorization"] = f"Basic {{secret:{secret}}}"
-        elif kind in ("http", "oauth2", "openIdConnect"):
+        elif scheme_type in ("http", "oauth2", "openIdConnect"):
             headers["Authorization"] = f"Bearer {{secret:{secret}}}"
         else:
-            raise _Skip(f"the security scheme '{scheme_name}' ({kind}) cannot be sent")
+            shown = short(scheme_type) if isinstance(scheme_type, str) else kind(scheme_type)
+            raise Skip(f"the security scheme '{short(scheme_name)}' ({shown}) cannot be sent")
     return headers, context

@@ -263,16 +263,16 @@ async def test_rotation_re_seals_secrets_and_mcp_headers_under_the_new_key(
         assert server_doc["headers"]["Authorization"].startswith("v1.")
 
         # Without the old key, rotation cannot open anything: it says what, never a value.
-        refused = _rotate(secantus_server.url, database, new)
+        refused = await asyncio.to_thread(_rotate, secantus_server.url, database, new)
         assert refused.returncode == 1, refused.stdout + refused.stderr
         assert "acme/secrets/key" in refused.stdout and "acme/mcp-servers/docs" in refused.stdout
         assert f"acme/client_tokens/{token.json()['token_id']}" in refused.stdout
         assert CANARY not in refused.stdout + refused.stderr
 
-        done = _rotate(secantus_server.url, database, new, old_key)
+        done = await asyncio.to_thread(_rotate, secantus_server.url, database, new, old_key)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "re-encrypted 3 value(s)" in done.stdout
-        again = _rotate(secantus_server.url, database, new, old_key)
+        again = await asyncio.to_thread(_rotate, secantus_server.url, database, new, old_key)
         assert "re-encrypted 0 value(s)" in again.stdout and "3 already current" in again.stdout
 
         [stored] = await raw_documents(app, "acme", "secrets")

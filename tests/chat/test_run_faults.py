@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 from collections.abc import Iterator
@@ -84,7 +85,7 @@ async def test_records_written_during_an_outage_are_stored_once_it_ends(
     async with app.router.lifespan_context(app), http_client(app) as http:
         acme = await create_tenant(http, "acme")
         before = await http.post("/chat", json=HELLO, headers=acme.headers)
-        database_server.kill()
+        await asyncio.to_thread(database_server.kill)
         answer = await http.post("/chat", json=HELLO, headers=acme.headers)
         assert answer.status_code == 200  # a record is never worth a failed chat
         unavailable = r"run records of tenant acme: database unavailable"
@@ -93,7 +94,9 @@ async def test_records_written_during_an_outage_are_stored_once_it_ends(
             10,
             describe=lambda: caplog.text[-2000:],
         )
-        database_server.start()  # back within the retries: the record is kept, not lost
+        await asyncio.to_thread(
+            database_server.start
+        )  # back within the retries: the record is kept, not lost
         wanted = {before.json()["run_id"], answer.json()["run_id"]}
         client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(database_server.url)
         try:

@@ -283,7 +283,8 @@ async def test_servers_are_listed_concurrently(mcp_chat: McpChat) -> None:
     servers, gates = [], []
     for _ in range(3):
         gates.append(_Rendezvous(mcp_demo.build().streamable_http_app(), barrier))
-        servers.append(ThreadedServer(gates[-1], lifespan="on").start())
+        # Started and stopped on threads: waiting for them on this loop would stall the app's.
+        servers.append(await asyncio.to_thread(ThreadedServer(gates[-1], lifespan="on").start))
     try:
         headers = mcp_chat.tenant.headers
         for i, srv in enumerate(servers):
@@ -297,7 +298,7 @@ async def test_servers_are_listed_concurrently(mcp_chat: McpChat) -> None:
         assert not barrier.broken and [gate.met for gate in gates] == [1, 1, 1]
     finally:
         for srv in servers:
-            srv.stop()
+            await asyncio.to_thread(srv.stop)
 
 
 async def test_unknown_or_unavailable_servers_are_422(mcp_chat: McpChat) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import gzip
 import html
 import json
@@ -11,7 +12,13 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Route
 
 from tests.support.echoes import ALL_FORMS
@@ -71,13 +78,31 @@ async def slow(request: Request) -> Response:
     return PlainTextResponse("finally")
 
 
+async def drip(request: Request) -> Response:
+    """`count` bytes, one every `every` seconds: each read is quick, the whole is not."""
+    every = float(request.query_params.get("every", "0.2"))
+    count = int(request.query_params.get("count", "100"))
+
+    async def body():  # type: ignore[no-untyped-def]
+        for _ in range(count):
+            yield b" "
+            await asyncio.sleep(every)
+
+    return StreamingResponse(body(), media_type="application/yaml")
+
+
 async def big(request: Request) -> Response:
     return PlainTextResponse("x" * int(request.query_params.get("size", "2000000")))
 
 
 async def bomb(request: Request) -> Response:
-    payload = gzip.compress(b"\0" * 50_000_000)  # 50 MB of zeros, about 50 KB on the wire
+    payload = await asyncio.to_thread(_bomb)  # compressing 50 MB on a loop stalls the process
     return Response(payload, headers={"content-encoding": "gzip", "content-type": "text/plain"})
+
+
+@functools.cache
+def _bomb() -> bytes:
+    return gzip.compress(b"\0" * 50_000_000)  # 50 MB of zeros, about 50 KB on the wire
 
 
 async def redirect(request: Request) -> Response:
@@ -117,6 +142,7 @@ upstream_app = Starlette(
         Route("/status/{code:int}", fail, methods=["GET", "POST"]),
         Route("/reflect/{code:int}", reflect, methods=["GET"]),
         Route("/slow", slow, methods=["GET"]),
+        Route("/drip", drip, methods=["GET"]),
         Route("/big", big, methods=["GET"]),
         Route("/bomb", bomb, methods=["GET"]),
         Route("/redirect", redirect, methods=["GET"]),

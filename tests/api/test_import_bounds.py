@@ -1,0 +1,159 @@
+"""POST /tools/import does work bounded by the document's size, off the event loop, under
+deadlines; no value of any type anywhere in a document makes it answer 500 (the property test
+is tests/api/test_import_fuzz.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from app.tools.openapi_text import MAX_FLOW_NESTING
+from tests.api.test_tool_import import PETSTORE
+from tests.conftest import TenantCredentials, create_tenant, http_client, make_settings, running_app
+from tests.support import functions
+from tests.support.loop_watchdog import BOUND_S, LagProbe
+from tests.support.servers import ThreadedServer
+
+SERVER = "https://api.example.com"
+
+
+async def _client(**overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
+    settings = make_settings(
+        None, outbound_allow=["127.0.0.1"], rate_limit_writes_per_minute=0, **overrides
+    )
+    async with running_app(settings, functions.registry) as app, http_client(app) as client:
+        yield client
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async for client in _client():
+        yield client
+
+
+@pytest.fixture
+async def acme(client: httpx.AsyncClient) -> TenantCredentials:
+    return await create_tenant(client, "acme")
+
+
+def fan_out(levels: int) -> dict[str, Any]:
+    """Each schema refers to the next level twice: 2^levels paths to the bottom, no cycle."""
+    schemas: dict[str, Any] = {f"L{levels}": {"type": "string"}}
+    for level in range(levels):
+        nxt = {"$ref": f"#/components/schemas/L{level + 1}"}
+        schemas[f"L{level}"] = {"type": "object", "properties": {"a": nxt, "b": nxt}}
+    body = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/L0"}}}}
+    operations = {
+        f"/things{i}": {"post": {"operationId": f"make{i}", "requestBody": body}} for i in range(4)
+    }
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "fan-out", "version": "1"},
+        "servers": [{"url": SERVER}],
+        "paths": operations,
+        "components": {"schemas": schemas},
+    }
+
+
+async def _import_while_pinging(
+    client: httpx.AsyncClient, tenant: TenantCredentials, body: dict[str, Any]
+) -> tuple[httpx.Response, float]:
+    """The import's answer and the worst loop lag while it ran, /ping answering throughout."""
+    done = asyncio.Event()
+
+    async def ping() -> int:
+        count = 0
+        while not done.is_set():
+            assert (await client.get("/ping")).status_code == 200
+            count += 1
+            await asyncio.sleep(0.01)
+        return count
+
+    async def run_import() -> httpx.Response:
+        try:
+            return await client.post("/tools/import", json=body, headers=tenant.headers)
+        finally:
+            done.set()
+
+    async with LagProbe() as probe:
+        answer, pings = await asyncio.gather(run_import(), ping())
+    assert pings >= 1
+    return answer, probe.worst
+
+
+async def test_a_ref_fan_out_costs_its_size_not_its_paths(
+    client: httpx.AsyncClient, acme: TenantCredentials
+) -> None:
+    document = fan_out(18)
+    assert len(json.dumps(document)) < 5000  # 5 KB that expanded in place means 2^18 copies
+    body = {"document": document, "dry_run": True}
+    answer, lag = await _import_while_pinging(client, acme, body)
+    assert answer.status_code == 200, answer.text
+    reasons = {s["reason"] for s in answer.json()["skipped"]}
+    assert reasons == {"'a' is an object, which tool parameters cannot express"}
+    assert lag < BOUND_S
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[" * 50_000 + "]" * 50_000, f"its brackets nest deeper than {MAX_FLOW_NESTING} levels"),
+        ("{a: " * 30_000 + "}" * 30_000, f"its brackets nest deeper than {MAX_FLOW_NESTING}"),
+        ("- " * 50_000 + "x\n", "exceeded maximum nesting depth"),  # libyaml's own bound
+    ],
+    ids=["brackets", "braces", "block-sequences"],
+)
+async def test_pathological_nesting_is_refused_without_holding_the_loop(
+    client: httpx.AsyncClient, acme: TenantCredentials, text: str, expected: str
+) -> None:
+    answer, lag = await _import_while_pinging(client, acme, {"document_text": text})
+    assert answer.status_code == 422, answer.text
+    assert expected in answer.text
+    assert answer.json()["errors"][0]["path"] == "$.document_text"
+    assert lag < BOUND_S
+
+
+async def test_a_document_that_outlasts_the_deadline_is_422_naming_it() -> None:
+    async for client in _client(import_deadline_s=0.001):
+        acme = await create_tenant(client, "acme")
+        body = {"document_text": PETSTORE, "server_url": SERVER, "dry_run": True}
+        answer = await client.post("/tools/import", json=body, headers=acme.headers)
+        assert answer.status_code == 422, answer.text
+        assert "IMPORT_DEADLINE_S" in answer.text
+
+
+async def test_the_fetch_has_a_total_deadline(upstream: ThreadedServer) -> None:
+    async for client in _client(import_fetch_deadline_s=0.5):
+        acme = await create_tenant(client, "acme")
+        slowly = f"{upstream.url}/drip?every=0.1&count=100"  # 10 s, each byte within 0.1 s
+        answer = await client.post("/tools/import", json={"url": slowly}, headers=acme.headers)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["errors"] == [
+            {"path": "$.url", "message": "it did not arrive within 0.5 s (IMPORT_FETCH_DEADLINE_S)"}
+        ]
+
+
+async def test_a_path_without_a_leading_slash_cannot_change_the_host(
+    client: httpx.AsyncClient, acme: TenantCredentials
+) -> None:
+    document = {
+        "openapi": "3.0.3",
+        "info": {"title": "t", "version": "1"},
+        "servers": [{"url": SERVER}],
+        "paths": {
+            ".evil.example/x": {"get": {"operationId": "steal"}},
+            "/fine": {"get": {"operationId": "fine"}},
+        },
+    }
+    body = {"document": document, "dry_run": True}
+    answer = await client.post("/tools/import", json=body, headers=acme.headers)
+    assert answer.status_code == 200, answer.text
+    assert [t["function"]["url"] for t in answer.json()["tools"]] == [f"{SERVER}/fine"]
+    [skipped] = answer.json()["skipped"]
+    assert skipped["operation"] == "GET .evil.example/x"
+    assert skipped["reason"] == "its path '.evil.example/x' does not start with '/'"

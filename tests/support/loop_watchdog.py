@@ -1,0 +1,158 @@
+"""The loop watchdog: a pytest plugin that fails a test during which the event loop of an app it
+runs stalled longer than `BOUND_S` (registered in tests/conftest.py).
+
+Every app the tests start runs the service's own lag probe in its lifespan
+(`app.metrics.probe_loop_lag`: a task that sleeps 50 ms and measures how late it wakes), on
+whichever loop serves the app: the test's own (ASGITransport) or a server thread's (uvicorn in
+a thread). The probe tells `app.metrics.LAG_LISTENERS` every sample; this plugin listens and
+keeps the part of each sample's lateness that falls inside the test's call phase: between
+pytest-asyncio's runs of fixtures and of the test the loop is stopped, and a sleep across that
+gap would otherwise look like a stall. A stall of S seconds shows as a lag between S - 50 ms
+and S, so the bound catches any stall longer than `BOUND_S` + 50 ms.
+
+The test process's garbage collector is held during each call phase and runs between tests
+instead: a full collection of this process's heap (pytest, every test module and library it
+imports) holds the GIL, and with it the loop of every app in the process, for 1-3 s on this
+shared machine (measured: 1.5 s for the 210,000 objects of one app's process, under load). The
+objects alive once the tests are collected are frozen (`gc.freeze`) so later collections skip
+them. The service's own collections are in its metric.
+
+Not covered: apps a test starts as a separate process (their lag is in their own
+`toolgate_event_loop_lag_seconds`), and the setup and teardown phases (lifespan start and end).
+
+`LagProbe` measures the same thing inside a test, on the test's loop, for tests that assert it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import time
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+
+import pytest
+
+from app.metrics import LAG_LISTENERS, LAG_PROBE_INTERVAL_S
+
+BOUND_S = 0.25
+
+
+class _Watch:
+    """The worst stall inside the current test's call phase, from every app's probe."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.until: float | None = None
+        self.worst = 0.0
+        self.reported = False
+
+    def listen(self, woke: float, lag: float) -> None:  # from any thread
+        since, until = self.since, self.until
+        if since is None:
+            return
+        # Only the lateness inside the call phase counts: a sleep that should have ended
+        # before the call started (the loop stopped between fixture and test) counts from the
+        # start of the call; one that ends after the call (the loop stopped when the test
+        # returned) counts to its end.
+        within = min(woke, until or woke) - max(woke - lag, since)
+        if within > self.worst:
+            self.worst = within
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        self.worst, self.reported, self.until = 0.0, False, None
+        self.since = time.monotonic()
+        try:
+            yield
+        finally:
+            self.until = time.monotonic()
+
+    def verdict(self) -> str | None:
+        """Why the test fails, once, when its loop stalled past the bound."""
+        if self.reported or self.worst <= BOUND_S:
+            return None
+        self.reported = True
+        return (
+            f"the event loop of the app stalled {self.worst * 1000:.0f} ms, more than the "
+            f"{BOUND_S * 1000:.0f} ms bound (tests/support/loop_watchdog.py)"
+        )
+
+
+_WATCH = _Watch()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    LAG_LISTENERS.append(_WATCH.listen)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    with contextlib.suppress(ValueError):
+        LAG_LISTENERS.remove(_WATCH.listen)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    gc.collect()
+    gc.freeze()  # modules and collected tests live to the end: later collections skip them
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)  # innermost: the window is the test alone
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    gc.disable()  # no collection stalls the loop during the test; it runs after
+    try:
+        with _WATCH.watching():
+            return (yield)
+    finally:
+        gc.enable()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    """The call fails on a stall seen by its end; a stall seen only in teardown (the probe's
+    sample in flight when the test returned) fails the teardown."""
+    report = yield
+    if call.when not in ("call", "teardown"):
+        return report
+    stalled = _WATCH.verdict()
+    if stalled is not None:
+        report.sections.append(("loop watchdog", stalled))
+        if report.passed:
+            report.outcome = "failed"
+            report.longrepr = stalled
+    return report
+
+
+class LagProbe:
+    """`async with LagProbe() as probe:` the worst lag of the current loop inside the block,
+    measured as the watchdog does (a task sleeping 50 ms)."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self.samples = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> LagProbe:
+        self._task = asyncio.create_task(self._run())
+        await asyncio.sleep(0)  # the first sample starts now
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await asyncio.sleep(LAG_PROBE_INTERVAL_S * 1.5)  # the sample in flight ends
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _run(self) -> None:
+        while True:
+            start = time.monotonic()
+            await asyncio.sleep(LAG_PROBE_INTERVAL_S)
+            self.worst = max(self.worst, time.monotonic() - start - LAG_PROBE_INTERVAL_S)
+            self.samples += 1
