@@ -28,9 +28,10 @@ from tests.support import fake_model as script
 from tests.support.apps import ADMIN, ADMIN_KEY, KEY_SECRET
 from tests.support.fake_model import FakeModel, Reply
 from tests.support.in_flight import InFlight
+from tests.support.processes import ROOT
 from tests.support.secantus import SecantusServer, free_port
 from tests.support.servers import ThreadedServer
-from tests.test_replica_processes import ROOT, Replica, start_replica, wait_ready
+from tests.test_replica_processes import Replica, start_replica, wait_ready
 
 pytestmark = [pytest.mark.processes, pytest.mark.slow]
 

@@ -14,8 +14,14 @@ import pytest
 
 from app.tools.openapi_text import MAX_FLOW_NESTING
 from tests.api.test_tool_import import PETSTORE
-from tests.conftest import TenantCredentials, create_tenant, http_client, make_settings, running_app
 from tests.support import functions
+from tests.support.apps import (
+    TenantCredentials,
+    create_tenant,
+    http_client,
+    make_settings,
+    running_app,
+)
 from tests.support.loop_watchdog import BOUND_S, LagProbe
 from tests.support.servers import ThreadedServer
 

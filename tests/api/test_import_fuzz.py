@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.main import create_app
-from tests.conftest import ADMIN, make_settings
 from tests.support import functions
+from tests.support.apps import ADMIN, make_settings
 from tests.support.openapi_mutations import as_yaml, mutated
 from tests.support.servers import ThreadedServer
 

@@ -12,8 +12,14 @@ import httpx
 import pytest
 import yaml
 
-from tests.conftest import TenantCredentials, create_tenant, http_client, make_settings, running_app
 from tests.support import functions
+from tests.support.apps import (
+    TenantCredentials,
+    create_tenant,
+    http_client,
+    make_settings,
+    running_app,
+)
 
 SERVER = "https://api.example.com"
 PATH = "/things/{id}"

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from app.tools.typed import UnreadableToolError, parse_stored_tool
-from tests.conftest import create_tenant
+from tests.support.apps import create_tenant
 
 
 def tool(

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import TenantCredentials
 from tests.mcp.test_mcp_gateway import MODERN, _envelope
+from tests.support.apps import TenantCredentials
 
 ACCEPT = {"Accept": "application/json, text/event-stream"}
 
