@@ -9,6 +9,7 @@ a cap.
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -158,13 +159,49 @@ class ExternalExecutor:
         return ToolOutcome("ok", text)
 
     async def _read_capped(self, response: httpx.Response) -> tuple[str, bool]:
-        """Read at most the cap of decoded bytes: a gzip bomb stops at the cap, not in memory."""
+        """Read at most the cap of decoded bytes: a gzip bomb stops at the cap, in memory and in
+        CPU. gzip and deflate are inflated here a bounded step at a time (httpx would inflate a
+        whole network chunk at once, tens of MB of a bomb's, on the event loop)."""
+        cap = self._response_max_bytes
+        inflater = _Inflater.for_encoding(response.headers.get("content-encoding", ""))
         chunks: list[bytes] = []
         size = 0
-        async for chunk in response.aiter_bytes():
+        stream = response.aiter_raw() if inflater is not None else response.aiter_bytes()
+        async for raw in stream:
+            chunk = inflater.inflate(raw, cap + 1 - size) if inflater is not None else raw
             chunks.append(chunk)
             size += len(chunk)
-            if size > self._response_max_bytes:
-                data = b"".join(chunks)[: self._response_max_bytes]
+            if size > cap:
+                data = b"".join(chunks)[:cap]
                 return data.decode(response.encoding or "utf-8", errors="replace"), True
         return b"".join(chunks).decode(response.encoding or "utf-8", errors="replace"), False
+
+
+class _Inflater:
+    """gzip or deflate, inflated at most `limit` bytes per call (zlib's `max_length`)."""
+
+    def __init__(self, wbits: int, *, raw_fallback: bool) -> None:
+        self._inflate = zlib.decompressobj(wbits)
+        self._raw_fallback = raw_fallback  # `deflate` is sent with or without zlib's header
+        self._started = False
+
+    @classmethod
+    def for_encoding(cls, encoding: str) -> _Inflater | None:
+        encoding = encoding.strip().lower()
+        if encoding in ("gzip", "x-gzip"):
+            return cls(16 + zlib.MAX_WBITS, raw_fallback=False)
+        if encoding == "deflate":
+            return cls(zlib.MAX_WBITS, raw_fallback=True)
+        return None  # identity, or what httpx decodes itself (br, zstd, several codings)
+
+    def inflate(self, data: bytes, limit: int) -> bytes:
+        try:
+            out = self._inflate.decompress(data, max(limit, 1))
+        except zlib.error as exc:
+            if not self._raw_fallback or self._started:
+                raise httpx.DecodingError(f"the response's content is not valid: {exc}") from None
+            self._inflate = zlib.decompressobj(-zlib.MAX_WBITS)
+            self._raw_fallback = False
+            out = self._inflate.decompress(data, max(limit, 1))
+        self._started = True
+        return out

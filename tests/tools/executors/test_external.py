@@ -4,10 +4,15 @@ tests/chat/test_external_tools.py and tests/api/test_argument_placement.py."""
 
 from __future__ import annotations
 
+import gzip
+import zlib
+from typing import Any
+
 import httpx
+import pytest
 
 from app.tools.executors import CallScope
-from app.tools.executors.external import ExternalExecutor
+from app.tools.executors.external import ExternalExecutor, _Inflater
 from app.tools.outcome import ToolOutcome
 from app.tools.typed import ExternalTool
 
@@ -50,3 +55,22 @@ async def test_get_sends_a_query_post_a_json_body_and_an_error_status_is_an_erro
     assert missing == ToolOutcome.error(
         "the tool's endpoint answered HTTP 404: no such thing", "upstream_status"
     )
+
+
+@pytest.mark.parametrize(
+    ("encoding", "compress"),
+    [
+        ("gzip", lambda data: gzip.compress(data)),
+        ("deflate", lambda data: zlib.compress(data)),
+        ("deflate", lambda data: zlib.compress(data)[2:-4]),  # raw deflate, as some servers send
+    ],
+)
+def test_inflating_is_bounded_per_step(encoding: str, compress: Any) -> None:
+    """A bomb's chunk gives at most the bytes asked for: CPU and memory stay at the cap."""
+    bomb = compress(b"\0" * 50_000_000)
+    inflater = _Inflater.for_encoding(encoding)
+    assert inflater is not None
+    assert len(inflater.inflate(bomb, 1000)) == 1000
+    small = _Inflater.for_encoding(encoding)
+    assert small is not None and small.inflate(compress(b"hello"), 100) == b"hello"
+    assert _Inflater.for_encoding("identity") is None and _Inflater.for_encoding("br") is None
