@@ -11,6 +11,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
@@ -29,6 +30,7 @@ from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Database
 from app.repositories.limits import LimitRepository
 from app.repositories.mcp_servers import McpServerRepository
+from app.repositories.run_journal import RunJournal
 from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
 from app.repositories.secrets import SecretRepository
 from app.repositories.tenants import TenantRepository
@@ -348,11 +350,30 @@ def build_runtime(
         active_chats=lambda: limits.active_runs,
         mcp_sessions=lambda: mcp.hub.open_sessions,
     )
-    recorder = RunRecorder(stores.runs)
+    recorder = build_recorder(settings, stores.runs, metrics)
     recorder.start()
     stack.push_async_callback(recorder.close)  # closed before the database: records flushed
     invoker = build_invoker(settings, registry, policy, metrics, stack)
     return _Runtime(stores.catalog, outbound, invoker, recorder, limits, secrets, mcp, metrics)
+
+
+def build_recorder(settings: Settings, runs: RunStore, metrics: Metrics) -> RunRecorder:
+    journal = None
+    if settings.journals_runs:
+        journal = RunJournal(  # one directory per database: a replay never crosses over
+            Path(settings.run_journal_dir) / settings.mongodb_database,
+            max_bytes=settings.run_journal_max_bytes,
+            fsync=settings.run_journal_fsync,
+        )
+    recorder = RunRecorder(
+        runs,
+        journal=journal,
+        max_records=settings.run_queue_max_records,
+        max_bytes=settings.run_queue_max_bytes,
+        lost=metrics.run_records_lost.inc,
+    )
+    metrics.track_records(held=lambda: recorder.held, journal_bytes=lambda: recorder.journal_bytes)
+    return recorder
 
 
 async def build_services(

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -102,6 +104,7 @@ def make_settings(mongo_url: str | None = None, **overrides: Any) -> Settings:
         "mongodb_database": f"test_{uuid.uuid4().hex[:12]}",
         "admin_api_key": ADMIN_KEY,
         "api_key_secret": KEY_SECRET,
+        "run_journal_dir": str(Path(tempfile.gettempdir()) / "toolgate-test-run-journal"),
         **overrides,
     }
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
