@@ -357,6 +357,22 @@ def build_runtime(
     return _Runtime(stores.catalog, outbound, invoker, recorder, limits, secrets, mcp, metrics)
 
 
+def build_health(
+    settings: Settings, database: Database, metrics: Metrics, stack: AsyncExitStack
+) -> HealthService:
+    cache_ttl_s = max(settings.auth_cache_ttl_s, settings.tool_cache_ttl_s)
+    health = HealthService(
+        database=database,
+        # Cached keys and tools serve this long after the database's last answer.
+        serve_without_database_s=cache_ttl_s + settings.cache_stale_if_error_s,
+        check_timeout_s=min(2.0, settings.mongodb_timeout_ms / 1000),
+    )
+    health.start()
+    stack.push_async_callback(health.aclose)
+    metrics.track_database(reachable=lambda: float(health.database().reachable))
+    return health
+
+
 def build_recorder(settings: Settings, runs: RunStore, metrics: Metrics) -> RunRecorder:
     journal = None
     if settings.journals_runs:
@@ -421,7 +437,7 @@ async def build_services(
         settings=settings,
         database=stores.database,
         registry=registry,
-        health=HealthService(database=stores.database),
+        health=build_health(settings, stores.database, metrics, stack),
         tenants=tenants,
         tools=tools,
         chat=build_chat_service(settings, run, stack),
