@@ -430,7 +430,7 @@ async def build_services(
         publish=stores.publish,
     )
     if stores.changes is not None:  # other replicas' changes: forget what is cached here
-        stores.changes.listen(tenants.forget_tenant)
+        stores.changes.listen(tenants.changed_elsewhere)
         stores.changes.start()
         stack.push_async_callback(stores.changes.aclose)
     return Services(
