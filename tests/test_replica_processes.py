@@ -7,13 +7,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,11 +19,11 @@ import pytest
 from tests.conftest import ADMIN, ADMIN_KEY, KEY_SECRET, external_tool
 from tests.support import fake_model as script
 from tests.support.fake_model import FakeModel, Reply
+from tests.support.replicas import Replica, start_replica, stop_replicas, wait_ready
 from tests.support.secantus import SecantusServer, free_port
 from tests.support.servers import ThreadedServer
 from tests.support.waiting import within
 
-ROOT = Path(__file__).resolve().parents[1]
 REPLICAS = 3
 CHATS_PER_MINUTE = 10
 CONCURRENT_CHATS = 2
@@ -34,13 +31,6 @@ LEASE_S = 3.0
 SYNC_S = 0.5
 TOOLS_ABOVE_SEEDED = 4  # the tool cap is the seeded tools plus this
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}
-
-
-@dataclass
-class Replica:
-    url: str
-    process: subprocess.Popen[bytes]
-    log: Path
 
 
 @dataclass
@@ -67,34 +57,6 @@ def seeded_tools() -> int:
     from app.tools.builtin import registry
 
     return len(registry)
-
-
-def start_replica(port: int, env: dict[str, str], log: Path) -> Replica:
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    return Replica(f"http://127.0.0.1:{port}", process, log)
-
-
-def wait_ready(replica: Replica) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if replica.process.poll() is not None:
-            break
-        try:
-            if httpx.get(f"{replica.url}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    replica.process.kill()
-    pytest.fail(f"a replica did not become ready:\n{replica.log.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +94,7 @@ def replicas(
         "TOOL_CACHE_TTL_S": "60",
         "ACCESS_LOG": "false",
         "LIMITS": "shared",
+        "RUN_JOURNAL_DIR": str(logs / "run-journal"),
     }
     started = [start_replica(free_port(), env, logs / f"replica-{n}.log") for n in range(REPLICAS)]
     try:
@@ -139,14 +102,7 @@ def replicas(
             wait_ready(replica)
         yield started
     finally:
-        for replica in started:
-            if replica.process.poll() is None:
-                os.killpg(replica.process.pid, signal.SIGTERM)
-        for replica in started:
-            try:
-                replica.process.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(replica.process.pid, signal.SIGKILL)
+        stop_replicas(started)
 
 
 @pytest.fixture

@@ -11,7 +11,13 @@ from typing import Any
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import ConnectionFailure, ExecutionTimeout, PyMongoError, WaitQueueTimeoutError
+from pymongo.errors import (
+    ConnectionFailure,
+    ExecutionTimeout,
+    NetworkTimeout,
+    PyMongoError,
+    WaitQueueTimeoutError,
+)
 
 from app.config import Settings
 
@@ -26,6 +32,11 @@ def database_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, ConnectionFailure | ExecutionTimeout | WaitQueueTimeoutError) or (
         isinstance(exc, PyMongoError) and exc.timeout
     )
+
+
+def answered_too_slowly(exc: BaseException) -> bool:
+    """The database was reached but an operation did not finish in time: a smaller one may."""
+    return isinstance(exc, NetworkTimeout | ExecutionTimeout)
 
 
 def utc_now() -> datetime:

@@ -23,20 +23,21 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from app.repositories.database import Document, database_unavailable
+from app.repositories.database import Document, answered_too_slowly, database_unavailable
 from app.repositories.run_journal import RunJournal, Segment, encode
 from app.repositories.runs import RunStore
 
 logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 500
+MIN_CHUNK = 10  # a batch that times out is split in halves down to this
 # Collect records this long before writing: one wake-up and one insert per tenant per batch,
 # rather than per chat.
 BATCH_WINDOW_S = 0.05
 # Waits between tries while the database is unavailable; the last one repeats, without end.
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 REPORT_EVERY_S = 60.0  # while the database stays away, one "still waiting" line this often
-UNENCODED_SIZE = 4096  # the size counted for a record that has no journal line
+UNENCODED_SIZE = 1024  # the size counted for a record without a journal line (journal off)
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -84,6 +85,8 @@ class RunRecorder:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._closing = asyncio.Event()  # shutdown: one last try per batch, no more waiting
+        self._lost_unlogged = 0
+        self._lost_logged_at: float | None = None
         self._unavailable_since: float | None = None
         self._reported_at = 0.0
 
@@ -135,13 +138,20 @@ class RunRecorder:
         await self._task
         if self._journal is not None:
             self._journal.close()
+        if self._lost_unlogged:
+            logger.error("%d run record(s) lost since the last report", self._lost_unlogged)
 
     def _room_for(self, size: int) -> bool:
         return self._held_records < self._max_records and self._held_bytes + size <= self._max_bytes
 
     def _lose(self, count: int, why: str) -> None:
+        """Count; log an ERROR at once, then at most one per REPORT_EVERY_S with the count."""
         self._count_lost(count)
-        logger.error("%d run record(s) lost: %s", count, why)
+        self._lost_unlogged += count
+        now = self._clock()
+        if self._lost_logged_at is None or now - self._lost_logged_at >= REPORT_EVERY_S:
+            logger.error("%d run record(s) lost: %s", self._lost_unlogged, why)
+            self._lost_logged_at, self._lost_unlogged = now, 0
 
     async def _write_forever(self) -> None:
         for orphan in self._orphans:
@@ -229,6 +239,11 @@ class RunRecorder:
                     return True
                 if self._closing.is_set():
                     return False
+                if answered_too_slowly(exc) and len(runs) >= 2 * MIN_CHUNK:
+                    # Back, but slow (or catching up): smaller writes finish within the timeout.
+                    half = len(runs) // 2
+                    first = await self._write_tenant(tenant_id, runs[:half])
+                    return first and await self._write_tenant(tenant_id, runs[half:])
                 delay = RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]
                 self._unavailable(exc, delay)
                 attempt += 1

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pymongo.errors import OperationFailure, ServerSelectionTimeoutError
+from pymongo.errors import NetworkTimeout, OperationFailure, ServerSelectionTimeoutError
 
 from app.repositories.run_journal import RunJournal, encode
 from app.repositories.runs import MemoryRunRepository
@@ -36,11 +36,14 @@ class FlakyRuns(MemoryRunRepository):
     """The repository seam: unavailable until `up_at` on the fake clock; stores by `_id` as
     MongoDB does (a second insert of one record is ignored)."""
 
-    def __init__(self, time: FakeTime, *, up_at: float, refuse: bool = False) -> None:
+    def __init__(
+        self, time: FakeTime, *, up_at: float, refuse: bool = False, most: int = 1_000_000
+    ) -> None:
         super().__init__(limit=1_000_000)
         self.time = time
         self.up_at = up_at
         self.refuse = refuse
+        self.most = most  # a larger write times out (a slow database)
         self.stored: dict[str, dict[str, Any]] = {}
         self.inserts = 0
 
@@ -49,6 +52,8 @@ class FlakyRuns(MemoryRunRepository):
             raise ServerSelectionTimeoutError("no server")
         if self.refuse:
             raise OperationFailure("refused", code=2)
+        if len(runs) > self.most:
+            raise NetworkTimeout("timed out")
         self.inserts += 1
         for run in runs:
             self.stored.setdefault(run["run_id"], {**run, "tenant": tenant_id})
@@ -181,4 +186,14 @@ async def test_a_record_the_database_refuses_is_counted_and_logged(
     await record_all(made, 0, 3)
     await until(lambda: sum(lost) == 3)
     assert "the database refused them (OperationFailure)" in caplog.text
+    await made.close()
+
+
+async def test_a_batch_too_large_for_a_slow_database_is_written_in_smaller_parts() -> None:
+    time, lost = FakeTime(), []
+    runs = FlakyRuns(time, up_at=10.0, most=40)  # back after 10 s, and slow: 40 per write
+    made = recorder(runs, time, lost)
+    await record_all(made, 0, 600)
+    await until(lambda: len(runs.stored) == 600)
+    assert lost == []
     await made.close()
