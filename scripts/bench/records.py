@@ -19,7 +19,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import Bench  # scripts/bench/bench.py (the script's directory is on the path)
+from bench import ROOT, Bench  # scripts/bench/bench.py (the script's directory is on the path)
 
 VARIANTS = {
     "off": {"RUN_JOURNAL": "off"},
@@ -139,6 +139,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.chats_c1, args.chats_c50 = 1, 10, 60
+    sys.path.insert(0, str(ROOT))  # record() below is this checkout's, as the services are
     for variant in args.variants:
         cost = record_cost_us(variant, 200 if variant == "fsync" else 20_000)
         print(
