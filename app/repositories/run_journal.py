@@ -73,6 +73,7 @@ class RunJournal:
         self._fsync = fsync
         self._current: Segment | None = None
         self._closed: list[Segment] = []  # rotated, not yet removed
+        self._failing = False  # the last segment could not be started
 
     @property
     def size(self) -> int:
@@ -113,14 +114,17 @@ class RunJournal:
         """Close the current segment to appends and start the next; the closed one is
         returned, to be removed once its records are stored."""
         closed = self._current
-        if closed is None:
-            return None
         try:
             self._current = self._new_segment()
-        except OSError as exc:
-            logger.error("run journal: could not start a segment: %s", exc)
-            self._current = None
-        self._closed.append(closed)
+            if self._failing:
+                logger.warning("run journal: segments can be written again")
+            self._failing = False
+        except OSError as exc:  # records wait in memory only until a segment can be started
+            if not self._failing:
+                logger.error("run journal: could not start a segment: %s", exc)
+            self._current, self._failing = None, True
+        if closed is not None:
+            self._closed.append(closed)
         return closed
 
     def read(self, segment: Segment) -> Iterator[list[Entry]]:
