@@ -8,7 +8,11 @@ RUN pip install --no-cache-dir --prefix=/install .
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 COPY --from=build /install /usr/local
-RUN useradd --system --uid 10001 --no-create-home toolgate
+RUN useradd --system --uid 10001 --no-create-home toolgate \
+    && mkdir -p /var/lib/toolgate/run-journal && chown toolgate /var/lib/toolgate/run-journal
+# Run records wait here until the database has them (docs/operating.md, "Run records"); mount a
+# volume on it so a restarted container replays what a killed one left.
+ENV RUN_JOURNAL_DIR=/var/lib/toolgate/run-journal
 USER toolgate
 EXPOSE 8000
 # Validate settings and the function dictionary first, then serve; fails with a plain list.

@@ -14,7 +14,9 @@ read passed MONGODB_TIMEOUT_MS answered 503 (trust issue, item 11). Here:
   `db_resurrect_ttl` is the same idea); otherwise a change made elsewhere (another replica) is
   seen within the TTL, counted from when the entry's read started;
 - `invalidate` drops an entry and detaches its read in flight, so a read that started before a
-  local write is never stored.
+  local write is never stored; `mark_stale` detaches the read too but keeps the entry, expired,
+  for stale-if-error (a tool edit: an outage right after it still serves the tenant; a rotated
+  key or revoked token is dropped, never served stale).
 """
 
 from __future__ import annotations
@@ -85,6 +87,16 @@ class LoadingCache(Generic[K, V]):
     def invalidate(self, key: K) -> None:
         """Forget the entry; a read of it in flight is not stored and not joined any more."""
         self._entries.pop(key, None)
+        self._loading.pop(key, None)
+
+    def mark_stale(self, key: K) -> None:
+        """The entry is out of date: the next get reads it again, but if that read fails (the
+        database is away) the entry is served for `stale_if_error_s` from now, as an expired
+        one would be. A read in flight is detached, as by `invalidate`."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            entry.read_at = min(entry.read_at, time.monotonic() - self._ttl_s)
+            entry.refresh_failed = False
         self._loading.pop(key, None)
 
     def invalidate_values(self, matches: Callable[[V], bool]) -> None:

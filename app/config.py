@@ -109,6 +109,17 @@ class Settings(BaseSettings):
     run_retention_days: int = Field(default=30, ge=1, le=3650)
     run_store_messages: bool = False
     run_memory_limit: int = Field(default=1000, ge=10, le=1_000_000)
+    # While the database is away, run records are held in memory up to these bounds, then only
+    # in the journal on local disk (docs/operating.md, "Run records").
+    run_queue_max_records: int = Field(default=100_000, ge=100, le=10_000_000)
+    run_queue_max_bytes: int = Field(default=64 * 1_048_576, ge=1_048_576, le=16 * 1_073_741_824)
+    # The journal: each record on local disk before its answer completes, until stored.
+    # `auto`: on with MONGODB_URL (the in-memory store loses its records on restart anyway).
+    run_journal: Literal["auto", "on", "off"] = "auto"
+    run_journal_dir: str = "data/run-journal"
+    run_journal_max_bytes: int = Field(default=1_073_741_824, ge=1_048_576, le=1_099_511_627_776)
+    # fsync each record: survives a machine crash too, at the disk's sync cost per chat.
+    run_journal_fsync: bool = False
 
     # Limits (README, "Limits"); 0 turns a rate limit or cap off.
     rate_limit_chat_per_minute: int = Field(default=60, ge=0, le=1_000_000)
@@ -227,6 +238,12 @@ class Settings(BaseSettings):
         """DOCS_ENABLED, or when unset: in development only (the API's map is no one's
         business on a public production host unless the operator says so)."""
         return self.app_env != "production" if self.docs_enabled is None else self.docs_enabled
+
+    @property
+    def journals_runs(self) -> bool:
+        return self.run_journal == "on" or (
+            self.run_journal == "auto" and not self.uses_memory_store
+        )
 
     @property
     def uses_memory_store(self) -> bool:

@@ -11,6 +11,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
@@ -29,6 +30,7 @@ from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Database
 from app.repositories.limits import LimitRepository
 from app.repositories.mcp_servers import McpServerRepository
+from app.repositories.run_journal import RunJournal
 from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
 from app.repositories.secrets import SecretRepository
 from app.repositories.tenants import TenantRepository
@@ -353,7 +355,7 @@ def build_runtime(
     hub = build_mcp_hub(settings, outbound, stack)
     mcp = build_mcp_service(settings, stores, outbound, secrets.box, operator, limits.fence, hub)
     metrics.track(active_chats=lambda: limits.active_runs, mcp_sessions=lambda: hub.open_sessions)
-    recorder = RunRecorder(stores.runs)
+    recorder = build_recorder(settings, stores.runs, metrics)
     recorder.start()
     stack.push_async_callback(recorder.close)  # closed before the database: records flushed
     invoker = build_invoker(settings, registry, policy, metrics, stack)
@@ -361,6 +363,41 @@ def build_runtime(
     return _Runtime(
         stores.catalog, outbound, invoker, recorder, limits, secrets, mcp, metrics, toolbox, hub
     )
+
+
+def build_health(
+    settings: Settings, database: Database, metrics: Metrics, stack: AsyncExitStack
+) -> HealthService:
+    cache_ttl_s = max(settings.auth_cache_ttl_s, settings.tool_cache_ttl_s)
+    health = HealthService(
+        database=database,
+        # Cached keys and tools serve this long after the database's last answer.
+        serve_without_database_s=cache_ttl_s + settings.cache_stale_if_error_s,
+        check_timeout_s=min(2.0, settings.mongodb_timeout_ms / 1000),
+    )
+    health.start()
+    stack.push_async_callback(health.aclose)
+    metrics.track_database(reachable=lambda: float(health.database().reachable))
+    return health
+
+
+def build_recorder(settings: Settings, runs: RunStore, metrics: Metrics) -> RunRecorder:
+    journal = None
+    if settings.journals_runs:
+        journal = RunJournal(  # one directory per database: a replay never crosses over
+            Path(settings.run_journal_dir) / settings.mongodb_database,
+            max_bytes=settings.run_journal_max_bytes,
+            fsync=settings.run_journal_fsync,
+        )
+    recorder = RunRecorder(
+        runs,
+        journal=journal,
+        max_records=settings.run_queue_max_records,
+        max_bytes=settings.run_queue_max_bytes,
+        lost=metrics.run_records_lost.inc,
+    )
+    metrics.track_records(held=lambda: recorder.held, journal_bytes=lambda: recorder.journal_bytes)
+    return recorder
 
 
 async def build_services(
@@ -404,13 +441,13 @@ async def build_services(
         toolbox=run.toolbox, invoker=run.invoker, recorder=run.recorder, limits=run.limits
     )
     if stores.changes is not None:  # other replicas' changes: forget what is cached here
-        stores.changes.listen(tenants.forget_tenant)
+        stores.changes.listen(tenants.changed_elsewhere)
         stores.changes.start()
         stack.push_async_callback(stores.changes.aclose)
     return Services(
         settings=settings,
         database=stores.database,
-        health=HealthService(database=stores.database),
+        health=build_health(settings, stores.database, metrics, stack),
         tenants=tenants,
         tools=tools,
         chat=build_chat_service(settings, run, stack),

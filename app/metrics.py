@@ -78,6 +78,26 @@ class Metrics:
             buckets=LAG_BUCKETS,
             registry=registry,
         )
+        self.run_records_lost = Counter(
+            "toolgate_run_records_lost",
+            "Run records lost: memory and journal full or failing, or refused by the database.",
+            registry=registry,
+        )
+        self.run_records_held = Gauge(
+            "toolgate_run_records_held",
+            "Run records in memory not yet in the database.",
+            registry=registry,
+        )
+        self.run_journal_bytes = Gauge(
+            "toolgate_run_journal_bytes",
+            "Bytes of run records in this process's local journal, not yet known stored.",
+            registry=registry,
+        )
+        self.database_reachable = Gauge(
+            "toolgate_database_reachable",
+            "1 while the database answered its last check (GET /healthz says since when not).",
+            registry=registry,
+        )
 
         # Labelled children looked up once: `labels()` takes a lock and builds a key each call.
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
@@ -121,6 +141,15 @@ class Metrics:
         """Gauges read at scrape time from the objects that own the numbers."""
         self.active_chats.set_function(active_chats)
         self.mcp_sessions.set_function(mcp_sessions)
+
+    def track_records(
+        self, *, held: Callable[[], float], journal_bytes: Callable[[], float]
+    ) -> None:
+        self.run_records_held.set_function(held)
+        self.run_journal_bytes.set_function(journal_bytes)
+
+    def track_database(self, *, reachable: Callable[[], float]) -> None:
+        self.database_reachable.set_function(reachable)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

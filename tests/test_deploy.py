@@ -81,4 +81,32 @@ def test_every_variable_is_a_setting_and_every_secret_key_is_documented() -> Non
 def test_a_replica_is_given_the_time_to_drain_its_chats() -> None:
     pod = load("deployment.yaml")["spec"]["template"]["spec"]
     default_deadline = Settings.model_fields["chat_deadline_s"].default
-    assert pod["terminationGracePeriodSeconds"] >= default_deadline + 5
+    pre_stop = container()["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pod["terminationGracePeriodSeconds"] >= pre_stop + default_deadline + 5
+
+
+def test_new_connections_are_served_until_the_endpoint_is_gone() -> None:
+    """SIGTERM closes the listener at once: the preStop delay keeps it open while the endpoint
+    is removed from the Service and the load balancers."""
+    assert container()["lifecycle"]["preStop"]["sleep"]["seconds"] >= 5
+
+
+def test_replicas_spread_over_nodes_and_zones() -> None:
+    pod = load("deployment.yaml")["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    spread = pod["spec"]["topologySpreadConstraints"]
+    keys = {rule["topologyKey"] for rule in spread}
+    assert keys == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
+    for rule in spread:
+        assert rule["labelSelector"]["matchLabels"] == labels and rule["maxSkew"] == 1
+        # Never refuse to schedule on a one-node or one-zone cluster.
+        assert rule["whenUnsatisfiable"] == "ScheduleAnyway"
+
+
+def test_the_run_journal_is_on_a_volume_that_outlives_the_container() -> None:
+    spec = container()
+    named = {variable["name"]: variable.get("value") for variable in spec["env"]}
+    mounts = {mount["mountPath"]: mount["name"] for mount in spec["volumeMounts"]}
+    volume = mounts[named["RUN_JOURNAL_DIR"]]
+    volumes = load("deployment.yaml")["spec"]["template"]["spec"]["volumes"]
+    assert "emptyDir" in next(v for v in volumes if v["name"] == volume)

@@ -29,9 +29,9 @@ from tests.support.apps import ADMIN, ADMIN_KEY, KEY_SECRET
 from tests.support.fake_model import FakeModel, Reply
 from tests.support.in_flight import InFlight
 from tests.support.processes import ROOT
+from tests.support.replicas import Replica, start_replica, wait_ready
 from tests.support.secantus import SecantusServer, free_port
 from tests.support.servers import ThreadedServer
-from tests.test_replica_processes import Replica, start_replica, wait_ready
 
 pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
@@ -82,7 +82,6 @@ def replicas(
     database: SecantusServer, model: Model, logs: Path, **settings: str
 ) -> Iterator[list[Replica]]:
     env = {
-        **os.environ,
         "APP_ENV": "development",
         "MONGODB_URL": database.url,
         "MONGODB_DATABASE": f"limits_{uuid.uuid4().hex[:10]}",

@@ -7,12 +7,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,7 +20,7 @@ from tests.support import fake_model as script
 from tests.support.apps import ADMIN, ADMIN_KEY, KEY_SECRET
 from tests.support.documents import external_tool
 from tests.support.fake_model import FakeModel, Reply
-from tests.support.processes import start_app, wait_serving
+from tests.support.replicas import Replica, start_replica, stop_replicas, wait_ready
 from tests.support.secantus import SecantusServer, free_port
 from tests.support.servers import ThreadedServer
 from tests.support.waiting import within
@@ -36,13 +34,6 @@ LEASE_S = 3.0
 SYNC_S = 0.5
 TOOLS_ABOVE_SEEDED = 4  # the tool cap is the seeded tools plus this
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}
-
-
-@dataclass
-class Replica:
-    url: str
-    process: subprocess.Popen[str]
-    log: Path
 
 
 @dataclass
@@ -69,16 +60,6 @@ def seeded_tools() -> int:
     from app.tools.builtin import registry
 
     return len(registry)
-
-
-def start_replica(port: int, settings: dict[str, str], log: Path) -> Replica:
-    with log.open("ab") as out:
-        process = start_app("--port", str(port), output=out, new_session=True, **settings)
-    return Replica(f"http://127.0.0.1:{port}", process, log)
-
-
-def wait_ready(replica: Replica) -> None:
-    wait_serving(replica.process, f"{replica.url}/readyz", bound_s=60, log=replica.log)
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +96,7 @@ def replicas(
         "TOOL_CACHE_TTL_S": "60",
         "ACCESS_LOG": "false",
         "LIMITS": "shared",
+        "RUN_JOURNAL_DIR": str(logs / "run-journal"),
     }
     started = [
         start_replica(free_port(), settings, logs / f"replica-{n}.log") for n in range(REPLICAS)
@@ -124,14 +106,7 @@ def replicas(
             wait_ready(replica)
         yield started
     finally:
-        for replica in started:
-            if replica.process.poll() is None:
-                os.killpg(replica.process.pid, signal.SIGTERM)
-        for replica in started:
-            try:
-                replica.process.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(replica.process.pid, signal.SIGKILL)
+        stop_replicas(started)
 
 
 @pytest.fixture

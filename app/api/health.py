@@ -8,11 +8,12 @@ from typing import Literal
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from app.deps import ServicesDep, presented_bearer
 from app.errors import ForbiddenError, UnauthorizedError
 from app.schemas.problems import problem_responses
+from app.services.health import HealthService
 
 router = APIRouter(tags=["health"])
 
@@ -20,7 +21,31 @@ router = APIRouter(tags=["health"])
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     store: Literal["memory", "mongodb"]
+    database: Literal["reachable", "unreachable"] = Field(
+        default="reachable",
+        description="Whether the database answered its last check (every second).",
+    )
+    database_unreachable_s: float | None = Field(
+        default=None, description="Seconds since the database stopped answering."
+    )
     warning: str | None = None
+
+
+def _health(health: HealthService, status: Literal["ok", "unavailable"]) -> Health:
+    state = health.database()
+    return Health(
+        status=status,
+        store=health.store,
+        database="reachable" if state.reachable else "unreachable",
+        database_unreachable_s=(
+            None if state.unreachable_for_s is None else round(state.unreachable_for_s, 1)
+        ),
+        warning=(
+            "in-memory store: data is lost when the process stops"
+            if health.store == "memory"
+            else None
+        ),
+    )
 
 
 @router.get("/ping", response_class=PlainTextResponse)
@@ -31,14 +56,9 @@ async def ping() -> str:
 
 @router.get("/healthz", response_model=Health, response_model_exclude_none=True)
 async def healthz(services: ServicesDep) -> Health:
-    """The process is up; says which store it uses (the in-memory one loses data on restart)."""
-    if services.health.store == "memory":
-        return Health(
-            status="ok",
-            store="memory",
-            warning="in-memory store: data is lost when the process stops",
-        )
-    return Health(status="ok", store="mongodb")
+    """The process is up (never depends on the database); says which store it uses and
+    whether the database answers."""
+    return _health(services.health, "ok")
 
 
 @router.get(
@@ -48,12 +68,12 @@ async def healthz(services: ServicesDep) -> Health:
     responses={503: {"model": Health}},
 )
 async def readyz(services: ServicesDep, response: Response) -> Health:
-    """Ready to serve: the database answers within 2 seconds (503 otherwise)."""
-    store = services.health.store
-    if await services.health.ready():
-        return Health(status="ok", store=store)
+    """Ready to serve: the database answers, or stopped answering less than the cache TTL plus
+    CACHE_STALE_IF_ERROR_S ago (cached keys and tools still serve); 503 otherwise."""
+    if services.health.ready():
+        return _health(services.health, "ok")
     response.status_code = 503
-    return Health(status="unavailable", store=store)
+    return _health(services.health, "unavailable")
 
 
 @router.get(

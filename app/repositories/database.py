@@ -11,7 +11,7 @@ from typing import Any
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import PyMongoError
+from pymongo.errors import ExecutionTimeout, NetworkTimeout, PyMongoError
 
 from app.config import Settings
 
@@ -21,6 +21,11 @@ Document = dict[str, Any]
 # What a repository call raises when the database refuses an operation or does not answer:
 # services catch this name, never the driver's.
 DatabaseError = PyMongoError
+
+
+def answered_too_slowly(exc: BaseException) -> bool:
+    """The database was reached but an operation did not finish in time: a smaller one may."""
+    return isinstance(exc, NetworkTimeout | ExecutionTimeout)
 
 
 def utc_now() -> datetime:
@@ -73,13 +78,14 @@ class Database:
         # A dot cannot occur in a tenant id, so `tenant.<id>.<resource>` never collides.
         return self._db[f"tenant.{tenant_id}.{resource}"]
 
-    async def ping(self, *, timeout_s: float) -> bool:
+    async def ping(self, *, timeout_s: float) -> str | None:
+        """None when the database answers within the timeout, else why not (the caller logs
+        it: a failing check repeats every second)."""
         try:
             await asyncio.wait_for(self._db.command("ping"), timeout_s)
-        except Exception as exc:  # any failure means "not ready"; the reason is logged
-            logger.warning("database ping failed: %s", type(exc).__name__)
-            return False
-        return True
+        except Exception as exc:  # any failure means "unreachable"
+            return type(exc).__name__
+        return None
 
     async def close(self) -> None:
         result = self._client.close()

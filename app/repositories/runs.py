@@ -8,7 +8,6 @@ from collections import deque
 from datetime import datetime
 from typing import Any, Protocol
 
-from bson import ObjectId
 from bson.errors import InvalidDocument
 from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import BulkWriteError, DocumentTooLarge, WriteError
@@ -47,10 +46,10 @@ class RunRepository:
         """Write the batch; a record the database refuses never takes the others with it, and
         is kept in a reduced form (`app/repositories/storable.py`) rather than lost.
 
-        Safe to call again with the same records after a timeout: each keeps its `_id`, so a
-        record written the first time is not written twice."""
+        Idempotent: a record's `_id` is its `run_id`, so a record written again (a retry after
+        a timeout, a journal replayed after a crash) is stored once; the duplicate is ignored."""
         for run in runs:
-            run.setdefault("_id", ObjectId())
+            run.setdefault("_id", run["run_id"])
         try:
             await self._runs(tenant_id).insert_many([dict(run) for run in runs], ordered=False)
         except BulkWriteError as exc:  # the others were written

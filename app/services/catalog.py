@@ -3,8 +3,8 @@
 Loading a tenant's tools, validating them and building their schemas on every request was the
 largest cost after the model call (profile in the performance issue). A snapshot is reused for
 `ttl_s` (TOOL_CACHE_TTL_S; 0 turns caching off) and refreshed in the background before then
-(app/cache.py). Writes through this process invalidate the tenant at once; another replica's
-writes are seen within `ttl_s`.
+(app/cache.py). Writes through this process mark the tenant's snapshot stale at once (read again
+next time; served only if that read fails); another replica's writes within the sync interval.
 
 A stored document that does not parse never breaks the tenant's other tools: it is left out of
 chats (one warning per process), and the CRUD routes list it with its `problems`.
@@ -111,6 +111,16 @@ def shown_tool(stored: StoredTool, tool: FunctionTool | ExternalTool) -> Tool:
     )
 
 
+def tools_stamp(tenant_id: str) -> str:
+    """The change stamp (app/services/changes.py) that says only the tenant's tools changed:
+    other replicas mark their snapshot stale instead of forgetting everything of the tenant
+    (tenant ids never hold a `/`)."""
+    return f"{tenant_id}{TOOLS_STAMP}"
+
+
+TOOLS_STAMP = "/tools"
+
+
 class ToolCatalog:
     def __init__(
         self,
@@ -167,7 +177,13 @@ class ToolCatalog:
         return (await self.snapshot(tenant_id=tenant_id)).enabled
 
     def invalidate(self, tenant_id: str) -> None:
+        """Forget the tenant's tools (the tenant was created or deleted)."""
         self._snapshots.invalidate(tenant_id)
+
+    def mark_stale(self, tenant_id: str) -> None:
+        """The tenant's tools changed: read them again, but while the database cannot be read
+        the last snapshot still serves (CACHE_STALE_IF_ERROR_S)."""
+        self._snapshots.mark_stale(tenant_id)
 
     async def aclose(self) -> None:
         await self._snapshots.aclose()

@@ -1,15 +1,14 @@
-"""Run records: written off the response path, flushed on shutdown, queried by admins."""
+"""Run records: what is kept of a run, and what admins read (app/services/run_recorder.py
+writes them)."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import logging
 import os
 import time
 import typing
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -17,109 +16,16 @@ from typing import Any
 
 import orjson
 
-from app.errors import (
-    AppError,
-    NotFoundError,
-    UnprocessableError,
-    database_unavailable,
-    field_error,
-)
+from app.errors import AppError, NotFoundError, UnprocessableError, field_error
 from app.repositories.runs import RunStore
 from app.repositories.storable import storable
 from app.schemas.runs import Run, RunKind, RunQuery, RunStatus, Usage
+from app.services.run_recorder import RunRecorder as RunRecorder  # where callers import it
 
 logger = logging.getLogger(__name__)
 
 RUN_STATUSES: tuple[RunStatus, ...] = typing.get_args(RunStatus)
 SHOWN_DEPTH = 32  # a reduced record shows at most this much nesting (JSON writers stop near 255)
-BATCH_SIZE = 500
-QUEUE_LIMIT = 100_000
-# Collect records this long before writing: one wake-up and one insert per tenant per batch,
-# rather than per chat (records are off the response path; close() still writes everything).
-BATCH_WINDOW_S = 0.05
-# Waits between tries of a batch while the database is unavailable (about 16 s in all).
-RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 4.0, 8.0)
-
-
-class RunRecorder:
-    """Queues run documents and writes them in batches from one background task.
-
-    A chat never waits for its record and never fails because of it: a failed write is logged.
-    `close()` writes what is queued, so a normal shutdown loses nothing.
-    """
-
-    def __init__(self, runs: RunStore) -> None:
-        self._runs = runs
-        self._queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue(QUEUE_LIMIT)
-        self._prepared: set[str] = set()
-        self._task: asyncio.Task[None] | None = None
-        self._closing = asyncio.Event()  # shutdown: one last try per batch, no more waiting
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._write_forever(), name="run-recorder")
-
-    def record(self, run: dict[str, Any], *, tenant_id: str) -> None:
-        try:
-            self._queue.put_nowait((tenant_id, run))
-        except asyncio.QueueFull:
-            logger.error("run record dropped: the write queue is full (database too slow?)")
-
-    async def close(self) -> None:
-        if self._task is None:
-            return
-        self._closing.set()
-        await self._queue.put(None)
-        await self._task
-
-    async def _write_forever(self) -> None:
-        while True:
-            item = await self._queue.get()
-            if item is not None:
-                await asyncio.sleep(BATCH_WINDOW_S)
-            batch = [item]
-            while len(batch) < BATCH_SIZE and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            stop = None in batch
-            await self._write([entry for entry in batch if entry is not None])
-            if stop:
-                return
-
-    async def _write(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
-        by_tenant: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for tenant_id, run in batch:
-            by_tenant[tenant_id].append(run)
-        for tenant_id, runs in by_tenant.items():
-            await self._write_tenant(tenant_id, runs)
-
-    async def _write_tenant(self, tenant_id: str, runs: list[dict[str, Any]]) -> None:
-        """Write, retrying while the database is unreachable or slow (records are kept, not
-        lost, through a short outage); any other failure is logged. At shutdown, the waiting
-        ends: one more try, then what cannot be written is logged as lost."""
-        for delay in (*RETRY_DELAYS_S, None):
-            try:
-                if tenant_id not in self._prepared:
-                    await self._runs.ensure_indexes(tenant_id=tenant_id)
-                    self._prepared.add(tenant_id)
-                await self._runs.insert_many(runs, tenant_id=tenant_id)
-                return
-            except Exception as exc:  # a record is never worth a failed chat
-                last = delay is None or self._closing.is_set()
-                if last or not database_unavailable(exc):
-                    logger.error(
-                        "could not write %d run record(s) of tenant %s: %s",
-                        len(runs),
-                        tenant_id,
-                        type(exc).__name__,
-                    )
-                    return
-                logger.warning(
-                    "run records of tenant %s: database unavailable (%s); retrying in %g s",
-                    tenant_id,
-                    type(exc).__name__,
-                    delay or 0,
-                )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._closing.wait(), delay)
 
 
 def run_record(

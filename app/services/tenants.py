@@ -18,7 +18,7 @@ from app.repositories.runs import RunStore
 from app.repositories.secrets import SecretRepository
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
-from app.services.catalog import ToolCatalog
+from app.services.catalog import TOOLS_STAMP, ToolCatalog
 from app.services.changes import Publish, unpublished
 from app.services.client_tokens import ClientTokenService
 from app.services.outbound import TenantOutbound
@@ -102,6 +102,16 @@ class TenantService:
 
     def _forget_keys_of(self, tenant_id: str) -> None:
         self._auth_cache.invalidate_values(lambda cached: cached == tenant_id)
+
+    def changed_elsewhere(self, stamp: str) -> None:
+        """Another replica changed something of a tenant (app/services/changes.py): a tool
+        edit marks the tools stale (stale-if-error may still serve them); anything else (a
+        rotated key, a revoked token, the tenant deleted) is forgotten at once."""
+        tenant_id, tools_only = stamp.removesuffix(TOOLS_STAMP), stamp.endswith(TOOLS_STAMP)
+        if tools_only:
+            self._catalog.mark_stale(tenant_id)
+        else:
+            self.forget_tenant(tenant_id)
 
     def forget_tenant(self, tenant_id: str) -> None:
         """Forget everything cached for the tenant here (it changed on another replica)."""

@@ -11,7 +11,7 @@ from app.limits import Fence, local_fence
 from app.repositories.tools import ToolRepository
 from app.schemas.fields import Provider
 from app.schemas.tools import Tool, ToolCreate, ToolFields, ToolUpdate
-from app.services.catalog import CatalogEntry, ToolCatalog, shown_tool
+from app.services.catalog import CatalogEntry, ToolCatalog, shown_tool, tools_stamp
 from app.services.changes import Publish, unpublished
 from app.services.outbound import TenantOutbound
 from app.tools.netguard import OutboundPolicy
@@ -103,8 +103,10 @@ class ToolService:
             try:
                 doc = await self._tools.insert(_document(tool), tenant_id=tenant_id)
             finally:
-                self._catalog.invalidate(tenant_id)
-        await self._publish(tenant_id)  # only once stored: a failed write never waits on it
+                self._catalog.mark_stale(tenant_id)
+        await self._publish(
+            tools_stamp(tenant_id)
+        )  # only once stored: a failed write never waits on it
         return _shown(doc)
 
     async def taken(self, *, tenant_id: str) -> tuple[set[str], set[str]]:
@@ -140,8 +142,8 @@ class ToolService:
                     await self._tools.delete(done.tool_id, tenant_id=tenant_id)
                 raise
             finally:
-                self._catalog.invalidate(tenant_id)
-        await self._publish(tenant_id)
+                self._catalog.mark_stale(tenant_id)
+        await self._publish(tools_stamp(tenant_id))
         return stored
 
     async def entry(self, tool_id: str, *, tenant_id: str) -> CatalogEntry:
@@ -219,18 +221,18 @@ class ToolService:
         try:
             doc = await self._tools.replace(tool_id, _document(tool), tenant_id=tenant_id)
         finally:
-            self._catalog.invalidate(tenant_id)
+            self._catalog.mark_stale(tenant_id)
         if doc is None:
             raise NotFoundError(f"tool '{tool_id}' does not exist")
-        await self._publish(tenant_id)
+        await self._publish(tools_stamp(tenant_id))
         return _shown(doc)
 
     async def delete(self, tool_id: str, *, tenant_id: str) -> None:
         deleted = await self._tools.delete(tool_id, tenant_id=tenant_id)
-        self._catalog.invalidate(tenant_id)
+        self._catalog.mark_stale(tenant_id)
         if not deleted:
             raise NotFoundError(f"tool '{tool_id}' does not exist")
-        await self._publish(tenant_id)
+        await self._publish(tools_stamp(tenant_id))
 
 
 def readable(entry: CatalogEntry) -> FunctionTool | ExternalTool:

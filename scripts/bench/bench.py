@@ -138,9 +138,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, service_env: dict[str, str] | None = None) -> None:
         self.args = args
         self.results: dict[str, list[dict[str, float]]] = {}
+        self.service_env = service_env or {}  # settings on top of the benchmark's own
 
     def record(self, name: str, **figures: float) -> None:
         self.results.setdefault(name, []).append(figures)
@@ -187,6 +188,7 @@ class Bench:
             "OPENAI_BASE_URL": f"http://127.0.0.1:{self.model_port}/v1",
             "OPENAI_API_KEY": "bench",
             "MONGODB_URL": "",
+            **self.service_env,
         }
         try:
             self.service = self._start_service(env)

@@ -13,6 +13,7 @@ async def test_healthz_reports_the_store(client: httpx.AsyncClient, store: str) 
     assert body["status"] == "ok"
     assert body["store"] == ("memory" if store == "memory" else "mongodb")
     assert ("warning" in body) == (store == "memory")
+    assert body["database"] == "reachable" and "database_unreachable_s" not in body
 
 
 async def test_readyz_is_ok_with_a_live_database(client: httpx.AsyncClient) -> None:

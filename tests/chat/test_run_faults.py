@@ -88,7 +88,7 @@ async def test_records_written_during_an_outage_are_stored_once_it_ends(
         await asyncio.to_thread(database_server.kill)
         answer = await http.post("/chat", json=HELLO, headers=acme.headers)
         assert answer.status_code == 200  # a record is never worth a failed chat
-        unavailable = r"run records of tenant acme: database unavailable"
+        unavailable = r"run records: database unavailable"
         await within(
             lambda: bool(re.search(unavailable, caplog.text)),
             10,

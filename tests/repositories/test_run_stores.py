@@ -122,6 +122,25 @@ async def test_mongodb_runs_expire_by_ttl_index(secantus_server: SecantusServer)
         await database.close()
 
 
+async def test_mongodb_stores_a_record_written_twice_once(secantus_server: SecantusServer) -> None:
+    """A batch retried after a timeout, or a journal replayed after a crash, may send records
+    the database already holds: each is stored once, and the others of the batch are written."""
+    settings = make_settings(secantus_server.url)
+    database = Database.from_settings(settings)
+    repo = RunRepository(database, retention_days=7)
+    try:
+        await repo.ensure_indexes(tenant_id="acme")
+        await repo.insert_many([run(1), run(2)], tenant_id="acme")
+        await repo.insert_many([run(2), run(1), run(3)], tenant_id="acme")  # fresh dicts
+        stored = await database.tenant_collection("acme", "runs").count_documents({})
+        assert stored == 3
+    finally:
+        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(secantus_server.url)
+        await client.drop_database(settings.mongodb_database)
+        await client.close()
+        await database.close()
+
+
 async def test_the_ring_keeps_the_newest_runs() -> None:
     store = MemoryRunRepository(limit=5)
     await store.insert_many([run(i) for i in range(1, 21)], tenant_id="acme")

@@ -43,3 +43,17 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path: Path) -> None:
     assert summary["toolgate: 1 call, concurrency 1"]["iterations"][0] == 20  # 10 chats x 2
     assert "CPU per model iteration" in result.stdout
     assert next(tmp_path.glob("bench-*.md")).read_text().startswith("# toolgate benchmark")
+
+
+def test_the_records_benchmark_reports_each_variant() -> None:
+    result = subprocess.run(
+        [sys.executable, "scripts/bench/records.py", "--quick", "--variants", "off", "on"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "record() with journal on:" in result.stdout
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| on | ")]
+    assert len(rows) == 2  # concurrency 1 and 50, each with its difference to `off`

@@ -135,6 +135,21 @@ async def test_invalidate_detaches_a_read_in_flight() -> None:
     assert await keys.get("k") == "k:v2" and source.reads == 2
 
 
+async def test_a_stale_entry_is_read_again_and_served_only_if_that_read_fails() -> None:
+    source = Source()
+    keys = cache(source, ttl_s=60, stale_if_error_s=30)
+    await keys.get("k")
+    source.value = "v2"  # a tool edit...
+    keys.mark_stale("k")  # ...marks the entry stale: the next get reads the new value
+    assert await keys.get("k") == "k:v2" and source.reads == 2
+    keys.mark_stale("k")
+    source.error = NetworkTimeout("timed out")  # the database goes away right after an edit
+    assert await keys.get("k") == "k:v2"  # the last value, as stale-if-error serves any entry
+    keys.invalidate("k")  # a rotated key is dropped: never served stale
+    with pytest.raises(NetworkTimeout):
+        await keys.get("k")
+
+
 async def test_a_caller_that_leaves_does_not_cancel_the_shared_read() -> None:
     source = Source()
     source.gate = asyncio.Event()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,6 +30,7 @@ def make_settings(mongo_url: str | None = None, **overrides: Any) -> Settings:
         "mongodb_database": f"test_{uuid.uuid4().hex[:12]}",
         "admin_api_key": ADMIN_KEY,
         "api_key_secret": KEY_SECRET,
+        "run_journal_dir": str(Path(tempfile.gettempdir()) / "toolgate-test-run-journal"),
         **overrides,
     }
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
