@@ -1,6 +1,6 @@
 """Request dependencies: the services, the admin check and the tenant behind a key.
 
-Only resolution lives here; what is built once is built in `app/container.py`.
+Only resolution lives here; what is built once is built in `app/container/`.
 """
 
 from __future__ import annotations

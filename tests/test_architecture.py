@@ -109,3 +109,21 @@ def test_only_the_toolbox_assembles_tools() -> None:
             if needle in text:
                 kind_branches.append(f"{path.relative_to(APP)}: {needle}")
     assert kind_branches == []
+
+
+def _longest_function(path: Path) -> tuple[int, str]:
+    found = [(0, "")]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            assert node.end_lineno is not None
+            found.append((node.end_lineno - node.lineno + 1, f"{path.name}:{node.name}"))
+    return max(found)
+
+
+def test_the_assembly_stays_small() -> None:
+    """The layer above the heart stays readable: no service function reaches 50 lines, and the
+    chat service and each module of the composition root stay under 350."""
+    longest = max(_longest_function(path) for path in (APP / "services").rglob("*.py"))
+    assert longest[0] < 50, longest
+    for path in [APP / "services" / "chat.py", *(APP / "container").glob("*.py")]:
+        assert len(path.read_text().splitlines()) < 350, path

@@ -1,0 +1,242 @@
+"""The composition root: every client, repository and service, built once in the lifespan.
+
+`build_services` connects, seeds and wires; each builder below makes one part. Everything built
+is registered on the exit stack, which closes it when the app stops (in reverse order: the run
+recorder flushes before the database closes).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+from app.config import Settings
+from app.container.heart import (
+    build_chat_loop,
+    build_invoker,
+    build_mcp_hub,
+    build_tool_http_client,
+)
+from app.container.stores import (
+    Stores,
+    build_health,
+    build_limits,
+    build_mcp_service,
+    build_recorder,
+    build_secret_service,
+    build_stores,
+)
+from app.limits import Limits
+from app.mcp.config import McpServer
+from app.mcp.hub import McpHub
+from app.metrics import Metrics
+from app.repositories.client_tokens import ClientTokenRepository
+from app.repositories.database import Database
+from app.services.catalog import ToolCatalog
+from app.services.chat import ChatService
+from app.services.client_tokens import ClientTokenService
+from app.services.health import HealthService
+from app.services.invocations import InvocationService
+from app.services.mcp_gateway import McpGatewayService
+from app.services.mcp_servers import McpServerService
+from app.services.outbound import TenantOutbound
+from app.services.runs import RunRecorder, RunService
+from app.services.secrets import SecretService
+from app.services.seeding import Seeder
+from app.services.tenants import TenantService
+from app.services.tool_import import ToolImporter
+from app.services.toolbox import Toolbox
+from app.services.tools import ToolService
+from app.tools.invocation import ToolInvoker
+from app.tools.netguard import OutboundPolicy
+from app.tools.registry import FunctionRegistry
+
+logger = logging.getLogger("app")
+
+
+@dataclass(frozen=True)
+class Services:
+    """Everything the lifespan builds once and the routes share."""
+
+    settings: Settings
+    database: Database  # for tests and operator commands; routes go through services
+    health: HealthService
+    tenants: TenantService
+    tools: ToolService
+    chat: ChatService
+    invocations: InvocationService
+    mcp_gateway: McpGatewayService
+    mcp_hub: McpHub  # for tests and operator commands; services reach it through the toolbox
+    runs: RunService
+    mcp_servers: McpServerService
+    secrets: SecretService
+    limits: Limits
+    metrics: Metrics
+    outbound: TenantOutbound
+    client_tokens: ClientTokenService
+    catalog: ToolCatalog
+    importer: ToolImporter
+
+
+def build_tenant_service(
+    settings: Settings,
+    stores: Stores,
+    seeder: Seeder,
+    outbound: TenantOutbound,
+    client_tokens: ClientTokenService,
+) -> TenantService:
+    return TenantService(
+        tenants=stores.tenants,
+        tools=stores.tools,
+        seeder=seeder,
+        catalog=stores.catalog,
+        runs=stores.runs,
+        mcp_servers=stores.mcp_servers,
+        secrets=stores.secrets,
+        key_secret=settings.effective_api_key_secret,
+        admin_key=settings.effective_admin_api_key,
+        auth_cache_ttl_s=settings.auth_cache_ttl_s,
+        stale_if_error_s=settings.cache_stale_if_error_s,
+        outbound=outbound,
+        client_tokens=client_tokens,
+        publish=stores.publish,
+    )
+
+
+@dataclass(frozen=True)
+class _Runtime:
+    """What the services that run tools share."""
+
+    catalog: ToolCatalog
+    outbound: TenantOutbound
+    invoker: ToolInvoker
+    recorder: RunRecorder
+    limits: Limits
+    secrets: SecretService
+    mcp: McpServerService
+    metrics: Metrics
+    toolbox: Toolbox
+    hub: McpHub
+
+
+def build_chat_service(settings: Settings, run: _Runtime, stack: AsyncExitStack) -> ChatService:
+    return ChatService(
+        toolbox=run.toolbox,
+        loop=build_chat_loop(settings, run.invoker, run.metrics, stack),
+        default_model=settings.openai_model,
+        max_iterations_cap=settings.chat_max_iterations,
+        recorder=run.recorder,
+        limits=run.limits,
+        keep_messages=settings.run_store_messages,
+        metrics=run.metrics,
+    )
+
+
+def build_runtime(
+    settings: Settings,
+    registry: FunctionRegistry,
+    stores: Stores,
+    operator: dict[str, McpServer],
+    metrics: Metrics,
+    stack: AsyncExitStack,
+) -> _Runtime:
+    policy = OutboundPolicy(
+        settings.outbound_allow,
+        ports=settings.outbound_ports,
+        blocked_ports=settings.outbound_blocked_ports,
+        ca_bundle=settings.outbound_ca_bundle,
+    )
+    outbound = TenantOutbound(
+        tenants=stores.tenants,
+        base=policy,
+        client_for=lambda tenant_policy: build_tool_http_client(settings, tenant_policy),
+        ttl_s=settings.auth_cache_ttl_s,
+        stale_if_error_s=settings.cache_stale_if_error_s,
+        publish=stores.publish,
+    )
+    stack.push_async_callback(outbound.aclose)
+    limits = build_limits(settings, stores.database, stack)
+    secrets = build_secret_service(settings, stores.secrets, limits.fence)
+    hub = build_mcp_hub(settings, outbound, stack)
+    mcp = build_mcp_service(settings, stores, outbound, secrets.box, operator, limits.fence, hub)
+    metrics.track(active_chats=lambda: limits.active_runs, mcp_sessions=lambda: hub.open_sessions)
+    recorder = build_recorder(settings, stores.runs, metrics)
+    recorder.start()
+    stack.push_async_callback(recorder.close)  # closed before the database: records flushed
+    invoker = build_invoker(settings, registry, policy, metrics, stack)
+    toolbox = Toolbox(catalog=stores.catalog, mcp=mcp, hub=hub, secrets=secrets, outbound=outbound)
+    return _Runtime(
+        stores.catalog, outbound, invoker, recorder, limits, secrets, mcp, metrics, toolbox, hub
+    )
+
+
+async def build_services(
+    settings: Settings,
+    registry: FunctionRegistry,
+    stack: AsyncExitStack,
+    mcp_operator: dict[str, McpServer] | None = None,
+    metrics: Metrics | None = None,
+) -> Services:
+    """Connect, check indexes and seed every tenant; build the clients the routes share."""
+    metrics = metrics or Metrics()
+    stores = build_stores(settings, registry, stack)
+    seeder = Seeder(registry=registry, tenants=stores.tenants, tools=stores.tools)
+    prepared = await seeder.prepare_all()
+    logger.info("seeded %d function tool(s) into %d tenant(s)", len(registry), prepared)
+    run = build_runtime(settings, registry, stores, mcp_operator or {}, metrics, stack)
+    client_tokens = ClientTokenService(
+        tokens=ClientTokenRepository(stores.database),
+        box=run.secrets.box,
+        key_secret=settings.effective_api_key_secret,
+        max_count=settings.max_client_tokens_per_tenant,
+        cache_ttl_s=settings.auth_cache_ttl_s,
+        stale_if_error_s=settings.cache_stale_if_error_s,
+        fence=run.limits.fence,
+        publish=stores.publish,
+    )
+    stack.push_async_callback(client_tokens.aclose)
+    tenants = build_tenant_service(settings, stores, seeder, run.outbound, client_tokens)
+    stack.push_async_callback(tenants.aclose)
+    tools = ToolService(
+        tools=stores.tools,
+        registry=registry,
+        outbound=run.outbound,
+        catalog=stores.catalog,
+        max_tools=settings.max_tools_per_tenant,
+        max_schema_bytes=settings.max_tool_schema_bytes,
+        fence=run.limits.fence,
+        publish=stores.publish,
+    )
+    invocations = InvocationService(
+        toolbox=run.toolbox, invoker=run.invoker, recorder=run.recorder, limits=run.limits
+    )
+    if stores.changes is not None:  # other replicas' changes: forget what is cached here
+        stores.changes.listen(tenants.changed_elsewhere)
+        stores.changes.start()
+        stack.push_async_callback(stores.changes.aclose)
+    return Services(
+        settings=settings,
+        database=stores.database,
+        health=build_health(settings, stores.database, metrics, stack),
+        tenants=tenants,
+        tools=tools,
+        chat=build_chat_service(settings, run, stack),
+        invocations=invocations,
+        mcp_gateway=McpGatewayService(toolbox=run.toolbox, invocations=invocations),
+        mcp_hub=run.hub,
+        runs=RunService(runs=stores.runs),
+        mcp_servers=run.mcp,
+        secrets=run.secrets,
+        metrics=metrics,
+        limits=run.limits,
+        outbound=run.outbound,
+        client_tokens=client_tokens,
+        catalog=run.catalog,
+        importer=ToolImporter(
+            tools=tools,
+            outbound=run.outbound,
+            deadline_s=settings.import_deadline_s,
+            fetch_deadline_s=settings.import_fetch_deadline_s,
+        ),
+    )

@@ -1,0 +1,177 @@
+"""The stores and what guards them, built once: repositories over one database, the caches in
+front of them, limits, secrets, MCP server entries, run records and health."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.config import Settings
+from app.crypto import SecretBox
+from app.limits import ConcurrencyLimiter, Fence, Limits, RateLimiter, TenantLimits
+from app.mcp.config import McpServer
+from app.mcp.hub import McpHub
+from app.metrics import Metrics
+from app.repositories.changes import ChangeStampRepository
+from app.repositories.database import Database
+from app.repositories.limits import LimitRepository
+from app.repositories.mcp_servers import McpServerRepository
+from app.repositories.run_journal import RunJournal
+from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
+from app.repositories.secrets import SecretRepository
+from app.repositories.tenants import TenantRepository
+from app.repositories.tools import ToolRepository
+from app.services.catalog import ToolCatalog
+from app.services.changes import ChangeFeed, Publish, unpublished
+from app.services.health import HealthService
+from app.services.mcp_servers import McpServerService
+from app.services.outbound import TenantOutbound
+from app.services.runs import RunRecorder
+from app.services.secrets import SecretService
+from app.services.shared_limits import SharedLimits
+from app.tools.registry import FunctionRegistry
+
+logger = logging.getLogger("app")
+
+
+@dataclass(frozen=True)
+class Stores:
+    """The repositories over one database, and the caches in front of them."""
+
+    database: Database
+    tenants: TenantRepository
+    tools: ToolRepository
+    mcp_servers: McpServerRepository
+    secrets: SecretRepository
+    runs: RunStore
+    catalog: ToolCatalog
+    changes: ChangeFeed | None  # None for the in-memory store: one process, nothing to tell
+
+    @property
+    def publish(self) -> Publish:
+        return self.changes.publish if self.changes is not None else unpublished
+
+
+def build_secret_service(
+    settings: Settings, repository: SecretRepository, fence: Fence
+) -> SecretService:
+    current, old = settings.secret_keys()
+    return SecretService(
+        secrets=repository,
+        box=SecretBox(current, old),
+        max_count=settings.max_secrets_per_tenant,
+        max_bytes=settings.max_secret_bytes,
+        fence=fence,
+    )
+
+
+def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExitStack) -> Stores:
+    database = Database.from_settings(settings)
+    stack.push_async_callback(database.close)
+    tools = ToolRepository(database)
+    runs: RunStore = (
+        MemoryRunRepository(limit=settings.run_memory_limit)
+        if database.in_memory
+        else RunRepository(database, retention_days=settings.run_retention_days)
+    )
+    catalog = ToolCatalog(
+        tools=tools,
+        ttl_s=settings.tool_cache_ttl_s,
+        stale_if_error_s=settings.cache_stale_if_error_s,
+        registry=registry,
+    )
+    stack.push_async_callback(catalog.aclose)  # its reads in flight stop before the database
+    return Stores(
+        database=database,
+        tenants=TenantRepository(database),
+        tools=tools,
+        mcp_servers=McpServerRepository(database),
+        secrets=SecretRepository(database),
+        runs=runs,
+        catalog=catalog,
+        changes=(
+            None
+            if database.in_memory
+            else ChangeFeed(
+                ChangeStampRepository(database), interval_s=settings.cache_sync_interval_s
+            )
+        ),
+    )
+
+
+def build_limits(settings: Settings, database: Database, stack: AsyncExitStack) -> Limits:
+    """This process's limits: counted here, or in the database (shared across replicas)."""
+    if not settings.shared_limits:
+        return TenantLimits(
+            chats=RateLimiter(settings.rate_limit_chat_per_minute, what="chats"),
+            writes=RateLimiter(settings.rate_limit_writes_per_minute, what="writes"),
+            concurrent_chats=ConcurrencyLimiter(settings.max_concurrent_chats_per_tenant),
+        )
+    shared = SharedLimits(
+        LimitRepository(database, check_timeout_s=settings.limits_check_timeout_s),
+        chats_per_minute=settings.rate_limit_chat_per_minute,
+        writes_per_minute=settings.rate_limit_writes_per_minute,
+        max_concurrent=settings.max_concurrent_chats_per_tenant,
+        lease_s=settings.chat_lease_s,
+        fallback_s=settings.limits_fallback_s,
+    )
+    shared.start()
+    stack.push_async_callback(shared.aclose)
+    return shared
+
+
+def build_mcp_service(
+    settings: Settings,
+    stores: Stores,
+    outbound: TenantOutbound,
+    box: SecretBox,
+    operator: dict[str, McpServer],
+    fence: Fence,
+    hub: McpHub,
+) -> McpServerService:
+    return McpServerService(
+        servers=stores.mcp_servers,
+        operator=operator,
+        hub=hub,
+        outbound=outbound,
+        box=box,
+        max_servers=settings.max_mcp_servers_per_tenant,
+        fence=fence,
+    )
+
+
+def build_health(
+    settings: Settings, database: Database, metrics: Metrics, stack: AsyncExitStack
+) -> HealthService:
+    cache_ttl_s = max(settings.auth_cache_ttl_s, settings.tool_cache_ttl_s)
+    health = HealthService(
+        database=database,
+        # Cached keys and tools serve this long after the database's last answer.
+        serve_without_database_s=cache_ttl_s + settings.cache_stale_if_error_s,
+        check_timeout_s=min(2.0, settings.mongodb_timeout_ms / 1000),
+    )
+    health.start()
+    stack.push_async_callback(health.aclose)
+    metrics.track_database(reachable=lambda: float(health.database().reachable))
+    return health
+
+
+def build_recorder(settings: Settings, runs: RunStore, metrics: Metrics) -> RunRecorder:
+    journal = None
+    if settings.journals_runs:
+        journal = RunJournal(  # one directory per database: a replay never crosses over
+            Path(settings.run_journal_dir) / settings.mongodb_database,
+            max_bytes=settings.run_journal_max_bytes,
+            fsync=settings.run_journal_fsync,
+        )
+    recorder = RunRecorder(
+        runs,
+        journal=journal,
+        max_records=settings.run_queue_max_records,
+        max_bytes=settings.run_queue_max_bytes,
+        lost=metrics.run_records_lost.inc,
+    )
+    metrics.track_records(held=lambda: recorder.held, journal_bytes=lambda: recorder.journal_bytes)
+    return recorder
