@@ -29,7 +29,7 @@ from tests.support.apps import ADMIN, ADMIN_KEY, KEY_SECRET
 from tests.support.fake_model import FakeModel, Reply
 from tests.support.in_flight import InFlight
 from tests.support.processes import ROOT
-from tests.support.replicas import Replica, start_replica, wait_ready
+from tests.support.replicas import Replica, start_replica, stop_replicas, wait_ready
 from tests.support.secantus import SecantusServer, free_port
 from tests.support.servers import ThreadedServer
 
@@ -101,14 +101,7 @@ def replicas(
             wait_ready(replica)
         yield started
     finally:
-        for replica in started:
-            if replica.process.poll() is None:
-                os.killpg(replica.process.pid, signal.SIGTERM)
-        for replica in started:
-            try:
-                replica.process.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(replica.process.pid, signal.SIGKILL)
+        stop_replicas(started)
 
 
 @contextmanager
