@@ -95,7 +95,7 @@ class LoadingCache(Generic[K, V]):
         one would be. A read in flight is detached, as by `invalidate`."""
         entry = self._entries.get(key)
         if entry is not None:
-            entry.read_at = min(entry.read_at, time.monotonic() - self._ttl_s)
+            entry.read_at = min(entry.read_at, self._clock() - self._ttl_s)
             entry.refresh_failed = False
         self._loading.pop(key, None)
 

@@ -142,6 +142,9 @@ async def test_a_tenant_edited_just_before_an_outage_is_served_from_cache_like_a
         ]
         tool = external_tool()
         assert (await first.post("/tools/create", json=tool, headers=edited.headers)).is_success
+        # The creations' change stamps reach both replicas (sync every 0.2 s) before the caches
+        # are filled: a stamp seen later would empty them again.
+        await asyncio.sleep(1.0)
         for client in (first, second):  # both replicas cache every tenant's key and tools
             for tenant in (edited, other, rotated):
                 assert (await client.post("/chat", json=hello, headers=tenant.headers)).is_success
@@ -151,7 +154,7 @@ async def test_a_tenant_edited_just_before_an_outage_is_served_from_cache_like_a
         assert (await first.post("/tenants/rotated/keys", headers=ADMIN)).status_code == 200
         await asyncio.sleep(1.5)  # both replicas have seen both changes (sync every 0.2 s)
 
-        dying_server.kill()
+        await asyncio.to_thread(dying_server.kill)
         codes: dict[tuple[str, int], list[int]] = {}
         outage_ends = time.monotonic() + 4.0  # past every TTL many times over
         while time.monotonic() < outage_ends:
@@ -160,7 +163,7 @@ async def test_a_tenant_edited_just_before_an_outage_is_served_from_cache_like_a
                     answer = await client.post("/chat", json=hello, headers=tenant.headers)
                     codes.setdefault((tenant.tenant_id, index), []).append(answer.status_code)
             await asyncio.sleep(0.2)
-        dying_server.start()  # for the clean-up
+        await asyncio.to_thread(dying_server.start)  # for the clean-up
     for replica in (0, 1):
         assert set(codes["edited", replica]) == {200}, codes
         assert set(codes["other", replica]) == {200}, codes
