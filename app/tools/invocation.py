@@ -21,6 +21,9 @@ from app.tools.outcome import ErrorKind, ToolOutcome
 from app.tools.typed import ToolKind, TypedTool
 
 logger = logging.getLogger(__name__)
+# Outputs longer than this are scrubbed and cut on a worker thread: the scrubber decodes
+# escapes, and 100 KB of echoed encodings held the event loop about 0.25 s.
+OFF_LOOP_CHARS = 32_768
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,10 @@ class ToolInvoker:
         outcome = await self._checked_run(tool, arguments, call)
         elapsed = time.perf_counter() - started
         self._metrics.tool_done(tool.kind, elapsed, outcome.kind)
-        content = self._capped(outcome.content, call)
+        if len(outcome.content) > OFF_LOOP_CHARS:  # decoding a large echo is CPU: off the loop
+            content = await asyncio.to_thread(self._capped, outcome.content, call)
+        else:
+            content = self._capped(outcome.content, call)
         return Invocation(outcome.status, content, outcome.kind, round(elapsed * 1000, 3))
 
     def refused(
