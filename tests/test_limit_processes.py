@@ -19,14 +19,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from tests.support import fake_model as script
 from tests.support.apps import ADMIN, ADMIN_KEY, KEY_SECRET
-from tests.support.fake_model import FakeModel, Reply
+from tests.support.fake_model import FakeModel
 from tests.support.in_flight import InFlight
 from tests.support.processes import ROOT
 from tests.support.replicas import Replica, start_replica, stop_replicas, wait_ready
@@ -64,17 +63,6 @@ def model() -> Iterator[Model]:
     server = ThreadedServer(counted).start()
     yield Model(fake, counted, server.url)
     server.stop()
-
-
-def answer_after(seconds: float) -> script.Step:
-    answer = script.text("hello")
-
-    def step(request: dict[str, Any]) -> Reply:
-        reply = answer(request)
-        reply.delay_s = seconds
-        return reply
-
-    return step
 
 
 @contextmanager
@@ -190,7 +178,7 @@ async def test_a_cap_holds_while_the_database_is_busy(
     """Before: 16 chats in flight against a cap of 4 (each replica alone with a full local
     cap, the shared count granting its 4 on top)."""
     counted = model.counted
-    model.fake.reset(repeat=answer_after(0.2))
+    model.fake.reset(repeat=script.text_after(0.2, "hello"))
     with (
         replicas(database, model, tmp_path, MAX_CONCURRENT_CHATS_PER_TENANT=str(CAP)) as started,
         database_writers(database),
@@ -210,7 +198,7 @@ async def test_a_rate_holds_while_the_database_is_busy(
     tmp_path: Path,
 ) -> None:
     """Before: 143 chats admitted against a bound of 45 (30 a minute, over 30 s)."""
-    model.fake.reset(repeat=answer_after(0.01))
+    model.fake.reset(repeat=script.text_after(0.01, "hello"))
     seconds = 30
     bound = RATE + RATE * seconds // 60  # a full bucket, then its refill
     with (
@@ -236,7 +224,7 @@ async def test_exactly_cap_many_closed_loop_clients_are_never_refused(
 ) -> None:
     """Before: 290 of 4,042 refused (7.2%): a whole chat's release was written after the answer,
     so the client's next chat, on another replica, found the slot still taken."""
-    model.fake.reset(repeat=answer_after(0.01))
+    model.fake.reset(repeat=script.text_after(0.01, "hello"))
     with replicas(database, model, tmp_path, MAX_CONCURRENT_CHATS_PER_TENANT=str(CAP)) as started:
         codes = await closed_loop(started, clients=CAP, seconds=10)
     print(f"{CAP} clients, cap {CAP}: {dict(codes)}")

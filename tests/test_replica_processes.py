@@ -19,7 +19,7 @@ import pytest
 from tests.support import fake_model as script
 from tests.support.apps import ADMIN, ADMIN_KEY, KEY_SECRET
 from tests.support.documents import external_tool
-from tests.support.fake_model import FakeModel, Reply
+from tests.support.fake_model import FakeModel
 from tests.support.replicas import Replica, start_replica, stop_replicas, wait_ready
 from tests.support.secantus import SecantusServer, free_port
 from tests.support.servers import ThreadedServer
@@ -117,17 +117,6 @@ async def cluster(replicas: list[Replica], slow_model: tuple[FakeModel, Threaded
         yield Cluster(alive, http, seeded_tools() + TOOLS_ABOVE_SEEDED)
 
 
-def slow_text(seconds: float) -> script.Step:
-    answer = script.text("slowly")
-
-    def step(request: dict[str, Any]) -> Reply:
-        reply = answer(request)
-        reply.delay_s = seconds
-        return reply
-
-    return step
-
-
 async def test_a_chat_rate_gives_exactly_its_count_across_the_replicas(cluster: Cluster) -> None:
     acme = await cluster.new_tenant(f"rate-{uuid.uuid4().hex[:6]}")
     codes = []
@@ -142,7 +131,7 @@ async def test_a_chat_rate_gives_exactly_its_count_across_the_replicas(cluster: 
 async def test_a_cap_on_concurrent_chats_holds_across_the_replicas(
     cluster: Cluster, slow_model: tuple[FakeModel, ThreadedServer]
 ) -> None:
-    slow_model[0].reset(repeat=slow_text(2.0))
+    slow_model[0].reset(repeat=script.text_after(2.0, "slowly"))
     acme = await cluster.new_tenant(f"cap-{uuid.uuid4().hex[:6]}")
     answers = await asyncio.gather(
         *(cluster.http.post(cluster.url(n, "/chat"), json=CHAT, headers=acme) for n in range(6))
@@ -208,7 +197,7 @@ async def test_a_killed_replicas_chat_slots_come_back_within_the_lease(
     cluster: Cluster, slow_model: tuple[FakeModel, ThreadedServer]
 ) -> None:
     """Runs last in this module: it kills replica 0."""
-    slow_model[0].reset(repeat=slow_text(30.0))
+    slow_model[0].reset(repeat=script.text_after(30.0, "slowly"))
     acme = await cluster.new_tenant(f"kill-{uuid.uuid4().hex[:6]}")
     doomed = cluster.replicas[0]
     held = [

@@ -295,11 +295,11 @@ class Toolbox:
         """A stored tool called by a name that one of the tenant's MCP servers also offers
         (`{server}__{tool}`) is the clash a listing refuses: refused here too. Only names of
         that shape cost a look at the server (its cached list); an unreachable one is no clash."""
-        for tool in stored:
-            server_name = server_of(tool.name)
-            if server_name is None:
-                continue
-            usable = {s.name: s for s in await self._mcp.usable(tenant_id=tenant_id)}
+        shaped = [(tool, name) for tool in stored if (name := server_of(tool.name)) is not None]
+        if not shaped:
+            return
+        usable = {s.name: s for s in await self._mcp.usable(tenant_id=tenant_id)}
+        for tool, server_name in shaped:
             if server_name not in usable:
                 continue
             reachable, _ = await self._hub.reachable_tools([usable[server_name]], dict(context))

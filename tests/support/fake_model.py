@@ -182,3 +182,15 @@ class FakeModel:
         for chunk in reply.chunks or []:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": reply.body})
+
+
+def text_after(seconds: float, content: str = "hello") -> Step:
+    """`text(content)`, answered after `seconds` (a slow model holding its chat slot)."""
+    answer = text(content)
+
+    def step(request: dict[str, Any]) -> Reply:
+        reply = answer(request)
+        reply.delay_s = seconds
+        return reply
+
+    return step
