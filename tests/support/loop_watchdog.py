@@ -20,6 +20,10 @@ them. The service's own collections are in its metric.
 Not covered: apps a test starts as a separate process (their lag is in their own
 `toolgate_event_loop_lag_seconds`), and the setup and teardown phases (lifespan start and end).
 
+A failing verdict names where the loop was: a sampler thread looks every 20 ms at each loop
+whose probe is overdue by more than the bound and keeps the stack of that loop's thread (a stall
+in C code that holds the GIL shows where it returned to Python).
+
 `LagProbe` measures the same thing inside a test, on the test's loop, for tests that assert it.
 """
 
@@ -28,7 +32,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import sys
+import threading
 import time
+import traceback
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
@@ -38,6 +45,7 @@ import pytest
 from app.metrics import LAG_LISTENERS, LAG_PROBE_INTERVAL_S
 
 BOUND_S = 0.25
+SAMPLE_EVERY_S = 0.02
 
 
 class _Watch:
@@ -48,8 +56,11 @@ class _Watch:
         self.until: float | None = None
         self.worst = 0.0
         self.reported = False
+        self.beats: dict[int, float] = {}  # loop thread -> when its probe last woke
+        self.stacks: dict[int, tuple[float, str]] = {}  # loop thread -> longest overdue stack
 
     def listen(self, woke: float, lag: float) -> None:  # from any thread
+        self.beats[threading.get_ident()] = woke
         since, until = self.since, self.until
         if since is None:
             return
@@ -61,9 +72,29 @@ class _Watch:
         if within > self.worst:
             self.worst = within
 
+    def sample(self) -> None:
+        """Keeps the stack of every loop thread whose probe is overdue past the bound."""
+        if self.since is None or self.until is not None:
+            return
+        now = time.monotonic()
+        frames = sys._current_frames()
+        for thread, beat in list(self.beats.items()):
+            overdue = now - max(beat, self.since) - LAG_PROBE_INTERVAL_S
+            frame = frames.get(thread)
+            if frame is None or overdue <= BOUND_S:
+                continue
+            if overdue > self.stacks.get(thread, (0.0, ""))[0]:
+                self.stacks[thread] = (overdue, "".join(traceback.format_stack(frame)[-8:]))
+
+    def sampling(self) -> None:  # the sampler thread
+        while True:
+            time.sleep(SAMPLE_EVERY_S)
+            self.sample()
+
     @contextlib.contextmanager
     def watching(self) -> Iterator[None]:
         self.worst, self.reported, self.until = 0.0, False, None
+        self.stacks = {}
         self.since = time.monotonic()
         try:
             yield
@@ -75,9 +106,13 @@ class _Watch:
         if self.reported or self.worst <= BOUND_S:
             return None
         self.reported = True
+        where = "".join(
+            f"\nloop thread {thread} overdue {overdue * 1000:.0f} ms at:\n{stack}"
+            for thread, (overdue, stack) in self.stacks.items()
+        )
         return (
             f"the event loop of the app stalled {self.worst * 1000:.0f} ms, more than the "
-            f"{BOUND_S * 1000:.0f} ms bound (tests/support/loop_watchdog.py)"
+            f"{BOUND_S * 1000:.0f} ms bound (tests/support/loop_watchdog.py){where}"
         )
 
 
@@ -86,6 +121,7 @@ _WATCH = _Watch()
 
 def pytest_configure(config: pytest.Config) -> None:
     LAG_LISTENERS.append(_WATCH.listen)
+    threading.Thread(target=_WATCH.sampling, name="loop-watchdog", daemon=True).start()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
