@@ -7,6 +7,7 @@ invoke, `/mcp`, logs at DEBUG and run records (messages kept)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 
@@ -88,13 +89,7 @@ async def _invoke_and_mcp(chat: ChatClient) -> dict[str, str]:
 @pytest.mark.parametrize(
     "code",
     [
-        # Open (#25): redacting a 100 KB echo of every encoding in every sink (the log lines
-        # included) holds the event loop 0.26 s, just past the watchdog's 0.25 s bound. The
-        # redaction itself holds (the 404 case, and every assertion here, pass); not skipped,
-        # so a fix shows as XPASS.
-        pytest.param(
-            200, marks=pytest.mark.xfail(strict=False, reason="#25: redaction holds the loop")
-        ),
+        200,
         404,
     ],
 )
@@ -121,5 +116,7 @@ async def test_echoed_values_are_redacted_in_every_encoding_and_sink(
     assert {run["kind"] for run in runs} == {"chat", "invoke", "mcp"}
     sinks["run records"] = json.dumps(runs)
     sinks["logs"] = "\n".join(json_logs.lines)
-    leaked = {sink: _leaks(text) for sink, text in sinks.items()}
+    # The oracle decodes every form of a 100 KB echo (about 1 s of CPU): in a thread, so the
+    # app's loop, which is also this test's, is not held by the test's own check.
+    leaked = await asyncio.to_thread(lambda: {sink: _leaks(text) for sink, text in sinks.items()})
     assert leaked == {sink: [] for sink in sinks}
