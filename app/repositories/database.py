@@ -11,7 +11,13 @@ from typing import Any
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import ExecutionTimeout, NetworkTimeout, PyMongoError
+from pymongo.errors import (
+    ConnectionFailure,
+    ExecutionTimeout,
+    NetworkTimeout,
+    PyMongoError,
+    ServerSelectionTimeoutError,
+)
 
 from app.config import Settings
 
@@ -77,6 +83,23 @@ class Database:
     def tenant_collection(self, tenant_id: str, resource: str) -> AsyncCollection[Document]:
         # A dot cannot occur in a tenant id, so `tenant.<id>.<resource>` never collides.
         return self._db[f"tenant.{tenant_id}.{resource}"]
+
+    def unreachable(self, exc: BaseException) -> bool:
+        """Whether `exc` says no server could be reached at all (refused, reset, unresolvable),
+        rather than that one answered too slowly: a server that is up but slow still answers
+        other clients. A failed server selection is "unreachable" only when the driver's last
+        word from every server was such an error, not a timeout."""
+        if not isinstance(exc, ConnectionFailure):
+            return False
+        if not isinstance(exc, ServerSelectionTimeoutError):
+            return not exc.timeout
+        topology = getattr(self._client, "topology_description", None)
+        if topology is None:
+            return True  # nothing known: nothing answered
+        errors = [server.error for server in topology.server_descriptions().values()]
+        return bool(errors) and all(
+            error is not None and not getattr(error, "timeout", False) for error in errors
+        )
 
     async def ping(self, *, timeout_s: float) -> str | None:
         """None when the database answers within the timeout, else why not (the caller logs

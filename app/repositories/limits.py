@@ -5,9 +5,12 @@ A limit document (`_id` like `chats:acme`):
 - `t`: the bucket's theoretical arrival time in ms (GCRA, the token-bucket algorithm in one
   number): the bucket is full when `t <= now`; a grant of g tokens moves it g intervals on;
   tokens available now are `floor((now + burst - t) / interval)`.
-- `l`: the concurrent-run leases, one entry per replica: `{r: replica, n: held, e: expiry}`. A
-  replica renews its entry while it holds runs; an entry past its expiry (a crashed replica)
-  counts for nothing and is dropped by the next update.
+- `l`: the concurrent-run leases, one entry per replica: `{r: replica, n: held, e: expiry, w:
+  write}`. A replica renews its entry while it holds runs; an entry past its expiry (a crashed
+  replica) counts for nothing and is dropped by the next update. `w` numbers the replica's
+  writes: an update that reaches the database after a later one of the same replica (sent,
+  timed out, and applied late) matches nothing and changes nothing, so a stale count never
+  overwrites a newer one.
 - `x`: when the document may go (a TTL index): past it the bucket is full and no lease is live,
   which is what a missing document means.
 
@@ -77,10 +80,20 @@ def _live_others(replica: str, now_ms: float) -> dict[str, Any]:
     }
 
 
-def _own(replica: str, held: Any, expires_ms: float) -> dict[str, Any]:
-    """This replica's entry as a one-element list, or an empty list when it holds nothing."""
-    entry = {"r": replica, "n": held, "e": expires_ms}
+def _own(
+    replica: str, held: Any, expires_ms: float, write: int | None, **grant: Any
+) -> dict[str, Any]:
+    """This replica's entry as a one-element list, or an empty list when it holds nothing.
+    `grant`: what an admission granted (`g`, `s`), kept so a retry can find it."""
+    entry = {"r": replica, "n": held, "e": expires_ms, "w": write, **grant}
     return {"$cond": [{"$gt": [held, 0]}, [entry], []]}
+
+
+def _not_stale(key: str, replica: str, write: int | None) -> Document:
+    """The document unless it holds a write of this replica numbered `write` or later."""
+    if write is None:
+        return {"_id": key}
+    return {"_id": key, "l": {"$not": {"$elemMatch": {"r": replica, "w": {"$gte": write}}}}}
 
 
 def _bucket_time(now_ms: float, *, returned_ms: float, charged_ms: float) -> dict[str, Any]:
@@ -94,6 +107,7 @@ class LimitRepository:
     def __init__(self, database: Database, *, check_timeout_s: float = CHECK_TIMEOUT_S) -> None:
         self._collection: Any = database.collection("limits")
         self._timeout_s = check_timeout_s
+        self.unreachable = database.unreachable
 
     async def ensure_indexes(self) -> None:
         await self._collection.create_index([("x", ASCENDING)], expireAfterSeconds=0)
@@ -113,6 +127,7 @@ class LimitRepository:
         headroom: int = 0,
         returned: int = 0,
         charged: int = 0,
+        write: int | None = None,
     ) -> Grant:
         """Grant up to `want` runs in one atomic update: limited by the bucket's tokens and by
         `cap` minus every live lease (cap 0: no cap). This replica's lease is written as `held`
@@ -123,7 +138,8 @@ class LimitRepository:
         replicas, up to `spare` more are set aside for this replica (a token and a slot each):
         it admits that many more runs without a round trip.
 
-        `charged` tokens this replica admitted on its own (the database away) are taken first."""
+        `charged` tokens this replica admitted on its own (the database away) are taken first.
+        `write`: this replica's number for the update (see `w` above); a stale one raises."""
         counted: list[Any] = []
         if bucket.interval_ms > 0:
             available = {"$subtract": [now_ms + bucket.tolerance_ms, "$t"]}
@@ -158,7 +174,14 @@ class LimitRepository:
                     "l": {
                         "$concatArrays": [
                             "$l",
-                            _own(replica, {"$add": [held, "$g", "$s"]}, now_ms + lease_ms),
+                            _own(
+                                replica,
+                                {"$add": [held, "$g", "$s"]},
+                                now_ms + lease_ms,
+                                write,
+                                g="$g",
+                                s="$s",
+                            ),
                         ]
                     },
                     "x": _expiry(now_ms + bucket.tolerance_ms + lease_ms),
@@ -166,19 +189,26 @@ class LimitRepository:
             },
             {"$unset": "f"},
         ]
-        doc = await self._upsert(key, pipeline, projection={"g": 1, "s": 1, "t": 1})
+        doc = await self._upsert(
+            _not_stale(key, replica, write), pipeline, projection={"g": 1, "s": 1, "t": 1}
+        )
         return Grant(granted=int(doc["g"]), spare=int(doc["s"]), tat_ms=float(doc["t"]))
 
     async def _upsert(
-        self, key: str, pipeline: list[Document], *, projection: Document
+        self, query: Document, pipeline: list[Document], *, projection: Document
     ) -> Document:
         """The update, retried when two replicas created the document at once (one insert wins;
-        the other sees a duplicate key, or on some servers no document): then it exists."""
-        for _ in range(UPSERT_TRIES):
+        the other sees a duplicate key, or on some servers no document): then it exists. A
+        stale write (see `w`) sees a duplicate key every time, and raises. Before a retry, an
+        admission whose update went through after all (SecantusDB can apply it and still answer
+        no document) is found by its write number: its grant, never a second one."""
+        for attempt in range(UPSERT_TRIES):
+            if attempt and (applied := await self._applied(query)) is not None:
+                return applied
             try:
                 with pymongo.timeout(self._timeout_s):
                     doc: Document | None = await self._collection.find_one_and_update(
-                        {"_id": key},
+                        query,
                         pipeline,
                         upsert=True,
                         projection=projection,
@@ -188,7 +218,28 @@ class LimitRepository:
                 continue
             if doc is not None:
                 return doc
-        raise OperationFailure(f"the limit document {key!r} could not be created or updated")
+        raise OperationFailure(
+            f"the limit document {query['_id']!r} could not be created or updated"
+        )
+
+    async def _applied(self, query: Document) -> Document | None:
+        """What this replica's admission numbered as in `query` granted, if it went through."""
+        guard = query.get("l")
+        if guard is None:
+            return None
+        mine = guard["$not"]["$elemMatch"]
+        with pymongo.timeout(self._timeout_s):
+            doc: Document | None = await self._collection.find_one(
+                {
+                    "_id": query["_id"],
+                    "l": {"$elemMatch": {"r": mine["r"], "w": mine["w"]["$gte"]}},
+                },
+                projection={"t": 1, "l": 1},
+            )
+        if doc is None:
+            return None
+        entry = next(e for e in doc["l"] if e["r"] == mine["r"])
+        return {"g": entry.get("g", 0), "s": entry.get("s", 0), "t": doc.get("t", 0.0)}
 
     async def sync_lease(
         self,
@@ -200,6 +251,7 @@ class LimitRepository:
         lease_ms: float,
         returned_ms: float = 0.0,
         charged_ms: float = 0.0,
+        write: int | None = None,
     ) -> None:
         """Write this replica's count of runs held and renew its lease (drop it at 0); give back
         `returned_ms` of the bucket (unused spare tokens), take `charged_ms` (tokens admitted on
@@ -211,7 +263,7 @@ class LimitRepository:
                     "l": {
                         "$concatArrays": [
                             _live_others(replica, now_ms),
-                            _own(replica, held, now_ms + lease_ms),
+                            _own(replica, held, now_ms + lease_ms, write),
                         ]
                     },
                     "x": {"$max": ["$x", _expiry(now_ms + lease_ms)]},  # never shortened
@@ -219,7 +271,9 @@ class LimitRepository:
             }
         ]
         with pymongo.timeout(self._timeout_s):
-            await self._collection.update_one({"_id": key}, pipeline, upsert=True)
+            await self._collection.update_one(
+                _not_stale(key, replica, write), pipeline, upsert=True
+            )
 
     async def heartbeat(self, *, replica: str, now_ms: float, lease_ms: float) -> list[str]:
         """Renew this replica's entry in the replicas document; the live replicas (itself
@@ -237,7 +291,7 @@ class LimitRepository:
                 }
             }
         ]
-        doc = await self._upsert(REPLICAS_ID, pipeline, projection={"l.r": 1})
+        doc = await self._upsert({"_id": REPLICAS_ID}, pipeline, projection={"l.r": 1})
         return [str(entry["r"]) for entry in doc["l"]]
 
     async def take_fence(self, key: str, *, holder: str, now_ms: float, ttl_ms: float) -> bool:

@@ -7,11 +7,13 @@ it last saw left (never a full bucket on every replica) and refills at its share
 admitted on its own is written into the shared counts when the database answers again: its runs
 in its lease, its tokens charged to the shared bucket.
 
-A database that answers too slowly (a timeout on an operation sent) is still counting for the
-replicas it answers: for as long as its lease would last, a slow replica takes only the slots
-the database still counts for it (at most its share), so those others cannot grant them twice.
-A database that cannot be reached at all (refused, reset, no server to select) counts for no
-one: the shares apply at once.
+A database that answers too slowly (an operation sent and not answered in time; a server the
+driver still sees but gets no answer from) is still counting for the replicas it answers, so a
+slow replica takes only what the database already counts for it: the slots of its live lease
+(at most its share) and no token it was not granted, however long it stays slow. Taking its
+share there would add it on top of what the others are granted (measured: 5-6 chats in flight
+against a cap of 4 with the database busy). Only a database that cannot be reached at all
+(refused, reset: `Database.unreachable`) counts for no one, and there the shares apply.
 """
 
 from __future__ import annotations
@@ -21,14 +23,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pymongo.errors import ExecutionTimeout, NetworkTimeout, WTimeoutError
-
 from app.limits import MAX_TRACKED_KEYS
 
 logger = logging.getLogger("app.services.shared_limits")
 
 WARN_EVERY_S = 10.0
-SLOW = (NetworkTimeout, ExecutionTimeout, WTimeoutError)  # sent, and not answered in time
 
 
 def share_of(limit: int, replicas: Sequence[str], replica: str) -> int:
@@ -91,9 +90,16 @@ class Alone:
     """When this replica counts on its own: for `window_s` after the database failed a check,
     without asking it again; the log says when it started and how long it lasted."""
 
-    def __init__(self, *, window_s: float, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        *,
+        window_s: float,
+        clock: Callable[[], float],
+        unreachable: Callable[[BaseException], bool],
+    ) -> None:
         self._window_s = window_s
         self._clock = clock
+        self._unreachable = unreachable
         self.since: float | None = None  # the first failure of this stretch
         self._until = 0.0
         self._warned_at = -math.inf
@@ -107,16 +113,19 @@ class Alone:
     def failed(self, exc: BaseException) -> None:
         now = self._clock()
         self._until = now + self._window_s
-        self.slow = isinstance(exc, SLOW)
+        self.slow = not self._unreachable(exc)
         if self.since is None:
             self.since, self.admitted = now, 0
         if now - self._warned_at >= WARN_EVERY_S:
             self._warned_at = now
             logger.warning(
                 "shared limits: the database did not answer (%s); this replica counts on its "
-                "own, at most its share of each limit, for the next %g s",
+                "own for the next %g s, %s",
                 type(exc).__name__,
                 self._window_s,
+                "taking only what the database already counts for it (it answers too slowly)"
+                if self.slow
+                else "at most its share of each limit (it cannot be reached)",
             )
 
     def for_s(self) -> float:

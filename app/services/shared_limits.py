@@ -113,7 +113,7 @@ class SharedLimits:
             max_concurrent // SPARE_PER if max_concurrent else SPARE_MAX,
         )
         self._tenants: dict[str, _Tenant] = {}
-        self._alone = Alone(window_s=fallback_s, clock=clock)
+        self._alone = Alone(window_s=fallback_s, clock=clock, unreachable=repository.unreachable)
         self._seen = SeenTokens()
         self.replicas: tuple[str, ...] = ()  # the live replicas last seen (shares)
         self._heartbeat_at = float("-inf")
@@ -129,6 +129,7 @@ class SharedLimits:
         self._ticker: asyncio.Task[None] | None = None
         self._closing = False
         self.round_trips = 0  # admission and lease updates (tests, the benchmark)
+        self._writes_sent = 0  # numbers each lease write: a late, stale one changes nothing
 
     @property
     def active_runs(self) -> int:
@@ -247,10 +248,10 @@ class SharedLimits:
         return True
 
     def _alone_cap(self, tenant: _Tenant) -> int:
-        """The runs this replica may hold alone: its share of the cap; while a slow database may
-        still count for the others, only what it counts for this replica."""
+        """The runs this replica may hold alone: its share of the cap; while a slow database
+        still counts for the others, only the slots its live lease there holds for it."""
         share = self._share(self._cap)
-        if not self._alone.slow or self._alone.for_s() >= self._lease_s:
+        if not self._alone.slow:
             return share
         live = self._clock() < tenant.written_at + self._lease_s
         return min(share, tenant.counted if live else 0)
@@ -266,6 +267,14 @@ class SharedLimits:
                 retry_after_s=1,
             )
         if self._chats.interval_ms > 0:
+            if self._alone.slow:  # the others are still granted tokens: take none
+                raise TooManyRequestsError(
+                    "Too many chats for this tenant right now: the database answers too slowly "
+                    "to check the shared limit of "
+                    f"{self._chats.burst} a minute, and this replica takes no chat it was not "
+                    "granted. Retry after the time in Retry-After.",
+                    retry_after_s=1,
+                )
             now = self._clock()
             if tenant.alone is None:
                 tenant.alone = self._seen.bucket(tenant_id, self._chats.burst, self._share, now)
@@ -281,6 +290,10 @@ class SharedLimits:
         tenant.sync = True  # its lease is written when the database answers
         self._alone.admitted += 1
         return self._release_for(tenant_id, tenant)
+
+    def _next_write(self) -> int:
+        self._writes_sent += 1
+        return self._writes_sent
 
     def _share(self, limit: int) -> int:
         return share_of(limit, self.replicas, self.replica)
@@ -338,6 +351,7 @@ class SharedLimits:
                 headroom=HEADROOM * self._spare,
                 returned=returned,
                 charged=charge,
+                write=self._next_write(),
             )
         except PyMongoError as exc:
             self._alone.failed(exc)
@@ -462,6 +476,7 @@ class SharedLimits:
                 lease_ms=self._lease_ms,
                 returned_ms=returned * self._chats.interval_ms,
                 charged_ms=charge * self._chats.interval_ms,
+                write=self._next_write(),
             )
         except PyMongoError as exc:
             self._alone.failed(exc)

@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from pymongo.errors import NetworkTimeout, PyMongoError, ServerSelectionTimeoutError
+from pymongo.errors import AutoReconnect, NetworkTimeout, PyMongoError
 
 from app.errors import ServiceUnavailableError
 from app.limits import Release, TooManyRequestsError
 from app.repositories.database import Database
-from app.repositories.limits import LimitRepository
+from app.repositories.limits import Bucket, LimitRepository
 from app.services.limit_shares import share_of
 from app.services.shared_limits import SPARE_IDLE_S, SharedLimits
 from tests.support.apps import make_settings
@@ -37,7 +37,7 @@ class CountingRepository(LimitRepository):
 
     def _answer(self) -> None:
         if self.away == "down":
-            raise ServerSelectionTimeoutError("127.0.0.1:9: [Errno 111] Connection refused")
+            raise AutoReconnect("127.0.0.1:9: [Errno 111] Connection refused")
         if self.away == "slow":
             raise NetworkTimeout("the check took longer than its timeout")
 
@@ -431,9 +431,9 @@ async def test_a_replica_that_never_reached_the_database_is_its_own_share() -> N
 async def test_a_slow_database_still_counts_for_the_others_so_a_slow_replica_takes_only_its_own(
     replica: Replica, clock: FakeClock
 ) -> None:
-    """The check timed out, but the database answers the other replicas: for as long as its
-    lease lasts there, a slow replica reuses only the slots it counts for it (at most its share);
-    after that, its share."""
+    """The check timed out, but the database answers the other replicas: a slow replica reuses
+    only the slots its live lease there holds for it (at most its share), and none once that
+    lease has run out, however long it stays slow (before: its share on top of the others')."""
     a, b = await replica(cap=4, lease_s=15.0), await replica(cap=4, lease_s=15.0)
     first = [await a.admit_run("acme") for _ in range(3)]  # the database counts 3 for a
     await away(a, how="slow")
@@ -446,7 +446,42 @@ async def test_a_slow_database_still_counts_for_the_others_so_a_slow_replica_tak
     assert new == []  # nothing counted for it there: b may be granting all four
     shared, _ = await outcomes(*(b.admit_run("acme") for _ in range(4)))
     assert len(shared) == 1  # a's three still count: never more than 4 in flight
-    clock.advance(15.0)  # a's lease has run out there: its share
-    repository_of(a).away = "slow"
+    clock.advance(15.0)  # a's lease has run out there: b may grant all four again
     later, _ = await outcomes(*(a.admit_run("globex") for _ in range(3)))
-    assert len(later) == 2
+    assert later == []
+    assert len((await outcomes(*(b.admit_run("globex") for _ in range(5))))[0]) == 4
+
+
+async def test_a_slow_replica_takes_no_token_it_was_not_granted(
+    replica: Replica, clock: FakeClock
+) -> None:
+    """A rate while the database is slow for one replica: the others are still granted the
+    whole bucket, so the slow one admits nothing of its own (before: its share on top)."""
+    a, b = await replica(chats=30), await replica(chats=30)
+    await a.admit_run("acme")  # a has seen the bucket: 29 left
+    await away(a, how="slow")
+    (refused,) = (await outcomes(a.admit_run("acme")))[1]
+    assert "too slowly" in refused.message and refused.headers == {"Retry-After": "1"}
+    clock.advance(10.0)  # still slow, tokens refilled: still none taken alone
+    assert (await outcomes(*(a.admit_run("acme") for _ in range(5))))[0] == []
+    granted, _ = await outcomes(*(b.admit_run("acme") for _ in range(40)))
+    assert len(granted) == 30  # the bucket is b's alone: a took one, 10 s refilled it to full
+
+
+async def test_a_lease_write_applied_late_never_overwrites_a_newer_one(
+    replica: Replica, clock: FakeClock
+) -> None:
+    """A write that timed out can still reach the database after the replica's next one (the
+    server had it queued): it matches nothing, so the newer, larger count stands (before: the
+    stale count replaced it, and the other replicas granted those slots again)."""
+    a, b = await replica(cap=4), await replica(cap=4)
+    repository = repository_of(a)
+    key, now_ms = "chats:acme", clock() * 1000
+    common = {"replica": a.replica, "now_ms": now_ms, "lease_ms": 15_000.0}
+    await repository.sync_lease(key, held=3, write=2, **common)  # the newer write: 3 held
+    with pytest.raises(PyMongoError):
+        await repository.sync_lease(key, held=0, write=1, **common)  # the stale one, late
+    with pytest.raises(PyMongoError):
+        await repository.admit(key, want=4, bucket=Bucket(0.0, 0), cap=4, held=0, write=1, **common)
+    granted, _ = await outcomes(*(b.admit_run("acme") for _ in range(4)))
+    assert len(granted) == 1  # a's three still count
