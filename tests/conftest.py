@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.support.plugin",
     "tests.support.fixtures.shared",
     "tests.support.loop_watchdog",  # fails a test whose app's loop stalled
+    "tests.support.route_cache",  # routes built once per process, not once per app
 ]

@@ -180,6 +180,8 @@ class SharedLimits:
             return
         now = self._clock()
         if self._alone.active:
+            if self._alone.slow:  # still counting for the others: keep held runs counted
+                self._renew_held(now)
             return
         if now - self._heartbeat_at >= self._lease_s / 3:
             await self.heartbeat()
@@ -193,6 +195,18 @@ class SharedLimits:
         if workers:  # a busy tenant's worker may go on: wait a bounded time
             await asyncio.wait(workers, timeout=CLOSE_S)
         await self._writes_rate.charge_pending()
+
+    def _renew_held(self, now: float) -> None:
+        """While the database is slow for this replica: renew the leases of runs in progress,
+        so they do not lapse there (and go to another replica) while they still run."""
+        for tenant_id, tenant in list(self._tenants.items()):
+            if (
+                tenant.held
+                and tenant.worker is None
+                and now - tenant.written_at >= self._lease_s / 3
+            ):
+                tenant.sync = True
+                self._wake(tenant_id, tenant)
 
     def _due(self, tenant: _Tenant, now: float) -> bool:
         if tenant.sync or tenant.charge or tenant.alone:  # a failure, or counted alone
@@ -253,7 +267,8 @@ class SharedLimits:
         share = self._share(self._cap)
         if not self._alone.slow:
             return share
-        live = self._clock() < tenant.written_at + self._lease_s
+        # A run taken near the lease's end would outlive it there: keep a third in hand.
+        live = self._clock() < tenant.written_at + self._lease_s * 2 / 3
         return min(share, tenant.counted if live else 0)
 
     def _admit_alone(self, tenant_id: str, tenant: _Tenant) -> Release:

@@ -485,3 +485,25 @@ async def test_a_lease_write_applied_late_never_overwrites_a_newer_one(
         await repository.admit(key, want=4, bucket=Bucket(0.0, 0), cap=4, held=0, write=1, **common)
     granted, _ = await outcomes(*(b.admit_run("acme") for _ in range(4)))
     assert len(granted) == 1  # a's three still count
+
+
+async def test_a_slow_replica_keeps_renewing_the_leases_of_its_runs_in_progress(
+    replica: Replica, clock: FakeClock
+) -> None:
+    """Slow for one replica, the database still counts for the others: a replica alone keeps
+    trying to renew the leases of the runs it holds at every round of housekeeping, so one
+    answer in time keeps them counted (before: no try while alone, one every fallback window,
+    and a lease could lapse under runs still in flight, their slots granted again)."""
+    a, b = await replica(cap=4, lease_s=15.0), await replica(cap=4, lease_s=15.0)
+    held = [await a.admit_run("acme") for _ in range(3)]  # a's lease there: 3, until t + 15
+    await away(a, how="slow")
+    clock.advance(8.0)
+    await a.maintain()  # its heartbeat times out: alone until t + 13
+    clock.advance(4.0)  # t + 12: the database answers a again, while a is still alone
+    repository_of(a).away = None
+    await a.maintain()
+    await asyncio.sleep(0)  # the renewal's worker
+    clock.advance(4.0)  # t + 16: past the first lease
+    shared, _ = await outcomes(*(b.admit_run("acme") for _ in range(4)))
+    assert len(shared) == 1  # a's three runs are still counted
+    await asyncio.gather(*(release() for release in [*held, *shared]))
