@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -50,7 +51,8 @@ async def test_create_get_update_delete_roundtrip(
     assert updated.json()["enabled"] is False
     assert updated.json()["function"]["method"] == "POST"
     assert updated.json()["created_at"] == body["created_at"]
-    assert updated.json()["updated_at"] >= body["updated_at"]
+    changed = datetime.fromisoformat(updated.json()["updated_at"])
+    assert changed >= datetime.fromisoformat(body["updated_at"])  # as times: "Z" sorts after "+"
 
     deleted = await client.delete("/tools/weather-api", headers=acme.headers)
     assert deleted.status_code == 204
