@@ -219,7 +219,9 @@ async def test_client_disconnect_mid_tool_closes_everything(
         async for line in response.aiter_lines():
             if line == "event: tool_call":
                 break  # leave while the tool runs
-    await within(lambda: mcp_chat.hub.open_sessions == 0 and not mcp_chat.new_children(), 5)
+    await within(
+        lambda: mcp_chat.hub.open_sessions == 0 and not mcp_chat.new_children(), 15
+    )  # the stdio shutdown: stdin closed, 2 s grace, SIGTERM, 2 s, SIGKILL
 
 
 @pytest.mark.slow

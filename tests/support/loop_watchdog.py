@@ -84,7 +84,13 @@ class _Watch:
             if frame is None or overdue <= BOUND_S:
                 continue
             if overdue > self.stacks.get(thread, (0.0, ""))[0]:
-                self.stacks[thread] = (overdue, "".join(traceback.format_stack(frame)[-8:]))
+                others = "".join(
+                    f"  other thread {other}:\n" + "".join(traceback.format_stack(top)[-3:])
+                    for other, top in frames.items()
+                    if other not in (thread, threading.get_ident())
+                )
+                stack = "".join(traceback.format_stack(frame)[-8:])
+                self.stacks[thread] = (overdue, f"{stack}{others}")
 
     def sampling(self) -> None:  # the sampler thread
         while True:
