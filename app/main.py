@@ -12,6 +12,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from app.api import chat, client_tokens, health, mcp_servers, runs, secrets, tenants, tools
+from app.api.console import install_console
 from app.api.docs import install_docs, install_openapi
 from app.api.mcp_endpoint import McpGateway
 from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
@@ -180,4 +181,5 @@ def create_app(
     if settings.docs_served:
         install_openapi(app, openapi_url=OPENAPI_URL)
         install_docs(app, openapi_url=OPENAPI_URL)
+    install_console(app)  # static files; a client of the public API only (docs/console.md)
     return app
