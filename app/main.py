@@ -54,7 +54,7 @@ def _load_mcp_servers(settings: Settings) -> dict[str, McpServer]:
 def _warn_about_development_setup(settings: Settings) -> None:
     for name in settings.development_fallbacks():
         logger.warning(
-            "%s is not set: using its documented development value (see README); "
+            "%s is not set: using its documented development value (docs/settings.md); "
             "never do this in production",
             name,
         )

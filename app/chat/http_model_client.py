@@ -1,8 +1,8 @@
 """`ModelClient` speaking the OpenAI chat-completions wire format: orjson over `wire.WirePool`.
 
 The `openai` SDK spends about 2 ms of CPU per call here, most of it converting `messages` and
-`tools` and building its types; this client spends a small fraction of that (see the README's
-performance section). It keeps the SDK's semantics: the same retry rules (408, 409, 429, 5xx,
+`tools` and building its types; this client spends a small fraction of that (see
+docs/performance.md). It keeps the SDK's semantics: the same retry rules (408, 409, 429, 5xx,
 connection errors and timeouts; `x-should-retry`; `Retry-After`/`retry-after-ms` honoured up to
 60 s, else exponential backoff with jitter) and the same error mapping as `openai_sdk.py`.
 """
