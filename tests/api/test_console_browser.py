@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 from playwright.async_api import Page, expect
 
 from tests.support.apps import ADMIN_KEY
@@ -145,6 +147,11 @@ async def test_the_readme_tour_by_clicking(service: ConsoleService) -> None:
         await expect(result).to_contain_text("ok")
         assert 1 <= int(await result.locator("pre").inner_text()) <= 20
         await shot(page, "invoke")
+        await page.get_by_label("d (required): integer").fill("1")  # the function refuses it
+        await page.get_by_role("button", name="Run the tool").click()
+        failed = page.get_by_role("region", name="Error")
+        await expect(failed.locator("dl")).to_contain_text("Error kind")
+        await expect(failed.locator("pre")).to_contain_text("d must be between 2 and")
 
         await page.goto(f"{service.url}/console#/chat")
         await page.get_by_label("Message").fill("Roll a six-sided die for me.")
@@ -164,10 +171,13 @@ async def test_the_readme_tour_by_clicking(service: ConsoleService) -> None:
                 break
             await page.get_by_role("button", name="Show runs").click()
             await page.wait_for_timeout(100)
-        await expect(page.locator("tbody tr", has_text="invoke")).to_have_count(1)
+        await expect(page.locator("tbody tr", has_text="invoke")).to_have_count(2)  # ok, error
         await shot(page, "runs")
         await chat_run.get_by_role("link").click()
         await expect(page.get_by_role("table", name="Tool calls")).to_contain_text("roll_dice")
+        await page.goto(f"{service.url}/console#/edit/rolldice")
+        stats = page.get_by_role("region", name="Statistics")
+        await expect(stats.locator("dd").first).not_to_have_text("0")  # the calls above
 
         key = await page.evaluate("JSON.parse(sessionStorage['toolgate.console.credential']).key")
         stored = await page.evaluate("[localStorage.length, document.cookie]")
@@ -233,11 +243,21 @@ async def test_hostile_names_descriptions_and_outputs_stay_text(service: Console
     assert (tab.cut, unexpected(tab)) == ([], [])
 
 
-async def test_admin_edits_an_allow_list(service: ConsoleService) -> None:
+async def test_admin_edits_an_allow_list_and_rotates_a_key(service: ConsoleService) -> None:
     async with browser_tab(service.url, height=900) as (page, tab):
         await new_tenant(page, service, "allowed")
-        await page.get_by_role("button", name="Sign out").click()
+        tenant_tab = page
+        page = await page.context.new_page()  # its own session storage: the admin's tab
+        await page.goto(f"{service.url}/console")
         await sign_in(page, ADMIN_KEY)
+        row = page.locator("tbody tr", has_text="allowed")
+        await row.get_by_role("button", name="Rotate the key of allowed").click()
+        await row.get_by_role("button", name="Rotate the key of allowed").click()  # confirmed
+        await expect(page.get_by_label("The key of allowed: shown only now")).to_be_visible()
+        # The tenant's tab held the old key: its next request sends it back to sign in.
+        await tenant_tab.get_by_role("link", name="Runs").click()
+        await expect(tenant_tab.get_by_role("heading", name="Sign in")).to_be_visible()
+        await expect(tenant_tab.get_by_role("alert")).to_contain_text("API key is not valid")
         await page.get_by_role("link", name="Allow list").first.click()
         entries = page.get_by_label("Entries, one per line")
         await entries.fill("api.example.com\n127.0.0.1:8080")
@@ -274,4 +294,37 @@ async def test_every_control_has_a_label_and_the_keyboard_reaches_it(
         await page.keyboard.press("Enter")
         await expect(page.get_by_role("heading", name="New tool")).to_be_focused()
     assert {route: names for route, names in unnamed.items() if names} == {}
+    assert (tab.cut, unexpected(tab)) == ([], [])
+
+
+async def test_import_from_a_file_lists_its_problems_and_stores_nothing(
+    service: ConsoleService, tmp_path: Path
+) -> None:
+    document = tmp_path / "shop.yaml"
+    document.write_text(yaml.safe_dump(SHOP))
+    async with browser_tab(service.url, height=900) as (page, tab):
+        await new_tenant(page, service, "importer")
+        await page.get_by_role("link", name="Import", exact=True).click()
+        await page.get_by_label("From a file").check()
+        await page.get_by_label("Document file (JSON or YAML)").set_input_files(document)
+        await page.get_by_label("Prefix for tool ids and names").fill("bad prefix!")
+        await page.get_by_role("button", name="Preview (dry run)").click()
+        await expect(page.get_by_role("alert")).to_contain_text("$.prefix")
+        await page.get_by_label("Prefix for tool ids and names").fill("")
+        await page.get_by_label("Server URL").fill("http://127.0.0.1:9/")  # not a public host
+        await page.get_by_role("button", name="Preview (dry run)").click()
+        problems = page.get_by_role("table", name="1 problems")
+        await expect(problems).to_contain_text("$.tools[0]")
+        await expect(page.get_by_role("button", name="Import 1 tools")).to_be_disabled()
+        await page.get_by_role("link", name="Tools").click()
+        await expect(page.get_by_role("link", name="getOrder")).to_have_count(0)
+    assert (tab.cut, unexpected(tab)) == ([], [])
+
+
+async def test_a_wrong_key_is_refused_with_the_services_words(service: ConsoleService) -> None:
+    async with browser_tab(service.url, height=700) as (page, tab):
+        await page.goto(f"{service.url}/console")
+        await sign_in(page, "tg_not-a-key")
+        await expect(page.get_by_role("alert")).to_contain_text("The API key is not valid")
+        assert await page.evaluate("sessionStorage.length") == 0
     assert (tab.cut, unexpected(tab)) == ([], [])

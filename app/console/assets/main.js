@@ -18,6 +18,13 @@ export const ctx = {
   },
   /** An error where the page shows it (an ApiError's detail and paths) and on the status line. */
   error(error, into) {
+    if (error instanceof ApiError && error.status === 401 && session.get()) {
+      // The key was rotated or the token revoked while this tab held it: sign in again.
+      session.clear();
+      available.clear();
+      route().then(() => ctx.error(error, document.querySelector("main form div[aria-live]")));
+      return;
+    }
     const lines = error instanceof ApiError ? error.lines() : [String(error?.message || error)];
     statusLine.classList.add("bad");
     statusLine.textContent = lines[0];
@@ -109,6 +116,7 @@ async function route() {
   if (!credential) {
     clear(nav);
     clear(who);
+    document.title = "Sign in - toolgate console";
     signInPage();
     return;
   }
@@ -116,6 +124,7 @@ async function route() {
   let page = pages.find((p) => p.hash === parts[0] && p.roles.includes(credential.role));
   if (!page) page = pages.find((p) => p.roles.includes(credential.role) && p.nav !== false);
   await renderNav(page, credential.role);
+  document.title = `${page.title} - toolgate console`;
   clear(main);
   try {
     await page.render(main, parts.slice(1), ctx);

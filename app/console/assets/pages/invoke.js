@@ -41,7 +41,7 @@ function collect(controls) {
 
 function resultView(run) {
   const ok = run.status === "ok";
-  return h("section", { "aria-label": "Result", class: ok ? "result ok" : "result bad" },
+  return h("section", { "aria-label": ok ? "Result" : "Error", class: ok ? "result ok" : "result bad" },
     h("h2", {}, ok ? "Result" : "Error"),
     h("dl", {},
       h("dt", {}, "Status"), h("dd", {}, asText(run.status)),

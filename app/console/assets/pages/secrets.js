@@ -15,8 +15,12 @@ export const secretsPage = {
       clear(listing).append(table(`${secrets.length} secrets`, ["Name", "Created", "Updated", ""],
         secrets.map((s) => [asText(s.name), when(s.created_at), when(s.updated_at),
           confirmButton("Delete", `Delete ${s.name}?`, async () => {
-            await api("DELETE", `/secrets/${encodeURIComponent(s.name)}`).catch((e) => ctx.error(e));
-            ctx.status(`Deleted the secret ${s.name}.`);
+            try {
+              await api("DELETE", `/secrets/${encodeURIComponent(s.name)}`);
+              ctx.status(`Deleted the secret ${s.name}.`);
+            } catch (error) {
+              ctx.error(error);
+            }
             await reload();
           }, { "aria-label": `Delete secret ${s.name}` })])));
     };

@@ -66,8 +66,12 @@ export const tenantsPage = {
               }
             }, { "aria-label": `Rotate the key of ${t.tenant_id}` }),
             confirmButton("Delete", `Delete ${t.tenant_id} and all its data?`, async () => {
-              await api("DELETE", `/tenants/${encodeURIComponent(t.tenant_id)}`).catch((e) => ctx.error(e));
-              ctx.status(`Deleted ${t.tenant_id}.`);
+              try {
+                await api("DELETE", `/tenants/${encodeURIComponent(t.tenant_id)}`);
+                ctx.status(`Deleted ${t.tenant_id}.`);
+              } catch (error) {
+                ctx.error(error);
+              }
               await reload();
             }, { "aria-label": `Delete ${t.tenant_id}` }))])));
     };

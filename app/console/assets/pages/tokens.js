@@ -18,8 +18,12 @@ export const tokensPage = {
         tokens.map((t) => [asText(t.name), asText(t.token_id), list(t.tool_ids) || "all",
           list(t.tags), list(t.context_names), when(t.created_at), when(t.expires_at) || "never",
           confirmButton("Revoke", `Revoke ${t.name}?`, async () => {
-            await api("DELETE", `/client-tokens/${encodeURIComponent(t.token_id)}`).catch((e) => ctx.error(e));
-            ctx.status(`Revoked ${t.name}.`);
+            try {
+              await api("DELETE", `/client-tokens/${encodeURIComponent(t.token_id)}`);
+              ctx.status(`Revoked ${t.name}.`);
+            } catch (error) {
+              ctx.error(error);
+            }
             await reload();
           }, { "aria-label": `Revoke ${t.name}` })])));
     };

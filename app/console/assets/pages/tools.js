@@ -30,8 +30,12 @@ function row(tool, ctx, reload) {
   const actions = h("div", { class: "actions" },
     h("a", { href: `#/invoke/${encodeURIComponent(id)}` }, "Invoke"),
     confirmButton("Delete", `Delete ${id}?`, async () => {
-      await api("DELETE", `/tools/${encodeURIComponent(id)}`).catch((e) => ctx.error(e));
-      ctx.status(`Deleted ${id}.`);
+      try {
+        await api("DELETE", `/tools/${encodeURIComponent(id)}`);
+        ctx.status(`Deleted ${id}.`);
+      } catch (error) {
+        ctx.error(error);
+      }
       reload();
     }, { "aria-label": `Delete ${id}` }));
   if (tool.problems) {
