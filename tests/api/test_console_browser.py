@@ -137,8 +137,8 @@ async def test_the_readme_tour_by_clicking(service: ConsoleService) -> None:
         await expect(preview).to_contain_text("shop_getOrder")
         await expect(preview).to_contain_text("the request body is not JSON (multipart/form-data)")
         await shot(page, "import")
-        await page.get_by_role("button", name="Import 1 tools").click()
-        await expect(page.locator("#status")).to_have_text("Imported 1 tools.")
+        await page.get_by_role("button", name="Import 1 tool").click()
+        await expect(page.locator("#status")).to_have_text("Imported 1 tool.")
 
         await page.goto(f"{service.url}/console#/invoke/rolldice")
         await page.get_by_label("d (required): integer").fill("20")
@@ -313,9 +313,9 @@ async def test_import_from_a_file_lists_its_problems_and_stores_nothing(
         await page.get_by_label("Prefix for tool ids and names").fill("")
         await page.get_by_label("Server URL").fill("http://127.0.0.1:9/")  # not a public host
         await page.get_by_role("button", name="Preview (dry run)").click()
-        problems = page.get_by_role("table", name="1 problems")
+        problems = page.get_by_role("table", name="1 problem")
         await expect(problems).to_contain_text("$.tools[0]")
-        await expect(page.get_by_role("button", name="Import 1 tools")).to_be_disabled()
+        await expect(page.get_by_role("button", name="Import 1 tool")).to_be_disabled()
         await page.get_by_role("link", name="Tools").click()
         await expect(page.get_by_role("link", name="getOrder")).to_have_count(0)
     assert (tab.cut, unexpected(tab)) == ([], [])

@@ -104,6 +104,11 @@ export function list(values) {
   return (values || []).join(", ");
 }
 
+/** "1 tool", "2 tools": `plural` when it is not `word` + "s". */
+export function count(n, word, plural = `${word}s`) {
+  return `${n} ${n === 1 ? word : plural}`;
+}
+
 /** "a, b , c" -> ["a", "b", "c"] (empty entries dropped). */
 export function splitList(text) {
   return text.split(",").map((part) => part.trim()).filter(Boolean);

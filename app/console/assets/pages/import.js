@@ -1,7 +1,7 @@
 // #/import: an OpenAPI document by URL, file or paste; a dry run shows the tools it would make,
 // the operations it skips (with the reason) and its problems before anything is stored.
 import { api } from "../api.js";
-import { asText, clear, field, h, splitList, table } from "../dom.js";
+import { asText, clear, count, field, h, splitList, table } from "../dom.js";
 
 function sourceChooser() {
   const choice = { kind: "paste" };
@@ -38,13 +38,13 @@ function preview(result) {
   const problems = result.problems || [];
   return h("section", { "aria-label": "Preview" },
     h("h2", {}, result.dry_run ? "Preview (nothing stored yet)" : "Imported"),
-    table(`${tools.length} tools`, ["Tool id", "Method", "URL", "Description"],
+    table(count(tools.length, "tool"), ["Tool id", "Method", "URL", "Description"],
       tools.map((t) => [asText(t.tool_id), asText(t.function?.method), asText(t.function?.url),
         h("span", { class: "description" }, asText(t.function?.description))])),
-    table(`${skipped.length} operations skipped`, ["Operation", "Reason"],
+    table(`${count(skipped.length, "operation")} skipped`, ["Operation", "Reason"],
       skipped.map((s) => [asText(s.operation ?? s.operation_id ?? `${s.method ?? ""} ${s.path ?? ""}`),
         asText(s.reason ?? s)])),
-    table(`${problems.length} problems`, ["Where", "Problem"],
+    table(count(problems.length, "problem"), ["Where", "Problem"],
       problems.map((p) => (typeof p === "string" ? ["", p] : [asText(p.path ?? p.operation), asText(p.message ?? p)]))));
 }
 
@@ -76,8 +76,8 @@ export const importPage = {
         clear(result).append(preview(answer));
         checked = dryRun && !(answer.problems || []).length && (answer.tools || []).length ? request : null;
         doImport.disabled = checked === null;
-        if (dryRun) doImport.textContent = `Import ${(answer.tools || []).length} tools`;
-        ctx.status(dryRun ? "Preview ready: nothing is stored until you import." : `Imported ${(answer.tools || []).length} tools.`);
+        if (dryRun) doImport.textContent = `Import ${count((answer.tools || []).length, "tool")}`;
+        ctx.status(dryRun ? "Preview ready: nothing is stored until you import." : `Imported ${count((answer.tools || []).length, "tool")}.`);
       } catch (error) {
         checked = null;
         doImport.disabled = true;

@@ -1,6 +1,6 @@
 // #/runs and #/runs/<run_id>: run records, newest first, a page at a time (next_cursor).
 import { api } from "../api.js";
-import { asText, button, clear, field, h, json, table, when } from "../dom.js";
+import { asText, button, clear, count, field, h, json, table, when } from "../dom.js";
 
 function runRow(run) {
   const calls = (run.tool_calls || []).map((c) => `${c.name} (${c.status})`).join(", ");
@@ -56,7 +56,7 @@ export const runsPage = {
         rows.push(...page.items.map(runRow));
         cursor = page.next_cursor;
         clear(body).append(
-          table(`${rows.length} runs`, ["Run", "Kind", "Started", "Ended as", "Model calls", "Tool calls", "Tokens"], rows),
+          table(count(rows.length, "run"), ["Run", "Kind", "Started", "Ended as", "Model calls", "Tool calls", "Tokens"], rows),
           cursor ? button("Load more", () => load(true)) : null);
       } catch (error) {
         ctx.error(error, body);

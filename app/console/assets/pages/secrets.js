@@ -1,6 +1,6 @@
 // #/secrets: names only. A value is written and never read back (the API has no way to).
 import { api } from "../api.js";
-import { asText, clear, confirmButton, field, h, table, when } from "../dom.js";
+import { asText, clear, confirmButton, count, field, h, table, when } from "../dom.js";
 
 export const secretsPage = {
   id: "secrets",
@@ -12,7 +12,7 @@ export const secretsPage = {
     const answer = h("div", { "aria-live": "polite" });
     const reload = async () => {
       const secrets = await api("GET", "/secrets");
-      clear(listing).append(table(`${secrets.length} secrets`, ["Name", "Created", "Updated", ""],
+      clear(listing).append(table(count(secrets.length, "secret"), ["Name", "Created", "Updated", ""],
         secrets.map((s) => [asText(s.name), when(s.created_at), when(s.updated_at),
           confirmButton("Delete", `Delete ${s.name}?`, async () => {
             try {

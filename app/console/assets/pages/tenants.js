@@ -1,6 +1,6 @@
 // #/tenants and #/tenants/<id> (admin key): tenants, their keys and outbound allow lists.
 import { api } from "../api.js";
-import { asText, button, clear, confirmButton, field, h, table, when } from "../dom.js";
+import { asText, button, clear, confirmButton, count, field, h, table, when } from "../dom.js";
 
 function keyCard(tenantId, apiKey, ctx) {
   const shown = h("input", { readonly: true, value: apiKey, class: "code wide" });
@@ -52,7 +52,7 @@ export const tenantsPage = {
     const created = h("div", { "aria-live": "polite" });
     const reload = async () => {
       const page = await api("GET", "/tenants?limit=500");
-      clear(listing).append(table(`${page.total} tenants`, ["Tenant", "Created", "Key rotated", ""],
+      clear(listing).append(table(count(page.total, "tenant"), ["Tenant", "Created", "Key rotated", ""],
         page.items.map((t) => [asText(t.tenant_id), when(t.created_at), when(t.key_rotated_at),
           h("div", { class: "actions" },
             h("a", { href: `#/tenants/${encodeURIComponent(t.tenant_id)}` }, "Allow list"),

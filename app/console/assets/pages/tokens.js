@@ -1,7 +1,7 @@
 // #/tokens: client tokens (what a frontend gives one user's agent instead of the tenant key).
 // A new token is shown once, as the service answers it; the list never holds one.
 import { api } from "../api.js";
-import { asText, clear, confirmButton, field, h, list, splitList, table, when } from "../dom.js";
+import { asText, clear, confirmButton, count, field, h, list, splitList, table, when } from "../dom.js";
 
 export const tokensPage = {
   id: "tokens",
@@ -13,7 +13,7 @@ export const tokensPage = {
     const created = h("div", { "aria-live": "polite" });
     const reload = async () => {
       const tokens = await api("GET", "/client-tokens");
-      clear(listing).append(table(`${tokens.length} client tokens`,
+      clear(listing).append(table(count(tokens.length, "client token"),
         ["Name", "Token id", "Tools", "Tags", "Bound context", "Created", "Expires", ""],
         tokens.map((t) => [asText(t.name), asText(t.token_id), list(t.tool_ids) || "all",
           list(t.tags), list(t.context_names), when(t.created_at), when(t.expires_at) || "never",

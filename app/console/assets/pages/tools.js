@@ -1,6 +1,6 @@
 // #/tools: the tenant's tools, filtered by type and tag (on the service) and by text (here).
 import { api } from "../api.js";
-import { asText, button, clear, confirmButton, field, h, list, table } from "../dom.js";
+import { asText, button, clear, confirmButton, count, field, h, list, table } from "../dom.js";
 
 const PAGE_SIZE = 100;
 
@@ -64,7 +64,7 @@ export const toolsPage = {
         offset > 0 ? button("Previous", () => { state.offset -= PAGE_SIZE; reload(); }) : null,
         offset + items.length < total ? button("Next", () => { state.offset += PAGE_SIZE; reload(); }) : null);
       clear(body).append(
-        table(`${shown.length} tools shown`,
+        table(`${count(shown.length, "tool")} shown`,
           ["Tool id", "Function", "Type", "Enabled", "Tags", "Description", "Actions"],
           shown.map((tool) => row(tool, ctx, reload))),
         total ? pager : h("p", {}, "No tools match."));
