@@ -6,7 +6,8 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from pathlib import Path
+import tomllib
+from pathlib import Path, PurePosixPath
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,3 +67,23 @@ def test_secrets_environments_and_caches_stay_out() -> None:
         assert excluded(path, patterns), path
     size = sum((ROOT / path).stat().st_size for path in context_files())
     assert size < 5_000_000, f"the build context is {size} bytes"
+
+
+def test_the_installed_package_carries_the_consoles_static_files() -> None:
+    """The image installs the package (`pip install .`): files that are not Python go in only
+    when pyproject's package-data names them, or /console would be missing from the image."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    patterns = project["tool"]["setuptools"]["package-data"]["app"]
+    files = [p.relative_to(ROOT / "app").as_posix() for p in (ROOT / "app" / "console").rglob("*")]
+    files = [f for f in files if (ROOT / "app" / f).is_file()]
+    assert "console/index.html" in files and "console/assets/main.js" in files
+    # As setuptools globs: `*` stays within one directory.
+    missing = [
+        f
+        for f in files
+        if not any(
+            len(PurePosixPath(p).parts) == len(PurePosixPath(f).parts) and PurePosixPath(f).match(p)
+            for p in patterns
+        )
+    ]
+    assert missing == []
