@@ -276,7 +276,8 @@ async def test_every_control_has_a_label_and_the_keyboard_reaches_it(
     unnamed: dict[str, list[str]] = {}
     async with browser_tab(service.url, height=900) as (page, tab):
         await new_tenant(page, service, "labels")
-        for route in ("tools", "edit", "import", "invoke/rolldice", "chat", "runs", "tokens"):
+        routes = ("tools", "edit", "import", "invoke/rolldice", "chat", "runs", "tokens", "secrets")
+        for route in (*routes, "mcp-servers"):
             await page.goto(f"{service.url}/console#/{route}")
             await expect(page.locator("main h1")).to_be_focused()
             unnamed[route] = await page.evaluate(

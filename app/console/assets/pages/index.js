@@ -23,6 +23,7 @@ export const pages = [
   runsPage,
   tokensPage,
   secretsPage,
+  collectionPage({ id: "mcp-servers", title: "MCP servers", path: "/mcp-servers" }),
   collectionPage({ id: "categories", title: "Categories", path: "/categories" }),
   collectionPage({ id: "providers", title: "Model providers", path: "/model-providers" }),
   tenantsPage,
