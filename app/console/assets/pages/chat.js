@@ -4,7 +4,9 @@
 import { stream } from "../api.js";
 import { asText, button, clear, field, h, splitList } from "../dom.js";
 
-const DESCRIBE = {
+// How each event reads; a page for a newer service's events (approval requests, progress) adds
+// its own entry here, and anything without one is shown by name and data.
+export const DESCRIBE = {
   iteration: (d) => `Model call ${d.n}`,
   "message.delta": (d) => asText(d.content),
   tool_call: (d) => `Tool call ${asText(d.name)} ${asText(d.arguments)}`,
