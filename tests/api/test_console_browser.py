@@ -179,6 +179,12 @@ async def test_the_readme_tour_by_clicking(service: ConsoleService) -> None:
         stats = page.get_by_role("region", name="Statistics")
         await expect(stats.locator("dd").first).not_to_have_text("0")  # the calls above
 
+        await page.get_by_role("link", name="Tools").click()
+        await page.get_by_role("button", name="Delete weather-api").click()
+        await page.get_by_role("button", name="Delete weather-api").click()  # confirmed
+        await expect(page.locator("#status")).to_have_text("Deleted weather-api.")
+        await expect(page.get_by_role("link", name="weather-api")).to_have_count(0)
+
         key = await page.evaluate("JSON.parse(sessionStorage['toolgate.console.credential']).key")
         stored = await page.evaluate("[localStorage.length, document.cookie]")
     assert key.startswith("tg_") and stored == [0, ""]

@@ -62,6 +62,7 @@ export function confirmButton(label, confirmLabel, action, props = {}) {
     if (node.dataset.armed !== "yes") {
       node.dataset.armed = "yes";
       node.textContent = confirmLabel;
+      if (node.hasAttribute("aria-label")) node.setAttribute("aria-label", confirmLabel);
       return;
     }
     node.disabled = true;
