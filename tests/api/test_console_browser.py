@@ -173,6 +173,7 @@ async def test_the_readme_tour_by_clicking(service: ConsoleService) -> None:
             await page.wait_for_timeout(100)
         await expect(page.locator("tbody tr", has_text="invoke")).to_have_count(2)  # ok, error
         await shot(page, "runs")
+        assert "null" not in (await page.locator("main").inner_text()).split()
         await chat_run.get_by_role("link").click()
         await expect(page.get_by_role("table", name="Tool calls")).to_contain_text("roll_dice")
         await page.goto(f"{service.url}/console#/edit/rolldice")
@@ -286,6 +287,9 @@ async def test_every_control_has_a_label_and_the_keyboard_reaches_it(
         for route in (*routes, "mcp-servers"):
             await page.goto(f"{service.url}/console#/{route}")
             await expect(page.locator("main h1")).to_be_focused()
+            await page.wait_for_load_state("networkidle")
+            shown = await page.locator("main").inner_text()
+            assert "[object " not in shown and "null" not in shown.split(), (route, shown)
             unnamed[route] = await page.evaluate(
                 """() => [...document.querySelectorAll('input, select, textarea, button')]
                 .filter(c => !c.hidden && !c.closest('[hidden]'))
@@ -293,6 +297,11 @@ async def test_every_control_has_a_label_and_the_keyboard_reaches_it(
                              && !(c.tagName === 'BUTTON' && c.textContent.trim()))
                 .map(c => c.outerHTML)"""
             )
+        # Pages for routes this service lacks (categories, model providers) stay out of sight.
+        nav = page.get_by_role("navigation")
+        await expect(nav.get_by_role("link", name="MCP servers")).to_be_visible()
+        assert await nav.get_by_role("link", name="Categories").count() == 0
+        assert await nav.get_by_role("link", name="Model providers").count() == 0
         # Tab from the heading reaches the first control of the page; Enter on a link follows it.
         await page.goto(f"{service.url}/console#/tools")
         await expect(page.locator("main h1")).to_be_focused()

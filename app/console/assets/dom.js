@@ -18,11 +18,13 @@ export function h(tag, props = {}, ...children) {
       node.setAttribute(name, value === true ? "" : String(value));
     }
   }
-  append(node, children);
+  append(node, ...children);
   return node;
 }
 
-export function append(node, children) {
+/** Children added as `h` adds them: nested lists flattened, null/false skipped, text as text.
+ * (The DOM's own `append` would write null as "null" and a list as its string.) */
+export function append(node, ...children) {
   for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null || child === false) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));

@@ -1,6 +1,6 @@
 // The console's frame: sign in, the navigation, and a page per hash route (#/tools, ...).
 import { ApiError, api, exists, session } from "./api.js";
-import { button, clear, field, h } from "./dom.js";
+import { append, button, clear, field, h } from "./dom.js";
 import { pages } from "./pages/index.js";
 
 const main = document.getElementById("main");
@@ -29,7 +29,7 @@ export const ctx = {
     statusLine.classList.add("bad");
     statusLine.textContent = lines[0];
     if (into) {
-      clear(into).append(h("div", { class: "problem", role: "alert" },
+      append(clear(into), h("div", { class: "problem", role: "alert" },
         h("strong", {}, lines[0]),
         lines.length > 1 ? h("ul", {}, lines.slice(1).map((l) => h("li", {}, l))) : null));
     }
@@ -81,7 +81,7 @@ function signInPage() {
     "A tenant key (tg_...), a client token (tgc_...) or the admin key. It stays in this tab "
     + "only (session storage) and is sent as the Authorization header."),
   h("button", { type: "submit" }, "Sign in"), problem);
-  clear(main).append(h("h1", { tabindex: "-1" }, "Sign in"), form,
+  append(clear(main), h("h1", { tabindex: "-1" }, "Sign in"), form,
     h("p", {}, "Everything here is a request to the public API; ",
       h("a", { href: "../docs" }, "/docs"), " lists them."));
   input.focus();
@@ -107,8 +107,8 @@ async function renderNav(current, role) {
     ctx.status("Signed out.");
     route();
   });
-  clear(nav).append(...links);
-  clear(who).append(h("span", {}, session.get().label), signOut);
+  append(clear(nav), ...links);
+  append(clear(who), h("span", {}, session.get().label), signOut);
 }
 
 async function route() {

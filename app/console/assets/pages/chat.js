@@ -2,7 +2,7 @@
 // model's text, each tool call and its result, iterations). Events this page does not know
 // (approval requests, progress, anything a newer service sends) are shown by name and data.
 import { stream } from "../api.js";
-import { asText, button, clear, field, h, splitList } from "../dom.js";
+import { append, asText, button, clear, field, h, splitList } from "../dom.js";
 
 // How each event reads; a page for a newer service's events (approval requests, progress) adds
 // its own entry here, and anything without one is shown by name and data.
@@ -37,7 +37,7 @@ export const chatPage = {
     const events = h("ol", { class: "events", "aria-label": "Events", "aria-live": "polite" });
     const problem = h("div");
     const send = h("button", { type: "submit" }, "Send");
-    const say = (role, text) => transcript.append(h("li", { class: `turn ${role}` }, h("strong", {}, `${role}: `), text));
+    const say = (role, text) => append(transcript, h("li", { class: `turn ${role}` }, h("strong", {}, `${role}: `), text));
     const submit = async (event) => {
       event.preventDefault();
       const text = message.value.trim();
@@ -60,7 +60,7 @@ export const chatPage = {
       try {
         for await (const { event: name, data } of stream("/chat", body)) {
           if (name === "message.delta") answer.textContent += asText(data.content);
-          events.append(eventItem(name, data));
+          append(events, eventItem(name, data));
           if (name === "done") {
             history = data.messages || [];
             answer.textContent = asText(data.message?.content);
@@ -74,7 +74,7 @@ export const chatPage = {
         send.disabled = false;
       }
     };
-    main.append(h("h1", {}, "Chat"),
+    append(main, h("h1", {}, "Chat"),
       h("form", { class: "card", onsubmit: submit },
         field("Message", message),
         field("Only these tool ids (comma-separated; default: every enabled tool)", toolIds),

@@ -2,7 +2,7 @@
 // (categories, model providers): listed only when the service has the route (`probe`), each
 // item's plain fields as text. A dedicated page replaces it through `registerPage`.
 import { api } from "../api.js";
-import { asText, h, table } from "../dom.js";
+import { append, asText, h, table } from "../dom.js";
 
 export function collectionPage({ id, title, path }) {
   return {
@@ -15,7 +15,7 @@ export function collectionPage({ id, title, path }) {
       const answer = await api("GET", path);
       const items = Array.isArray(answer) ? answer : answer?.items || [];
       const columns = [...new Set(items.flatMap((item) => Object.keys(item || {})))].slice(0, 8);
-      main.append(h("h1", {}, title),
+      append(main, h("h1", {}, title),
         table(`${items.length} ${title.toLowerCase()}`, columns,
           items.map((item) => columns.map((c) => asText(item?.[c])))));
     },

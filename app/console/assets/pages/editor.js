@@ -2,7 +2,7 @@
 // with a form for its parameters that writes into the same document. The service's answer is
 // the last word: a 422 lists each problem with its JSON path.
 import { api } from "../api.js";
-import { asText, button, clear, field, h, json } from "../dom.js";
+import { append, asText, button, clear, field, h, json } from "../dom.js";
 
 const NAME = /^[a-zA-Z0-9_-]{1,64}$/;
 const TYPES = ["string", "integer", "number", "boolean", "array"];
@@ -116,11 +116,11 @@ export const editorPage = {
     const save = h("button", { type: "submit" }, existing ? "Save changes" : "Create tool");
     const check = (redrawForm) => {
       const result = checkTool(editor.value);
-      clear(problems).append(...result.problems.map((p) => h("li", {}, p)));
-      if (!result.problems.length) problems.append(h("li", { class: "ok" }, "No problems found."));
+      append(clear(problems), ...result.problems.map((p) => h("li", {}, p)));
+      if (!result.problems.length) append(problems, h("li", { class: "ok" }, "No problems found."));
       save.disabled = result.doc === null;
       if (redrawForm && result.doc?.function && typeof result.doc.function === "object") {
-        clear(form).append(parameterRows(result.doc, () => {
+        append(clear(form), parameterRows(result.doc, () => {
           editor.value = json(result.doc);
           check(true);
         }));
@@ -138,14 +138,14 @@ export const editorPage = {
           ? await api("PUT", `/tools/${encodeURIComponent(existing)}`, body)
           : await api("POST", "/tools/create", body);
         ctx.status(`Saved ${saved.tool_id}.`);
-        clear(answer).append(h("p", { class: "ok" }, `Saved ${saved.tool_id}. `,
+        append(clear(answer), h("p", { class: "ok" }, `Saved ${saved.tool_id}. `,
           h("a", { href: `#/invoke/${encodeURIComponent(saved.tool_id)}` }, "Invoke it")));
         if (!existing) ctx.go(`#/edit/${encodeURIComponent(saved.tool_id)}`);
       } catch (error) {
         ctx.error(error, answer);
       }
     };
-    main.append(
+    append(main,
       h("h1", {}, existing ? `Edit ${existing}` : "New tool"),
       h("form", { class: "card", onsubmit: submit },
         field("Tool document (JSON)", editor, "Checked as you type; the service checks it again on save."),
@@ -154,7 +154,7 @@ export const editorPage = {
         h("p", {}, save, " ", existing ? h("a", { href: `#/invoke/${encodeURIComponent(existing)}` }, "Invoke") : null)),
       answer);
     check(true);
-    if (existing) main.append(await statsView(existing));
+    if (existing) append(main, await statsView(existing));
   },
 };
 

@@ -1,7 +1,7 @@
 // #/import: an OpenAPI document by URL, file or paste; a dry run shows the tools it would make,
 // the operations it skips (with the reason) and its problems before anything is stored.
 import { api } from "../api.js";
-import { asText, clear, count, field, h, splitList, table } from "../dom.js";
+import { append, asText, clear, count, field, h, splitList, table } from "../dom.js";
 
 function sourceChooser() {
   const choice = { kind: "paste" };
@@ -73,7 +73,7 @@ export const importPage = {
       try {
         const request = dryRun ? await body() : checked;
         const answer = await api("POST", "/tools/import", { ...request, dry_run: dryRun });
-        clear(result).append(preview(answer));
+        append(clear(result), preview(answer));
         checked = dryRun && !(answer.problems || []).length && (answer.tools || []).length ? request : null;
         doImport.disabled = checked === null;
         if (dryRun) doImport.textContent = `Import ${count((answer.tools || []).length, "tool")}`;
@@ -85,7 +85,7 @@ export const importPage = {
       }
     };
     doImport.addEventListener("click", () => run(false));
-    main.append(h("h1", {}, "Import an OpenAPI document"),
+    append(main, h("h1", {}, "Import an OpenAPI document"),
       h("form", { class: "card", onsubmit: (event) => { event.preventDefault(); run(true); } },
         source.node,
         h("fieldset", {}, h("legend", {}, "Options"),

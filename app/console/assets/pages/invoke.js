@@ -1,7 +1,7 @@
 // #/invoke/<tool_id>: a form made from the tool's parameter schema (and its context
 // parameters), then POST /tools/{id}/invoke: the result, the error kind and the duration.
 import { api } from "../api.js";
-import { asText, clear, field, h } from "../dom.js";
+import { append, asText, clear, field, h } from "../dom.js";
 
 /** One control for a parameter schema; `read()` gives the typed value (undefined if empty). */
 export function control(name, schema, required) {
@@ -77,13 +77,13 @@ export const invokePage = {
       }
       try {
         const run = await api("POST", `/tools/${encodeURIComponent(toolId)}/invoke`, body);
-        clear(result).append(resultView(run));
+        append(clear(result), resultView(run));
         ctx.status(`${toolId}: ${run.status} in ${run.duration_ms} ms.`);
       } catch (error) {
         ctx.error(error, result);
       }
     };
-    main.append(
+    append(main,
       h("h1", {}, `Invoke ${toolId}`),
       h("p", { class: "description" }, asText(tool.function?.description)),
       h("form", { class: "card", onsubmit: submit },

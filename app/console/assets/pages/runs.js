@@ -1,6 +1,6 @@
 // #/runs and #/runs/<run_id>: run records, newest first, a page at a time (next_cursor).
 import { api } from "../api.js";
-import { asText, button, clear, count, field, h, json, table, when } from "../dom.js";
+import { append, asText, button, clear, count, field, h, json, table, when } from "../dom.js";
 
 function runRow(run) {
   const calls = (run.tool_calls || []).map((c) => `${c.name} (${c.status})`).join(", ");
@@ -13,7 +13,7 @@ function runRow(run) {
 
 async function detail(main, runId) {
   const run = await api("GET", `/runs/${encodeURIComponent(runId)}`);
-  main.append(h("h1", {}, `Run ${runId}`),
+  append(main, h("h1", {}, `Run ${runId}`),
     h("p", {}, h("a", { href: "#/runs" }, "All runs")),
     h("dl", { class: "stats" },
       h("dt", {}, "Kind"), h("dd", {}, asText(run.kind)),
@@ -55,14 +55,14 @@ export const runsPage = {
         const page = await api("GET", `/runs?${query}`);
         rows.push(...page.items.map(runRow));
         cursor = page.next_cursor;
-        clear(body).append(
+        append(clear(body),
           table(count(rows.length, "run"), ["Run", "Kind", "Started", "Ended as", "Model calls", "Tool calls", "Tokens"], rows),
           cursor ? button("Load more", () => load(true)) : null);
       } catch (error) {
         ctx.error(error, body);
       }
     };
-    main.append(h("h1", {}, "Runs"),
+    append(main, h("h1", {}, "Runs"),
       h("form", { class: "filters", onsubmit: (event) => { event.preventDefault(); load(false); } },
         field("Tool id", toolId), field("Ended as", status), h("button", { type: "submit" }, "Show runs")),
       body);

@@ -1,6 +1,6 @@
 // #/secrets: names only. A value is written and never read back (the API has no way to).
 import { api } from "../api.js";
-import { asText, clear, confirmButton, count, field, h, table, when } from "../dom.js";
+import { append, asText, clear, confirmButton, count, field, h, table, when } from "../dom.js";
 
 export const secretsPage = {
   id: "secrets",
@@ -12,7 +12,7 @@ export const secretsPage = {
     const answer = h("div", { "aria-live": "polite" });
     const reload = async () => {
       const secrets = await api("GET", "/secrets");
-      clear(listing).append(table(count(secrets.length, "secret"), ["Name", "Created", "Updated", ""],
+      append(clear(listing), table(count(secrets.length, "secret"), ["Name", "Created", "Updated", ""],
         secrets.map((s) => [asText(s.name), when(s.created_at), when(s.updated_at),
           confirmButton("Delete", `Delete ${s.name}?`, async () => {
             try {
@@ -31,14 +31,14 @@ export const secretsPage = {
       try {
         const saved = await api("PUT", `/secrets/${encodeURIComponent(name.value.trim())}`, { value: value.value });
         value.value = ""; // write-only: the page forgets it as soon as the service has it
-        clear(answer).append(h("p", { class: "ok" }, `Saved ${saved.name}; its value cannot be read back.`));
+        append(clear(answer), h("p", { class: "ok" }, `Saved ${saved.name}; its value cannot be read back.`));
         ctx.status(`Saved the secret ${saved.name}.`);
         await reload();
       } catch (error) {
         ctx.error(error, answer);
       }
     };
-    main.append(h("h1", {}, "Secrets"),
+    append(main, h("h1", {}, "Secrets"),
       h("form", { class: "card", onsubmit: submit }, h("h2", {}, "Set a secret"),
         field("Name", name, "Tools use it as {secret:NAME} in a header, or as a context parameter's secret."),
         field("Value (write-only)", value, "Encrypted at rest and never returned, here or by the API."),

@@ -1,6 +1,6 @@
 // #/tenants and #/tenants/<id> (admin key): tenants, their keys and outbound allow lists.
 import { api } from "../api.js";
-import { asText, button, clear, confirmButton, count, field, h, table, when } from "../dom.js";
+import { append, asText, button, clear, confirmButton, count, field, h, table, when } from "../dom.js";
 
 function keyCard(tenantId, apiKey, ctx) {
   const shown = h("input", { readonly: true, value: apiKey, class: "code wide" });
@@ -22,13 +22,13 @@ async function allowList(main, tenantId, ctx) {
     try {
       const saved = await api("PUT", path, { allow, force: force.checked });
       entries.value = (saved.allow || []).join("\n");
-      clear(answer).append(h("p", { class: "ok" }, `Saved ${saved.allow.length} entries.`));
+      append(clear(answer), h("p", { class: "ok" }, `Saved ${saved.allow.length} entries.`));
       ctx.status(`Saved the allow list of ${tenantId}.`);
     } catch (error) {
       ctx.error(error, answer);
     }
   };
-  main.append(h("h1", {}, `Outbound allow list of ${tenantId}`),
+  append(main, h("h1", {}, `Outbound allow list of ${tenantId}`),
     h("p", {}, h("a", { href: "#/tenants" }, "All tenants")),
     h("form", { class: "card", onsubmit: submit },
       field("Entries, one per line", entries, "A host, an address or a network, each optionally with :port."),
@@ -52,14 +52,14 @@ export const tenantsPage = {
     const created = h("div", { "aria-live": "polite" });
     const reload = async () => {
       const page = await api("GET", "/tenants?limit=500");
-      clear(listing).append(table(count(page.total, "tenant"), ["Tenant", "Created", "Key rotated", ""],
+      append(clear(listing), table(count(page.total, "tenant"), ["Tenant", "Created", "Key rotated", ""],
         page.items.map((t) => [asText(t.tenant_id), when(t.created_at), when(t.key_rotated_at),
           h("div", { class: "actions" },
             h("a", { href: `#/tenants/${encodeURIComponent(t.tenant_id)}` }, "Allow list"),
             confirmButton("Rotate key", `Rotate the key of ${t.tenant_id}?`, async () => {
               try {
                 const rotated = await api("POST", `/tenants/${encodeURIComponent(t.tenant_id)}/keys`);
-                clear(created).append(keyCard(t.tenant_id, rotated.api_key, ctx));
+                append(clear(created), keyCard(t.tenant_id, rotated.api_key, ctx));
                 await reload();
               } catch (error) {
                 ctx.error(error, created);
@@ -80,14 +80,14 @@ export const tenantsPage = {
       event.preventDefault();
       try {
         const made = await api("POST", "/tenants", { tenant_id: tenantId.value.trim() });
-        clear(created).append(keyCard(made.tenant_id, made.api_key, ctx));
+        append(clear(created), keyCard(made.tenant_id, made.api_key, ctx));
         ctx.status(`Created ${made.tenant_id}.`);
         await reload();
       } catch (error) {
         ctx.error(error, created);
       }
     };
-    main.append(h("h1", {}, "Tenants"),
+    append(main, h("h1", {}, "Tenants"),
       h("form", { class: "card", onsubmit: submit }, h("h2", {}, "New tenant"),
         field("Tenant id", tenantId), h("button", { type: "submit" }, "Create tenant")),
       created, listing);

@@ -1,7 +1,7 @@
 // #/tokens: client tokens (what a frontend gives one user's agent instead of the tenant key).
 // A new token is shown once, as the service answers it; the list never holds one.
 import { api } from "../api.js";
-import { asText, clear, confirmButton, count, field, h, list, splitList, table, when } from "../dom.js";
+import { append, asText, clear, confirmButton, count, field, h, list, splitList, table, when } from "../dom.js";
 
 export const tokensPage = {
   id: "tokens",
@@ -13,7 +13,7 @@ export const tokensPage = {
     const created = h("div", { "aria-live": "polite" });
     const reload = async () => {
       const tokens = await api("GET", "/client-tokens");
-      clear(listing).append(table(count(tokens.length, "client token"),
+      append(clear(listing), table(count(tokens.length, "client token"),
         ["Name", "Token id", "Tools", "Tags", "Bound context", "Created", "Expires", ""],
         tokens.map((t) => [asText(t.name), asText(t.token_id), list(t.tool_ids) || "all",
           list(t.tags), list(t.context_names), when(t.created_at), when(t.expires_at) || "never",
@@ -42,7 +42,7 @@ export const tokensPage = {
         if (expires.value) body.expires_in_s = Number(expires.value);
         const token = await api("POST", "/client-tokens", body);
         const shown = h("input", { readonly: true, value: token.token, class: "code wide" });
-        clear(created).append(h("div", { class: "card ok" },
+        append(clear(created), h("div", { class: "card ok" },
           field(`The token for ${token.name}: shown only now, store it`, shown)));
         shown.select();
         ctx.status(`Created a client token for ${token.name}.`);
@@ -51,7 +51,7 @@ export const tokensPage = {
         ctx.error(error, created);
       }
     };
-    main.append(h("h1", {}, "Client tokens"),
+    append(main, h("h1", {}, "Client tokens"),
       h("form", { class: "card", onsubmit: submit }, h("h2", {}, "New client token"),
         field("Name", name), field("Only these tool ids (comma-separated)", tools),
         field("Only tools with these tags (comma-separated)", tags),

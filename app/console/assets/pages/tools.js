@@ -1,6 +1,6 @@
 // #/tools: the tenant's tools, filtered by type and tag (on the service) and by text (here).
 import { api } from "../api.js";
-import { asText, button, clear, confirmButton, count, field, h, list, table } from "../dom.js";
+import { append, asText, button, clear, confirmButton, count, field, h, list, table } from "../dom.js";
 
 const PAGE_SIZE = 100;
 
@@ -63,7 +63,7 @@ export const toolsPage = {
         `${offset + 1}-${offset + items.length} of ${total}`,
         offset > 0 ? button("Previous", () => { state.offset -= PAGE_SIZE; reload(); }) : null,
         offset + items.length < total ? button("Next", () => { state.offset += PAGE_SIZE; reload(); }) : null);
-      clear(body).append(
+      append(clear(body),
         table(`${count(shown.length, "tool")} shown`,
           ["Tool id", "Function", "Type", "Enabled", "Tags", "Description", "Actions"],
           shown.map((tool) => row(tool, ctx, reload))),
@@ -80,7 +80,7 @@ export const toolsPage = {
         ctx.error(error, body);
       }
     };
-    main.append(h("h1", {}, "Tools"),
+    append(main, h("h1", {}, "Tools"),
       h("p", { class: "actions" }, h("a", { href: "#/edit" }, "New tool"),
         h("a", { href: "#/import" }, "Import an OpenAPI document")),
       filters(state, reload, redraw), body);
