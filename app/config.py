@@ -12,7 +12,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from app.crypto import parse_key
 from app.outbound import DEFAULT_BLOCKED_PORTS, DEFAULT_PORTS, parse_ports
 
-# Documented development fall-backs (README, .env.example). Never accepted in production.
+# Documented development fall-backs (docs/settings.md, .env.example). Never accepted in production.
 DEV_ADMIN_API_KEY = "dev-admin-key"
 DEV_API_KEY_SECRET = "dev-api-key-secret-not-for-production"
 # 32 bytes of base64 (the SHA-256 of "toolgate-dev-secrets-key"): readable by anyone, dev only.
@@ -121,7 +121,7 @@ class Settings(BaseSettings):
     # fsync each record: survives a machine crash too, at the disk's sync cost per chat.
     run_journal_fsync: bool = False
 
-    # Limits (README, "Limits"); 0 turns a rate limit or cap off.
+    # Limits (docs/operating.md, "Limits"); 0 turns a rate limit or cap off.
     rate_limit_chat_per_minute: int = Field(default=60, ge=0, le=1_000_000)
     rate_limit_writes_per_minute: int = Field(default=120, ge=0, le=1_000_000)
     max_concurrent_chats_per_tenant: int = Field(default=8, ge=0, le=10_000)

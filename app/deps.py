@@ -106,20 +106,22 @@ class AdminKeyAuth(HTTPBearer):
         raise UnauthorizedError("The API key is not valid.")
 
 
+# One scheme for every tenant route, so /docs asks for the key once; the routes that also
+# take a client token say so in the same description.
+TENANT_SCHEME = "TenantKey"
+TENANT_SCHEME_DOC = (
+    "A tenant API key (tg_...), from POST /tenants or a key rotation. POST /chat (and /mcp) "
+    "also take a client token (tgc_..., POST /client-tokens) whose bound context and tool "
+    "selection apply."
+)
 require_tenant = TenantKeyAuth(
-    scheme_name="TenantKey",
-    auto_error=False,
-    description="A tenant API key (tg_...), from POST /tenants or a key rotation.",
+    scheme_name=TENANT_SCHEME, auto_error=False, description=TENANT_SCHEME_DOC
 )
 require_admin = AdminKeyAuth(
     scheme_name="AdminKey", auto_error=False, description="The operator's ADMIN_API_KEY."
 )
 require_caller = TenantKeyAuth(
-    client_tokens=True,
-    scheme_name="TenantKeyOrClientToken",
-    auto_error=False,
-    description="A tenant API key (tg_...), or a client token (tgc_..., POST /client-tokens) "
-    "whose bound context and tool selection apply.",
+    client_tokens=True, scheme_name=TENANT_SCHEME, auto_error=False, description=TENANT_SCHEME_DOC
 )
 TenantDep = Annotated[TenantContext, Depends(require_tenant)]
 CallerDep = Annotated[TenantContext, Depends(require_caller)]

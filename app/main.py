@@ -12,6 +12,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from app.api import chat, client_tokens, health, mcp_servers, runs, secrets, tenants, tools
+from app.api.console import install_console
 from app.api.docs import install_docs, install_openapi
 from app.api.mcp_endpoint import McpGateway
 from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
@@ -53,7 +54,7 @@ def _load_mcp_servers(settings: Settings) -> dict[str, McpServer]:
 def _warn_about_development_setup(settings: Settings) -> None:
     for name in settings.development_fallbacks():
         logger.warning(
-            "%s is not set: using its documented development value (see README); "
+            "%s is not set: using its documented development value (docs/settings.md); "
             "never do this in production",
             name,
         )
@@ -180,4 +181,5 @@ def create_app(
     if settings.docs_served:
         install_openapi(app, openapi_url=OPENAPI_URL)
         install_docs(app, openapi_url=OPENAPI_URL)
+    install_console(app)  # static files; a client of the public API only (docs/console.md)
     return app

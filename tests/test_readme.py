@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -32,11 +33,14 @@ def test_readme_first_screen_is_the_two_commands() -> None:
     first = README.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
     assert [line.split()[0] for line in first] == ["scripts/run", "scripts/test"]
     assert len(README.splitlines()) <= 160
+    screen = "\n".join(README.splitlines()[:20])
+    assert [line for line in screen.splitlines() if "`/console`" in line], screen
 
 
 def test_readme_tour_runs_top_to_bottom(tmp_path: Path) -> None:
     blocks = tour_blocks()
-    assert blocks[0].startswith("scripts/run --fake-model &") and "kill %1" in blocks[-1]
+    assert blocks[0].startswith("scripts/run --fake-model > toolgate.log 2>&1 &")
+    assert "kill %1" in blocks[-1]
     port, model_port = free_port(), free_port()
     transcript = tmp_path / "transcript"
     script = "\n".join(
@@ -46,7 +50,12 @@ def test_readme_tour_runs_top_to_bottom(tmp_path: Path) -> None:
             # Every curl of the tour must succeed; the body of a failure is shown.
             f'curl() {{ local rc=0; command curl --fail-with-body "$@" | tee -a {transcript} '
             f"|| rc=$?; echo >> {transcript}; return $rc; }}",
-            *(block.replace("127.0.0.1:8000", f"127.0.0.1:{port}") for block in blocks),
+            *(
+                block.replace("127.0.0.1:8000", f"127.0.0.1:{port}").replace(
+                    "scripts/run ", f"{ROOT}/scripts/run "
+                )
+                for block in blocks
+            ),
             "wait",  # the service stops on `kill %1`
         ]
     )
@@ -55,11 +64,10 @@ def test_readme_tour_runs_top_to_bottom(tmp_path: Path) -> None:
         FAKE_MODEL_PORT=str(model_port),
         # The interpreter running the tests has the project installed: use its environment.
         TOOLGATE_VENV=sys.prefix,
-        LOG_LEVEL="WARNING",
     )
     process = subprocess.Popen(
         ["bash", "-c", script],
-        cwd=ROOT,
+        cwd=tmp_path,  # where the tour's toolgate.log goes
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -73,6 +81,9 @@ def test_readme_tour_runs_top_to_bottom(tmp_path: Path) -> None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     assert process.returncode == 0, output[-4000:]
+    # The service logs to its file: the terminal holds the tour's answers only.
+    assert '"logger"' not in output, output[-4000:]
+    assert '"Uvicorn running' in (tmp_path / "toolgate.log").read_text()
 
     answers = transcript.read_text()
     lines = [line for line in answers.splitlines() if line.strip()]
@@ -98,3 +109,23 @@ def test_readme_tour_runs_top_to_bottom(tmp_path: Path) -> None:
         ["pgrep", "-f", f"--port {port}"], capture_output=True, text=True
     ).stdout
     assert leftovers == ""
+
+
+def test_the_tours_wait_shows_why_a_service_cannot_start(tmp_path: Path) -> None:
+    """Something already on the port (the first screen's `scripts/run`, say): the wait ends
+    with the log's bind error on the terminal, rather than waiting on the other service."""
+    port, model_port = free_port(), free_port()
+    first = tour_blocks()[0].replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    first = first.replace("scripts/run ", f"{ROOT}/scripts/run ")
+    env = service_env(PORT=str(port), FAKE_MODEL_PORT=str(model_port), TOOLGATE_VENV=sys.prefix)
+    with socket.create_server(("127.0.0.1", port)):
+        completed = subprocess.run(
+            ["bash", "-c", f"set -euo pipefail\n{first}\nwait || true"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            start_new_session=True,
+        )
+    assert "address already in use" in completed.stdout, completed.stdout + completed.stderr

@@ -10,6 +10,7 @@ import uuid
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.console import CONSOLE_ASSETS_URL
 from app.api.docs import ASSETS_URL
 from app.api.problems import problem_response
 from app.logs import request_context
@@ -127,6 +128,8 @@ class RequestContextMiddleware:
                 template = path
             elif path.startswith(f"{ASSETS_URL}/"):
                 template = ASSETS_URL
+            elif path.startswith(f"{CONSOLE_ASSETS_URL}/"):
+                template = CONSOLE_ASSETS_URL
             else:
                 template = "unmatched"
         method = scope["method"]

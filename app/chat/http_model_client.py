@@ -1,8 +1,8 @@
 """`ModelClient` speaking the OpenAI chat-completions wire format: orjson over `wire.WirePool`.
 
 The `openai` SDK spends about 2 ms of CPU per call here, most of it converting `messages` and
-`tools` and building its types; this client spends a small fraction of that (see the README's
-performance section). It keeps the SDK's semantics: the same retry rules (408, 409, 429, 5xx,
+`tools` and building its types; this client spends a small fraction of that (see
+docs/performance.md). It keeps the SDK's semantics: the same retry rules (408, 409, 429, 5xx,
 connection errors and timeouts; `x-should-retry`; `Retry-After`/`retry-after-ms` honoured up to
 60 s, else exponential backoff with jitter) and the same error mapping as `openai_sdk.py`.
 """
@@ -26,6 +26,7 @@ from app.chat.model import (
     TurnAssembler,
     Usage,
     credentials_rejected,
+    endpoint_host,
     malformed_answer,
     model_timed_out,
     rate_limited,
@@ -53,6 +54,7 @@ class HTTPModelClient:
         self, *, base_url: str | None, api_key: str, timeout_s: float, max_retries: int
     ) -> None:
         self._pool = WirePool((base_url or OPENAI_BASE_URL).rstrip("/") + "/chat/completions")
+        self._host = endpoint_host(base_url or OPENAI_BASE_URL)
         self._headers = {
             "Authorization": f"Bearer {api_key}",
             "Content-Type": "application/json",
@@ -87,8 +89,8 @@ class HTTPModelClient:
                 response = await self._pool.post(body, self._headers)
         except TimeoutError:
             raise _Retryable(model_timed_out(), None) from None
-        except WireError:
-            raise _Retryable(unreachable(), None) from None
+        except WireError as exc:
+            raise _Retryable(unreachable(self._host, exc), None) from None
         if response.status >= 400:
             raise _status_error(response.status, response.headers, response.body)
         return parse_completion(response.body)
@@ -138,8 +140,8 @@ class HTTPModelClient:
                             yield added
         except TimeoutError:
             raise _Retryable(model_timed_out(), None) from None
-        except WireError:
-            raise _Retryable(unreachable(), None) from None
+        except WireError as exc:
+            raise _Retryable(unreachable(self._host, exc), None) from None
         if whole is not None:
             if whole.content:
                 yield whole.content

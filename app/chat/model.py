@@ -5,11 +5,15 @@ Swap the transport by writing another `ModelClient`; the loop does not change.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from app.errors import AppError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -112,8 +116,25 @@ def upstream_status(status: int, message: str) -> ModelUpstreamError:
     return ModelUpstreamError(f"The model endpoint answered HTTP {status}: {message}")
 
 
-def unreachable() -> ModelUpstreamError:
-    return ModelUpstreamError("Cannot reach the model endpoint.")
+def endpoint_host(url: str) -> str:
+    """The host (and port) of a model endpoint's URL: all an answer or a log line names of it
+    (its path or query may carry a key)."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return "an unreadable URL"
+    if not host:
+        return "an unreadable URL"
+    return f"{host}:{port}" if port else host
+
+
+def unreachable(host: str, cause: BaseException) -> ModelUpstreamError:
+    """The endpoint did not take the connection: the caller reads which host, the log why."""
+    logger.warning(
+        "cannot reach the model endpoint at %s (%s: %s)", host, type(cause).__name__, cause
+    )
+    return ModelUpstreamError(f"Cannot reach the model endpoint at {host}.")
 
 
 def malformed_answer() -> ModelUpstreamError:

@@ -16,6 +16,7 @@ from app.chat.model import (
     TurnAssembler,
     Usage,
     credentials_rejected,
+    endpoint_host,
     malformed_answer,
     model_timed_out,
     rate_limited,
@@ -100,7 +101,7 @@ def translate_error(exc: openai.OpenAIError) -> ModelError:
     if isinstance(exc, openai.APIStatusError):
         return upstream_status(exc.status_code, _short(exc.message))
     if isinstance(exc, openai.APIConnectionError):
-        return unreachable()
+        return unreachable(endpoint_host(str(exc.request.url)), exc)
     logger.warning("malformed model answer: %s", type(exc).__name__)
     return malformed_answer()
 

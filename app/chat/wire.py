@@ -1,7 +1,7 @@
 """A minimal HTTP/1.1 client over asyncio streams, for the model call only.
 
 Why not a general client: per model call, the `openai` SDK spent ~2 ms of CPU here, aiohttp
-~0.2 ms, and this ~0.05 ms (see the README's performance section). It does exactly what a
+~0.2 ms, and this ~0.05 ms (see docs/performance.md). It does exactly what a
 chat-completions POST needs: keep-alive pooling, Content-Length, chunked and close-delimited
 bodies, read whole or as a stream, and TLS. It does not follow redirects, decompress, or use
 proxies (set MODEL_CLIENT=openai-sdk for a proxy).

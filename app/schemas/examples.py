@@ -14,20 +14,9 @@ _DICE_PARAMETERS = {
     "required": ["d"],
 }
 
+# Every function of the dictionary is seeded into each tenant, so a function tool cannot be
+# created on a fresh tenant (its function name is taken): TOOL_UPDATE shows one instead.
 TOOL_CREATE: Examples = {
-    "function": {
-        "summary": "A function tool (its function must be free: DELETE /tools/rolldice first)",
-        "value": {
-            "tool_id": "d20",
-            "type": "function",
-            "function": {
-                "name": "roll_dice",
-                "description": "Roll a die for a board game.",
-                "parameters": _DICE_PARAMETERS,
-            },
-            "tags": ["games"],
-        },
-    },
     "external": {
         "summary": "An external tool: GET with a hidden context parameter",
         "value": {

@@ -3,35 +3,19 @@ from the service itself, every operation is listed, and the console shows no err
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from playwright.async_api import ConsoleMessage, Page, Route, async_playwright
 
 from app.main import create_app
 from tests.support import functions
 from tests.support.apps import http_client, make_settings, running_app
+from tests.support.browser import browser_tab
 from tests.support.servers import ThreadedServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium")
-# As Debian's chromium runs headless as root with no network: no sandbox, no background calls.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 @pytest.fixture(scope="module")
@@ -49,47 +33,6 @@ def _operations(base: str) -> list[tuple[str, str, str]]:
         for path, item in spec["paths"].items()
         for method, operation in item.items()
     ]
-
-
-class Tab:
-    """A browser page that may reach only the service: anything else is recorded and cut."""
-
-    def __init__(self, base: str) -> None:
-        self.base = urlsplit(base).netloc
-        self.cut: list[str] = []
-        self.errors: list[str] = []
-
-    async def route(self, route: Route) -> None:
-        url = route.request.url
-        if urlsplit(url).netloc == self.base or url.startswith("data:"):
-            await route.continue_()
-        else:
-            self.cut.append(url)
-            await route.abort("internetdisconnected")
-
-    def console(self, message: ConsoleMessage) -> None:
-        if message.type == "error":
-            self.errors.append(f"console: {message.text}")
-
-
-@asynccontextmanager
-async def browser_tab(base: str) -> AsyncIterator[tuple[Page, Tab]]:
-    if CHROMIUM is None:
-        if os.environ.get("TOOLGATE_REQUIRE_BROWSER"):  # CI installs it: missing is a failure
-            pytest.fail("chromium is required (TOOLGATE_REQUIRE_BROWSER) but not installed")
-        pytest.skip("Debian's chromium is not installed: apt-get install chromium (.ci/run does)")
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            context = await browser.new_context(viewport={"width": 1400, "height": 1800})
-            tab = Tab(base)
-            await context.route("**/*", tab.route)
-            page = await context.new_page()
-            page.on("console", tab.console)
-            page.on("pageerror", lambda error: tab.errors.append(f"page error: {error}"))
-            yield page, tab
-        finally:
-            await browser.close()
 
 
 async def test_swagger_ui_lists_every_operation_offline(service: str, tmp_path: Path) -> None:

@@ -23,10 +23,11 @@ from tests.support.servers import ThreadedServer
 
 PROBLEM = "application/problem+json"
 # Path parameters and first steps that make each example meaningful (as their summaries say).
+# A first step is only ever an example shown earlier on the page: on a fresh tenant, each
+# example works as sent, or after the one before it (never after an undocumented step).
 PATH_VALUES = {"tool_id": "rolldice", "name": "helpdesk_token", "tenant_id": "contract"}
 EXAMPLE_PATHS = {("/tools/{tool_id}/invoke", "with_context"): {"tool_id": "weather-api"}}
 FIRST_STEPS: dict[tuple[str, str], tuple[str, str, Any]] = {
-    ("/tools/create", "function"): ("DELETE", "/tools/rolldice", None),
     ("/tools/{tool_id}/invoke", "with_context"): (
         "POST",
         "/tools/create",
@@ -214,3 +215,19 @@ async def test_schema_and_validation_agree_on_every_field(
                         f"{response.status_code} {response.text[:200]}"
                     )
     assert disagreements == [], "\n".join(disagreements)
+
+
+@pytest.mark.slow
+def test_one_authorize_box_serves_every_tenant_route() -> None:
+    """Swagger UI asks once per security scheme: a tenant pastes its key once, and /chat (which
+    also takes a client token) is in the same box as every other tenant route."""
+    spec = create_app(make_settings(), registry=builtin_registry).openapi()
+    schemes = {
+        path: [name for requirement in operation.get("security", []) for name in requirement]
+        for _, path, operation in _operations(spec)
+    }
+    assert set(spec["components"]["securitySchemes"]) == {"TenantKey", "AdminKey"}
+    tenant_routes = {p for p, names in schemes.items() if names and not p.startswith("/tenants")}
+    assert {"/chat", "/tools/create", "/runs"} <= tenant_routes
+    assert {p: schemes[p] for p in tenant_routes if schemes[p] != ["TenantKey"]} == {}
+    assert "client token" in spec["components"]["securitySchemes"]["TenantKey"]["description"]

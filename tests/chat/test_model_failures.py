@@ -98,3 +98,17 @@ async def test_model_not_configured_is_503(chat: ChatClient) -> None:
     response = await chat.chat()
     assert response.status_code == 503
     assert "OPENAI_BASE_URL" in response.json()["detail"]
+
+
+# Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
+@pytest.mark.settings(openai_base_url="http://127.0.0.1:9/v1?key=never-shown", model_max_retries=0)
+async def test_an_unreachable_model_endpoint_is_named_in_the_answer_and_the_log(
+    chat: ChatClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("WARNING")
+    response = await chat.chat()
+    assert response.status_code == 502
+    assert response.json()["detail"] == "Cannot reach the model endpoint at 127.0.0.1:9."
+    logged = [r.getMessage() for r in caplog.records if "model endpoint" in r.getMessage()]
+    assert len(logged) == 1 and "127.0.0.1:9" in logged[0], logged
+    assert "never-shown" not in caplog.text + response.text  # the host only, never the URL

@@ -1,0 +1,36 @@
+// Every page of the console, in navigation order. A page is
+//   {id, title, hash, roles, render(main, params, ctx), nav?, probe?}
+// `roles`: which credentials see it ("tenant", "client", "admin"). `probe`: a GET path; the page
+// is listed only when the service has that route, so a page for a feature a newer service adds
+// (categories, model providers) can ship before the service does, and stays hidden until then.
+import { chatPage } from "./chat.js";
+import { collectionPage } from "./collection.js";
+import { editorPage } from "./editor.js";
+import { importPage } from "./import.js";
+import { invokePage } from "./invoke.js";
+import { runsPage } from "./runs.js";
+import { secretsPage } from "./secrets.js";
+import { tenantsPage } from "./tenants.js";
+import { tokensPage } from "./tokens.js";
+import { toolsPage } from "./tools.js";
+
+export const pages = [
+  toolsPage,
+  editorPage,
+  importPage,
+  invokePage,
+  chatPage,
+  runsPage,
+  tokensPage,
+  secretsPage,
+  collectionPage({ id: "mcp-servers", title: "MCP servers", path: "/mcp-servers" }),
+  collectionPage({ id: "categories", title: "Categories", path: "/categories" }),
+  collectionPage({ id: "providers", title: "Model providers", path: "/model-providers" }),
+  tenantsPage,
+];
+
+/** For a later page: `registerPage({...})` before the first route is drawn. */
+export function registerPage(page, before = "tenants") {
+  const at = pages.findIndex((p) => p.id === before);
+  pages.splice(at < 0 ? pages.length : at, 0, page);
+}

@@ -1,0 +1,346 @@
+"""/console in a real headless browser against the real service (the demo fake model behind it),
+with every request off the machine cut: the README tour by clicking, hostile tool data shown as
+text only, and the admin pages. Each page's screenshot goes to docs/console/ (docs/console.md
+shows them), so the pictures stay those of the current console."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from playwright.async_api import Page, expect
+
+from tests.support.apps import ADMIN_KEY
+from tests.support.browser import Tab, browser_tab
+from tests.support.console import HOSTILE, SCREENSHOTS, ConsoleService, console_service
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SHOP = {
+    "openapi": "3.1.0",
+    "info": {"title": "Shop", "version": "1"},
+    "servers": [{"url": "https://shop.example.com"}],
+    "paths": {
+        "/orders/{order_id}": {
+            "get": {
+                "operationId": "getOrder",
+                "parameters": [
+                    {
+                        "name": "order_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    }
+                ],
+            }
+        },
+        "/upload": {
+            "post": {
+                "operationId": "upload",
+                "requestBody": {"content": {"multipart/form-data": {"schema": {"type": "object"}}}},
+            }
+        },
+    },
+}
+WEATHER = {
+    "tool_id": "weather-api",
+    "type": "external",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+        "url": "https://api.example.com/weather",
+        "method": "GET",
+    },
+    "tags": ["weather"],
+}
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[ConsoleService]:
+    with console_service() as running:
+        yield running
+
+
+async def shot(page: Page, name: str) -> None:
+    SCREENSHOTS.mkdir(exist_ok=True)
+    await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+async def sign_in(page: Page, key: str) -> None:
+    """With the keyboard only: the field has focus on arrival, Enter submits."""
+    await expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    await expect(page.get_by_label("Key or token")).to_be_focused()
+    await page.keyboard.type(key)
+    await page.keyboard.press("Enter")
+
+
+def unexpected(tab: Tab) -> list[str]:
+    """Errors other than the browser's note on an answered 4xx (the console's probes for pages
+    of newer services answer 404, and a wrong key 401, on purpose)."""
+    return [e for e in tab.errors if "Failed to load resource" not in e]
+
+
+async def new_tenant(page: Page, service: ConsoleService, tenant_id: str) -> None:
+    """As the admin: create the tenant, then sign in with the key shown once."""
+    await page.goto(f"{service.url}/console")
+    await sign_in(page, ADMIN_KEY)
+    await expect(page.get_by_role("heading", name="Tenants")).to_be_visible()
+    await page.get_by_label("Tenant id").fill(tenant_id)
+    await page.get_by_role("button", name="Create tenant").click()
+    await expect(page.get_by_label(f"The key of {tenant_id}: shown only now")).to_have_value(
+        re.compile(r"^tg_")
+    )
+    await page.get_by_role("button", name=f"Sign in as {tenant_id}").click()
+    await expect(page.get_by_role("heading", name="Tools")).to_be_visible()
+
+
+async def test_the_readme_tour_by_clicking(service: ConsoleService) -> None:
+    async with browser_tab(service.url, height=1000) as (page, tab):
+        await new_tenant(page, service, "acme")
+        await expect(page.get_by_role("link", name="rolldice")).to_be_visible()
+        await page.get_by_label("Filter by id, name or description").fill("dice")
+        await expect(page.locator("tbody tr")).to_have_count(1)
+        await shot(page, "tools")
+
+        await page.get_by_role("link", name="New tool").click()
+        editor = page.get_by_label("Tool document (JSON)")
+        await editor.fill('{"tool_id": "weather-api",')
+        await expect(page.locator(".problems")).to_contain_text("not JSON")
+        await editor.fill(json.dumps({**WEATHER, "tool_id": "bad id"}, indent=2))
+        await expect(page.locator(".problems")).to_contain_text("$.tool_id")
+        await editor.fill(json.dumps(WEATHER, indent=2))
+        await editor.blur()
+        await expect(page.locator(".problems")).to_contain_text("No problems found.")
+        await page.get_by_role("button", name="Add parameter").click()
+        await page.get_by_label("Parameter 2 name").fill("units")
+        await page.get_by_label("Parameter 2 name").blur()
+        assert '"units"' in await editor.input_value()
+        await shot(page, "editor")
+        await page.get_by_role("button", name="Create tool").click()
+        await expect(page.get_by_role("heading", name="Edit weather-api")).to_be_visible()
+        await expect(page.locator("#status")).to_have_text("Saved weather-api.")
+
+        await page.goto(f"{service.url}/console#/import")
+        await page.get_by_label("Document (JSON or YAML)").fill(json.dumps(SHOP))
+        await page.get_by_label("Prefix for tool ids and names").fill("shop_")
+        await page.get_by_role("button", name="Preview (dry run)").click()
+        preview = page.get_by_role("region", name="Preview")
+        await expect(preview).to_contain_text("shop_getOrder")
+        await expect(preview).to_contain_text("the request body is not JSON (multipart/form-data)")
+        await shot(page, "import")
+        await page.get_by_role("button", name="Import 1 tool").click()
+        await expect(page.locator("#status")).to_have_text("Imported 1 tool.")
+
+        await page.goto(f"{service.url}/console#/invoke/rolldice")
+        await page.get_by_label("d (required): integer").fill("20")
+        await page.get_by_role("button", name="Run the tool").click()
+        result = page.get_by_role("region", name="Result")
+        await expect(result).to_contain_text("ok")
+        assert 1 <= int(await result.locator("pre").inner_text()) <= 20
+        await shot(page, "invoke")
+        await page.get_by_label("d (required): integer").fill("1")  # the function refuses it
+        await page.get_by_role("button", name="Run the tool").click()
+        failed = page.get_by_role("region", name="Error")
+        await expect(failed.locator("dl")).to_contain_text("Error kind")
+        await expect(failed.locator("pre")).to_contain_text("d must be between 2 and")
+
+        await page.goto(f"{service.url}/console#/chat")
+        await page.get_by_label("Message").fill("Roll a six-sided die for me.")
+        await page.get_by_role("button", name="Send").click()
+        events = page.get_by_role("list", name="Events")
+        await expect(events.locator(".event-done")).to_be_visible()
+        await expect(events.locator(".event-tool_call")).to_contain_text('roll_dice {"d":6}')
+        await expect(events.locator(".event-tool_result")).to_contain_text("Result ok")
+        answer = page.get_by_role("list", name="Conversation")
+        await expect(answer).to_contain_text("Tool results:")
+        await shot(page, "chat")
+
+        await page.goto(f"{service.url}/console#/runs")
+        chat_run = page.locator("tbody tr", has_text="chat").first
+        for _ in range(50):  # run records are written just after the answer
+            if await chat_run.count():
+                break
+            await page.get_by_role("button", name="Show runs").click()
+            await page.wait_for_timeout(100)
+        await expect(page.locator("tbody tr", has_text="invoke")).to_have_count(2)  # ok, error
+        await shot(page, "runs")
+        assert "null" not in (await page.locator("main").inner_text()).split()
+        await chat_run.get_by_role("link").click()
+        await expect(page.get_by_role("table", name="Tool calls")).to_contain_text("roll_dice")
+        await page.goto(f"{service.url}/console#/edit/rolldice")
+        stats = page.get_by_role("region", name="Statistics")
+        await expect(stats.locator("dd").first).not_to_have_text("0")  # the calls above
+
+        await page.get_by_role("link", name="Tools").click()
+        await page.get_by_role("button", name="Delete weather-api").click()
+        await page.get_by_role("button", name="Delete weather-api").click()  # confirmed
+        await expect(page.locator("#status")).to_have_text("Deleted weather-api.")
+        await expect(page.get_by_role("link", name="weather-api")).to_have_count(0)
+
+        key = await page.evaluate("JSON.parse(sessionStorage['toolgate.console.credential']).key")
+        stored = await page.evaluate("[localStorage.length, document.cookie]")
+    assert key.startswith("tg_") and stored == [0, ""]
+    assert not [r for r in tab.requests if key in r]  # the key never travels in a URL
+    assert (tab.cut, unexpected(tab)) == ([], [])
+
+
+async def test_client_tokens_and_write_only_secrets(service: ConsoleService) -> None:
+    async with browser_tab(service.url, height=1000) as (page, tab):
+        await new_tenant(page, service, "tokens-and-secrets")
+        await page.get_by_role("link", name="Client tokens").click()
+        await page.get_by_label("Name", exact=True).fill("alice")
+        await page.get_by_label("Only these tool ids").fill("rolldice")
+        await page.get_by_label("Bound context arguments").fill('{"user_id": "u-42"}')
+        await page.get_by_role("button", name="Create token").click()
+        token = await page.get_by_label("The token for alice").input_value()
+        await expect(page.get_by_role("table")).to_contain_text("user_id")
+        await shot(page, "tokens")
+
+        await page.get_by_role("link", name="Secrets").click()
+        await page.get_by_label("Name", exact=True).fill("weather_key")
+        await page.get_by_label("Value (write-only)").fill("wk-0123456789abcdef")
+        await page.get_by_role("button", name="Save secret").click()
+        await expect(page.get_by_role("table")).to_contain_text("weather_key")
+        await expect(page.get_by_label("Value (write-only)")).to_have_value("")
+        assert "wk-0123456789abcdef" not in await page.content()
+        await shot(page, "secrets")
+
+        # A client token opens the chat page only, and chats with its own selection.
+        await page.get_by_role("button", name="Sign out").click()
+        await sign_in(page, token)
+        await expect(page.get_by_role("heading", name="Chat")).to_be_visible()
+        assert await page.get_by_role("navigation").inner_text() == "Chat"
+        await page.get_by_label("Message").fill("Roll for me.")
+        await page.get_by_role("button", name="Send").click()
+        await expect(page.locator(".event-done")).to_be_visible()
+    assert (tab.cut, unexpected(tab)) == ([], [])
+
+
+async def test_hostile_names_descriptions_and_outputs_stay_text(service: ConsoleService) -> None:
+    async with browser_tab(service.url, height=1000) as (page, tab):
+        await page.add_init_script(
+            "window.violations = []; document.addEventListener('securitypolicyviolation',"
+            " e => window.violations.push(e.violatedDirective + ' ' + e.blockedURI))"
+        )
+        await new_tenant(page, service, "hostile")
+        await expect(page.get_by_text("onerror=\"window.pwned = 'description'\"")).to_be_visible()
+        await page.goto(f"{service.url}/console#/invoke/hostile")
+        await page.get_by_label("text (required): string").fill('<img src="y" onerror="pwned=1">')
+        await page.get_by_role("button", name="Run the tool").click()
+        output = page.get_by_role("region", name="Result").locator("pre")
+        await expect(output).to_have_text(f'{HOSTILE} <img src="y" onerror="pwned=1">')
+        run_link = page.get_by_role("region", name="Result").get_by_role("link")
+        await run_link.click()
+        await expect(page.get_by_role("table", name="Tool calls")).to_contain_text("hostile")
+        pwned = await page.evaluate("window.pwned ?? null")
+        violations = await page.evaluate("window.violations")
+        injected = await page.evaluate(
+            "document.querySelectorAll('main img, main script, main b, a[href^=javascript]').length"
+        )
+    assert (pwned, injected, violations) == (None, 0, [])
+    assert (tab.cut, unexpected(tab)) == ([], [])
+
+
+async def test_admin_edits_an_allow_list_and_rotates_a_key(service: ConsoleService) -> None:
+    async with browser_tab(service.url, height=900) as (page, tab):
+        await new_tenant(page, service, "allowed")
+        tenant_tab = page
+        page = await page.context.new_page()  # its own session storage: the admin's tab
+        await page.goto(f"{service.url}/console")
+        await sign_in(page, ADMIN_KEY)
+        row = page.locator("tbody tr", has_text="allowed")
+        await row.get_by_role("button", name="Rotate the key of allowed").click()
+        await row.get_by_role("button", name="Rotate the key of allowed").click()  # confirmed
+        await expect(page.get_by_label("The key of allowed: shown only now")).to_be_visible()
+        # The tenant's tab held the old key: its next request sends it back to sign in.
+        await tenant_tab.get_by_role("link", name="Runs").click()
+        await expect(tenant_tab.get_by_role("heading", name="Sign in")).to_be_visible()
+        await expect(tenant_tab.get_by_role("alert")).to_contain_text("API key is not valid")
+        await page.get_by_role("link", name="Allow list").first.click()
+        entries = page.get_by_label("Entries, one per line")
+        await entries.fill("api.example.com\n127.0.0.1:8080")
+        await page.get_by_role("button", name="Save allow list").click()
+        await expect(page.locator(".problem")).to_contain_text("force")  # loopback needs force
+        await page.get_by_label("Accept entries that open every address").check()
+        await page.get_by_role("button", name="Save allow list").click()
+        await expect(page.get_by_text("Saved 2 entries.")).to_be_visible()
+        await shot(page, "allow-list")
+    assert (tab.cut, unexpected(tab)) == ([], [])
+
+
+async def test_every_control_has_a_label_and_the_keyboard_reaches_it(
+    service: ConsoleService,
+) -> None:
+    unnamed: dict[str, list[str]] = {}
+    async with browser_tab(service.url, height=900) as (page, tab):
+        await new_tenant(page, service, "labels")
+        routes = ("tools", "edit", "import", "invoke/rolldice", "chat", "runs", "tokens", "secrets")
+        for route in (*routes, "mcp-servers"):
+            await page.goto(f"{service.url}/console#/{route}")
+            await expect(page.locator("main h1")).to_be_focused()
+            await page.wait_for_load_state("networkidle")
+            shown = await page.locator("main").inner_text()
+            assert "[object " not in shown and "null" not in shown.split(), (route, shown)
+            unnamed[route] = await page.evaluate(
+                """() => [...document.querySelectorAll('input, select, textarea, button')]
+                .filter(c => !c.hidden && !c.closest('[hidden]'))
+                .filter(c => !(c.labels && c.labels.length) && !c.getAttribute('aria-label')
+                             && !(c.tagName === 'BUTTON' && c.textContent.trim()))
+                .map(c => c.outerHTML)"""
+            )
+        # Pages for routes this service lacks (categories, model providers) stay out of sight.
+        nav = page.get_by_role("navigation")
+        await expect(nav.get_by_role("link", name="MCP servers")).to_be_visible()
+        assert await nav.get_by_role("link", name="Categories").count() == 0
+        assert await nav.get_by_role("link", name="Model providers").count() == 0
+        # Tab from the heading reaches the first control of the page; Enter on a link follows it.
+        await page.goto(f"{service.url}/console#/tools")
+        await expect(page.locator("main h1")).to_be_focused()
+        await page.keyboard.press("Tab")
+        await expect(page.get_by_role("link", name="New tool")).to_be_focused()
+        await page.keyboard.press("Enter")
+        await expect(page.get_by_role("heading", name="New tool")).to_be_focused()
+    assert {route: names for route, names in unnamed.items() if names} == {}
+    assert (tab.cut, unexpected(tab)) == ([], [])
+
+
+async def test_import_from_a_file_lists_its_problems_and_stores_nothing(
+    service: ConsoleService, tmp_path: Path
+) -> None:
+    document = tmp_path / "shop.yaml"
+    document.write_text(yaml.safe_dump(SHOP))
+    async with browser_tab(service.url, height=900) as (page, tab):
+        await new_tenant(page, service, "importer")
+        await page.get_by_role("link", name="Import", exact=True).click()
+        await page.get_by_label("From a file").check()
+        await page.get_by_label("Document file (JSON or YAML)").set_input_files(document)
+        await page.get_by_label("Prefix for tool ids and names").fill("bad prefix!")
+        await page.get_by_role("button", name="Preview (dry run)").click()
+        await expect(page.get_by_role("alert")).to_contain_text("$.prefix")
+        await page.get_by_label("Prefix for tool ids and names").fill("")
+        await page.get_by_label("Server URL").fill("http://127.0.0.1:9/")  # not a public host
+        await page.get_by_role("button", name="Preview (dry run)").click()
+        problems = page.get_by_role("table", name="1 problem")
+        await expect(problems).to_contain_text("$.tools[0]")
+        await expect(page.get_by_role("button", name="Import 1 tool")).to_be_disabled()
+        await page.get_by_role("link", name="Tools").click()
+        await expect(page.get_by_role("link", name="getOrder")).to_have_count(0)
+    assert (tab.cut, unexpected(tab)) == ([], [])
+
+
+async def test_a_wrong_key_is_refused_with_the_services_words(service: ConsoleService) -> None:
+    async with browser_tab(service.url, height=700) as (page, tab):
+        await page.goto(f"{service.url}/console")
+        await sign_in(page, "tg_not-a-key")
+        await expect(page.get_by_role("alert")).to_contain_text("The API key is not valid")
+        assert await page.evaluate("sessionStorage.length") == 0
+    assert (tab.cut, unexpected(tab)) == ([], [])

@@ -1,0 +1,54 @@
+"""What the console's browser tests run against: the service with the demo fake model, and a
+function whose description and output carry script and markup payloads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.fake_model import FakeModelApp
+from app.main import create_app
+from app.tools.builtin import roll_dice
+from app.tools.registry import FunctionRegistry
+from tests.support.apps import make_settings
+from tests.support.servers import ThreadedServer
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+# Each payload sets window.pwned if it ever runs as script or markup.
+HOSTILE = (
+    '<script>window.pwned = "script"</script>'
+    '<img src="x" onerror="window.pwned = \'img\'">'
+    "<a href=\"javascript:window.pwned='link'\">click</a>"
+)
+
+registry = FunctionRegistry()
+registry.register(roll_dice, tool_id="rolldice", tags=["games"])
+
+
+@registry.register(tool_id="hostile", tags=["games"])
+def hostile_echo(text: str) -> str:
+    """<img src="x" onerror="window.pwned = 'description'"><b>Echo</b> the text back."""
+    return f"{HOSTILE} {text}"
+
+
+@dataclass(frozen=True)
+class ConsoleService:
+    url: str
+    model_url: str
+
+
+@contextmanager
+def console_service() -> Iterator[ConsoleService]:
+    """The service on a real socket, its model the demo fake (`scripts/run --fake-model`)."""
+    model = ThreadedServer(
+        FakeModelApp(tool="roll_dice", arguments='{"d": 6}', calls=1, latency_s=0)
+    ).start()
+    settings = make_settings(openai_base_url=f"{model.url}/v1", openai_api_key="fake")
+    service = ThreadedServer(create_app(settings, registry=registry), lifespan="on").start()
+    try:
+        yield ConsoleService(service.url, model.url)
+    finally:
+        service.stop()
+        model.stop()
