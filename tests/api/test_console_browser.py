@@ -1,7 +1,7 @@
 """/console in a real headless browser against the real service (the demo fake model behind it),
 with every request off the machine cut: the README tour by clicking, hostile tool data shown as
-text only, and the admin pages. Each page's screenshot goes to docs/console/ (docs/console.md
-shows them), so the pictures stay those of the current console."""
+text only, and the admin pages. Each page is screenshotted; with TOOLGATE_UPDATE_SCREENSHOTS=1
+the pictures go to docs/console/ (docs/console.md shows them)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def service() -> Iterator[ConsoleService]:
 
 
 async def shot(page: Page, name: str) -> None:
-    SCREENSHOTS.mkdir(exist_ok=True)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 

@@ -3,6 +3,8 @@ function whose description and output carry script and markup payloads."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,7 +17,13 @@ from app.tools.registry import FunctionRegistry
 from tests.support.apps import make_settings
 from tests.support.servers import ThreadedServer
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+# Each run screenshots every page; the pictures in docs/console/ are replaced only when asked
+# (TOOLGATE_UPDATE_SCREENSHOTS=1), so a test run leaves the checkout as it found it.
+SCREENSHOTS = (
+    Path(__file__).resolve().parents[2] / "docs" / "console"
+    if os.environ.get("TOOLGATE_UPDATE_SCREENSHOTS") == "1"
+    else Path(tempfile.gettempdir()) / "toolgate-console-screenshots"
+)
 # Each payload sets window.pwned if it ever runs as script or markup.
 HOSTILE = (
     '<script>window.pwned = "script"</script>'
