@@ -20,6 +20,7 @@ import httpx2
 import mcp_types
 import orjson
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.session import MessageHandlerFnT
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -60,6 +61,7 @@ async def open_session(
     headers: dict[str, str],
     policy: OutboundPolicy | None,
     timeout_s: float,
+    on_message: MessageHandlerFnT | None = None,
 ) -> AsyncIterator[ClientSession]:
     """An initialized session; everything it opened (process, connections) closes on exit."""
     async with contextlib.AsyncExitStack() as stack:
@@ -91,7 +93,9 @@ async def open_session(
                 sse_client(server.url, headers=headers, httpx_client_factory=factory)
             )
         session = await stack.enter_async_context(
-            ClientSession(read, write, read_timeout_seconds=STREAM_READ_TIMEOUT_S)
+            ClientSession(
+                read, write, read_timeout_seconds=STREAM_READ_TIMEOUT_S, message_handler=on_message
+            )
         )
         await session.initialize()
         yield session

@@ -175,7 +175,7 @@ class McpServerService:
             [server] = await self.resolve([name], tenant_id=tenant_id, path="name")
         except UnprocessableError:
             raise NotFoundError(f"no MCP server named '{name}'") from None
-        tools = await self._hub.server_tools(server, {})
+        tools = await self._hub.server_tools(server, {}, tenant_id=tenant_id)
         return [mcp_server_tool(server, tool) for tool in tools]
 
     async def tools_json(
