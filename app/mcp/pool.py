@@ -224,7 +224,8 @@ async def hold(
             await stop.wait()
     except BaseException as exc:
         if not ready.done():
-            ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError())
+            closed = RuntimeError("the session was closed before it was ready")
+            ready.set_exception(exc if isinstance(exc, Exception) else closed)
             ready.exception()  # retrieved here: a waiter may be gone already
         if not isinstance(exc, Exception):
             raise
