@@ -1,0 +1,82 @@
+"""`/mcp` as operators and OAuth-capable clients see it: labelled `/mcp` with its JSON-RPC
+method in metrics and the access log; RFC 9728 metadata named by the 401's `WWW-Authenticate`,
+and a wrong token reported by the SDK's client without any OAuth discovery."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.support.apps import create_tenant
+from tests.support.logs import JsonLines
+from tests.support.mcp_service import mcp_client, serve
+
+
+@pytest.fixture
+def access_lines() -> Iterator[JsonLines]:
+    handler = JsonLines()
+    logger = logging.getLogger("app.access")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+@pytest.mark.slow
+async def test_mcp_requests_are_labelled_with_route_and_json_rpc_method(
+    access_lines: JsonLines,
+) -> None:
+    async with serve({}) as service:
+        tenant = await create_tenant(service.http, "acme")
+        async with mcp_client(service.url, tenant.api_key) as client:
+            await client.list_tools()
+            await client.call_tool("add", {"a": 1, "b": 2})
+        odd = [{"jsonrpc": "2.0", "id": 1, "method": "x/made-up-by-a-client-1234"}, "not json-rpc"]
+        for body in odd:
+            await service.http.post("/mcp", json=body, headers=tenant.headers)
+        requests = "toolgate_mcp_requests_total"
+        for method in ("initialize", "tools/list", "tools/call", "other", "invalid"):
+            assert await service.metric(f'{requests}{{method="{method}",') >= 1, method
+        assert await service.metric(f'{requests}{{method="x/') == 0  # never a client's label
+        http = "toolgate_http_requests_total"
+        assert await service.metric(f'{http}{{method="POST",route="/mcp",status="200"}}') >= 3
+        assert await service.metric(f'{http}{{method="POST",route="unmatched"') == 0
+    logged = [e for e in access_lines.entries() if e.get("route") == "/mcp"]
+    assert {e.get("mcp_method") for e in logged} >= {"initialize", "tools/list", "tools/call"}
+
+
+async def test_a_401_names_the_protected_resource_metadata() -> None:
+    async with serve({}) as service:
+        metadata_url = f"{service.url}/.well-known/oauth-protected-resource/mcp"
+        missing = await service.http.post("/mcp", json={})
+        assert missing.status_code == 401
+        assert missing.headers["www-authenticate"] == (
+            f'Bearer realm="toolgate", resource_metadata="{metadata_url}"'
+        )
+        wrong = await service.http.post("/mcp", json={}, headers={"Authorization": "Bearer tgc_x"})
+        assert wrong.status_code == 401
+        assert 'error="invalid_token"' in wrong.headers["www-authenticate"]
+        assert f'resource_metadata="{metadata_url}"' in wrong.headers["www-authenticate"]
+
+        for url in (metadata_url, f"{service.url}/.well-known/oauth-protected-resource"):
+            document = (await service.http.get(url)).json()
+            assert document["resource"] == f"{service.url}/mcp"
+            assert document["bearer_methods_supported"] == ["header"]
+            assert "authorization_servers" not in document  # no OAuth flow to start
+            assert "tenant's admin" in document["resource_name"]
+
+
+async def test_a_wrong_token_is_a_clear_401_for_the_sdk_client() -> None:
+    async with serve({}) as service:
+        with pytest.raises(BaseExceptionGroup) as raised:
+            async with mcp_client(service.url, "tgc_wrong-token"):
+                pass
+        # The SDK's plain bearer client ends with an error at `initialize`; it starts no OAuth.
+        assert raised.group_contains(MCPError)
+        unmatched = 'toolgate_http_requests_total{method="GET",route="unmatched"'
+        assert await service.metric(unmatched) == 0  # no .well-known probing of an OAuth server
