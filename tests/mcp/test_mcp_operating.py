@@ -4,6 +4,7 @@ and a wrong token reported by the SDK's client without any OAuth discovery."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 
@@ -12,6 +13,7 @@ from mcp.shared.exceptions import MCPError
 
 from tests.support.apps import create_tenant
 from tests.support.logs import JsonLines
+from tests.support.mcp_demo import McpDemoServer
 from tests.support.mcp_service import mcp_client, serve
 
 
@@ -80,3 +82,29 @@ async def test_a_wrong_token_is_a_clear_401_for_the_sdk_client() -> None:
         assert raised.group_contains(MCPError)
         unmatched = 'toolgate_http_requests_total{method="GET",route="unmatched"'
         assert await service.metric(unmatched) == 0  # no .well-known probing of an OAuth server
+
+
+@pytest.mark.slow
+async def test_a_tool_added_upstream_is_offered_and_callable_after_its_list_changed() -> None:
+    """The server's `notifications/tools/list_changed` (on the tenant's pooled session) drops
+    its cached list: the next `tools/list` has the new tool, long before the cache's TTL."""
+    # Its own server (`grow` changes it), started off the loop (the app shares this loop).
+    upstream = await asyncio.to_thread(McpDemoServer("streamable-http").start)
+    try:
+        entry = {"type": "streamable-http", "url": upstream.url}
+        async with serve({"up": entry}, mcp_tools_cache_ttl_s=3600) as service:
+            tenant = await create_tenant(service.http, "acme")
+            async with mcp_client(service.url, tenant.api_key) as client:
+                served = client.initialize_result.capabilities.tools
+                assert served is not None and not served.list_changed  # stateless: never sent
+                names = {tool.name for tool in (await client.list_tools()).tools}
+                assert "up__add" in names and "up__sprouted" not in names
+                grown = await client.call_tool("up__grow", {"name": "sprouted"})
+                assert grown.content[0].text == "added sprouted"
+                names = {tool.name for tool in (await client.list_tools()).tools}
+                assert "up__sprouted" in names
+                called = await client.call_tool("up__sprouted", {})
+                assert not called.is_error and called.content[0].text == "grown"
+            assert service.hub.handshakes == 1  # listing, calls and relisting: one session
+    finally:
+        await asyncio.to_thread(upstream.stop)

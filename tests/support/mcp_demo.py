@@ -2,7 +2,8 @@
 
 Served in-process over streamable HTTP and SSE by `McpDemoServer` (uvicorn on 127.0.0.1), or as a
 child process over stdio. Its tools cover the cases the service must handle: plain results, an
-error result, a hang, a large result, a crash, and context arguments (argument and header).
+error result, a hang, a large result, a crash, context arguments (argument and header), and a
+tool list that changes while the server runs (`grow`).
 """
 
 from __future__ import annotations
@@ -75,6 +76,14 @@ def build() -> MCPServer:
         """Answer with `size` characters."""
         _called("big")
         return "x" * size
+
+    @server.tool()
+    async def grow(name: str, ctx: Context) -> str:
+        """Add a tool called `name` (it answers "grown") and tell the client the list changed."""
+        _called("grow")
+        server.add_tool(lambda: "grown", name=name, description="Added while running.")
+        await ctx.session.send_tool_list_changed()
+        return f"added {name}"
 
     @server.tool()
     def crash() -> str:

@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import httpx2
 import orjson
-import uvicorn
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
@@ -23,7 +22,7 @@ from tests.support import functions
 from tests.support.apps import make_settings
 from tests.support.processes import ROOT
 from tests.support.secantus import free_port
-from tests.support.waiting import within
+from tests.support.servers import ThreadedServer
 
 # A stdio server whose process starts and never answers (not even `initialize`).
 HUNG_STDIO = {"type": "stdio", "command": "sleep", "args": ["1000"]}
@@ -64,24 +63,20 @@ class Service:
 
 @contextlib.asynccontextmanager
 async def serve(servers: dict[str, Any], **settings: Any) -> AsyncIterator[Service]:
-    """The service on a real port (MCP clients speak HTTP) with these operator MCP servers."""
+    """The service on a real port (MCP clients speak HTTP) with these operator MCP servers. It
+    runs on a thread's loop of its own, started and stopped off this one: its start-up is not
+    a stall of the loop the test watches."""
     document = orjson.dumps({"mcpServers": servers}).decode()
     config = make_settings(
         None, outbound_allow=["127.0.0.1"], auth_cache_ttl_s=0, mcp_servers=document, **settings
     )
     app = create_app(config, registry=functions.registry)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
-    task = asyncio.create_task(server.serve())
-    await within(lambda: server.started or task.done(), 10)
-    assert not task.done(), "the service did not start"
-    url = f"http://127.0.0.1:{port}"
+    server = await asyncio.to_thread(ThreadedServer(app, lifespan="on").start)
     try:
-        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-            yield Service(url, http, app)
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            yield Service(server.url, http, app)
     finally:
-        server.should_exit = True
-        await task
+        await asyncio.to_thread(server.stop)
 
 
 @contextlib.asynccontextmanager
