@@ -368,6 +368,8 @@ class McpGateway:
             raise MCPError(mcp_types.INVALID_PARAMS, _problem_text(exc)) from None
         except AppError as exc:  # 429 past the tenant's limits, 502/504 from an MCP server
             return _error_result(exc.message)
+        if result.status == "ok" and result.mcp is not None:  # the server's own parts, scrubbed
+            return mcp_types.CallToolResult.model_validate(result.mcp)
         if result.status == "ok":
             return mcp_types.CallToolResult(
                 content=[mcp_types.TextContent(type="text", text=result.content or "")]

@@ -201,7 +201,23 @@ def call_outcome(result: mcp_types.CallToolResult) -> ToolOutcome:
         text = f"{text}\n{data}" if text else data
     if result.is_error:
         return ToolOutcome.error(text or "the MCP tool reported an error", "tool_error")
-    return ToolOutcome("ok", text)
+    return ToolOutcome("ok", text, mcp=_native(result))
+
+
+def _native(result: mcp_types.CallToolResult) -> dict[str, Any] | None:
+    """The result as MCP clients of `/mcp` get it, when text alone would lose something
+    (structured content, images, audio, resources, links); None for text-only results."""
+    if result.structured_content is None and all(b.type == "text" for b in result.content):
+        return None
+    native: dict[str, Any] = {
+        "content": [
+            block.model_dump(by_alias=True, mode="json", exclude_none=True)
+            for block in result.content
+        ]
+    }
+    if result.structured_content is not None:
+        native["structuredContent"] = result.structured_content
+    return native
 
 
 def _same_json(text: str, structured: dict[str, Any]) -> bool:
