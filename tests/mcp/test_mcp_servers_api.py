@@ -264,3 +264,36 @@ async def test_a_hung_server_is_504_within_the_connect_timeout(
     assert response.status_code == 504
     assert "did not list its tools within 0.5 s" in response.json()["detail"]
     assert mcp_chat.hub.open_sessions == 0
+
+
+async def test_include_or_exclude_naming_a_tool_the_server_lacks_is_422(
+    mcp_chat: McpChat, demo_http: McpDemoServer
+) -> None:
+    headers = mcp_chat.tenant.headers
+    entry = {"name": "picked", "type": "streamable-http", "url": demo_http.url}
+    bad = {**entry, "include": ["add", "no-such-tool"], "exclude": ["nor-this"]}
+    refused = await mcp_chat.http.post("/mcp-servers", json=bad, headers=headers)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["errors"] == [
+        {"path": "$.include", "message": "no tool 'no-such-tool'"},
+        {"path": "$.exclude", "message": "no tool 'nor-this'"},
+    ]
+    assert (await mcp_chat.http.get("/mcp-servers/picked", headers=headers)).status_code == 404
+    good = {**entry, "include": ["add"], "exclude": ["fail"]}
+    created = await mcp_chat.http.post("/mcp-servers", json=good, headers=headers)
+    assert created.status_code == 201 and created.json()["warnings"] is None
+
+
+@pytest.mark.settings(mcp_list_deadline_s=0.3)
+async def test_include_for_an_unreachable_server_is_taken_with_a_warning(
+    mcp_chat: McpChat, silent_port: int
+) -> None:
+    body = server(
+        "hung", url=f"http://127.0.0.1:{silent_port}/mcp", headers={}, context={}, include=["x"]
+    )
+    created = await mcp_chat.http.post("/mcp-servers", json=body, headers=mcp_chat.tenant.headers)
+    assert created.status_code == 201, created.text
+    assert created.json()["warnings"] == [
+        "include/exclude not checked against the server's tools: "
+        "MCP server 'hung' did not list its tools within 0.3 s."
+    ]
