@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
+from app.api.mcp_messages import answer_batch, batch_allowed, method_label
 from app.api.mcp_metadata import www_authenticate
 from app.api.problems import problem_response
 from app.deps import TenantContext, authenticate, presented_bearer
@@ -39,29 +40,6 @@ if TYPE_CHECKING:
 REQUEST_CANCELLED = -32800  # the SDK's answer to a cancelled request on the 2025 wire
 CALLER = "toolgate.caller"  # the scope key the handlers read the authenticated caller from
 MCP_METHOD = "mcp_method"  # the request state key the access log and metrics read
-KNOWN_METHODS = frozenset(
-    {
-        "initialize",
-        "ping",
-        "server/discover",
-        "tools/list",
-        "tools/call",
-        "resources/list",
-        "resources/read",
-        "resources/templates/list",
-        "resources/subscribe",
-        "resources/unsubscribe",
-        "prompts/list",
-        "prompts/get",
-        "completion/complete",
-        "logging/setLevel",
-        "subscriptions/listen",
-        "notifications/initialized",
-        "notifications/cancelled",
-        "notifications/progress",
-        "notifications/roots/list_changed",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,20 +59,6 @@ def _json_post(scope: Scope) -> tuple[bool, bool]:
     return json_post, json_post and (
         version is None or version.decode("latin-1") in HANDSHAKE_PROTOCOL_VERSIONS
     )
-
-
-def method_label(message: Any) -> str:
-    """The JSON-RPC method as a metric label: a method of the protocol, or `batch`, `response`
-    (a client's answer), `other` (a method nobody defined) or `invalid`: never what a client
-    made up."""
-    if isinstance(message, list):
-        return "batch"
-    if not isinstance(message, dict):
-        return "invalid"
-    method = message.get("method")
-    if method is None:
-        return "response" if "result" in message or "error" in message else "invalid"
-    return method if method in KNOWN_METHODS else "other"
 
 
 def _parsed(body: bytes) -> Any:
@@ -233,6 +197,9 @@ class McpGateway:
             body = await _read_body(receive)
             message = _parsed(body)
             scope.setdefault("state", {})[MCP_METHOD] = method_label(message)
+            if isinstance(message, list) and batch_allowed(scope):
+                await answer_batch(scope, message, send, self._answer_directly, self._cancel)
+                return
             if _bad_request_id(message):
                 await _invalid_request(scope, send)
                 return

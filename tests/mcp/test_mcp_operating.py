@@ -108,3 +108,42 @@ async def test_a_tool_added_upstream_is_offered_and_callable_after_its_list_chan
             assert service.hub.handshakes == 1  # listing, calls and relisting: one session
     finally:
         await asyncio.to_thread(upstream.stop)
+
+
+async def test_batches_are_answered_for_2025_03_26_clients_only() -> None:
+    async with serve({}) as service:
+        tenant = await create_tenant(service.http, "acme")
+        old = {**tenant.headers, "MCP-Protocol-Version": "2025-03-26"}
+        batch = [
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            {
+                "jsonrpc": "2.0",
+                "id": "two",
+                "method": "tools/call",
+                "params": {"name": "add", "arguments": {"a": 2, "b": 3}},
+            },
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+            {"jsonrpc": "2.0", "id": 4, "method": "resources/list"},
+            "type-confused",
+            {"jsonrpc": "2.0", "id": None, "method": "ping"},
+        ]
+        answered = await service.http.post("/mcp", json=batch, headers=old)
+        assert answered.status_code == 200, answered.text
+        listed, called, pinged, unsupported, confused, null_id = answered.json()
+        assert listed["id"] == 1 and "add" in {t["name"] for t in listed["result"]["tools"]}
+        assert called["id"] == "two" and called["result"]["content"][0]["text"] == "5"
+        assert pinged == {"jsonrpc": "2.0", "id": 3, "result": {}}
+        assert unsupported["id"] == 4 and unsupported["error"]["code"] == -32601
+        assert confused["id"] is None and confused["error"]["code"] == -32600
+        assert null_id["error"]["code"] == -32600
+
+        only_notes = [{"jsonrpc": "2.0", "method": "notifications/initialized"}]
+        assert (await service.http.post("/mcp", json=only_notes, headers=old)).status_code == 202
+        too_many = [{"jsonrpc": "2.0", "id": i, "method": "ping"} for i in range(21)]
+        for refused in (too_many, []):
+            answer = await service.http.post("/mcp", json=refused, headers=old)
+            assert answer.status_code == 400 and answer.json()["error"]["code"] == -32600
+        # Later versions dropped batches: the SDK's refusal stands.
+        newer = {**tenant.headers, "MCP-Protocol-Version": "2025-11-25"}
+        assert (await service.http.post("/mcp", json=batch[:1], headers=newer)).status_code == 400
