@@ -89,6 +89,21 @@ class Metrics:
             "MCP sessions held in the pool (per tenant and server), in use or idle.",
             registry=registry,
         )
+        self.mcp_server_calls = Counter(
+            "toolgate_mcp_server_calls",
+            "Tool calls on upstream MCP servers, by server (an operator server's name; every "
+            "tenant server counts as 'tenant') and outcome (ok, error: an isError result, "
+            "failed: the call itself failed, timed out or was abandoned).",
+            ["server", "outcome"],
+            registry=registry,
+        )
+        self.mcp_server_seconds = Histogram(
+            "toolgate_mcp_server_call_duration_seconds",
+            "Tool calls on upstream MCP servers, by server (as toolgate_mcp_server_calls).",
+            ["server"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.mcp_requests = Counter(
             "toolgate_mcp_requests",
             "Requests to /mcp by JSON-RPC method (tools/list, tools/call, ...; batch, other) "
@@ -162,6 +177,10 @@ class Metrics:
 
     def mcp_listing_skipped(self, source: str, reason: str) -> None:
         self.mcp_skips.labels(source, reason).inc()
+
+    def mcp_server_call_done(self, server: str, seconds: float, outcome: str) -> None:
+        self.mcp_server_calls.labels(server, outcome).inc()
+        self.mcp_server_seconds.labels(server).observe(seconds)
 
     def mcp_request_done(self, method: str, status: int) -> None:
         self.mcp_requests.labels(method, str(status)).inc()

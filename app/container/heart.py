@@ -113,6 +113,7 @@ def build_mcp_hub(
             ),
         ),
         on_skip=metrics.mcp_listing_skipped,
+        on_call=metrics.mcp_server_call_done,
     )
     stack.push_async_callback(hub.aclose)
     return hub

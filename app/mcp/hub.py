@@ -75,6 +75,10 @@ class _Down:
 # Told of every server a listing skipped: (the server's source, why: "timeout", "unavailable" or
 # "down", the last meaning skipped without trying because of an earlier failure).
 SkipListener = Callable[[str, str], None]
+# Told of every tool call on an MCP session: (the server's label: an operator server's name, or
+# "tenant" for any tenant's server, so labels stay few), seconds, the outcome ("ok", "error"
+# for an `isError` result, "failed" when the call itself failed).
+CallListener = Callable[[str, float, str], None]
 
 
 class McpHub:
@@ -88,11 +92,13 @@ class McpHub:
         limits: McpLimits,
         clock: Callable[[], float] = time.monotonic,
         on_skip: SkipListener | None = None,
+        on_call: CallListener | None = None,
     ) -> None:
         self._policy = policy
         self._limits = limits
         self._clock = clock
         self._on_skip = on_skip
+        self._on_call = on_call
         self._cache: OrderedDict[str, tuple[float, list[mcp_types.Tool]]] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[list[mcp_types.Tool]]] = {}
         self._down: OrderedDict[str, _Down] = OrderedDict()
@@ -285,6 +291,11 @@ class McpHub:
     def _skipped(self, server: McpServer, reason: str) -> None:
         if self._on_skip is not None:
             self._on_skip(server.source, reason)
+
+    def call_done(self, server: McpServer, seconds: float, outcome: str) -> None:
+        if self._on_call is not None:
+            label = server.name if server.source == "operator" else "tenant"
+            self._on_call(label, seconds, outcome)
 
     def down_servers(self) -> int:
         """How many server entries are marked down now (a gauge)."""

@@ -129,7 +129,12 @@ class SessionPool:
     def forget_server(self, server: McpServer) -> None:
         """Close the pooled sessions of a server entry that was deleted or replaced."""
         for entry in list(self._entries.values()):
-            if entry.server.name == server.name and entry.server.source == server.source:
+            # The revision too: tenants' servers may share a name, never a revision.
+            if (entry.server.source, entry.server.name, entry.server.revision) == (
+                server.source,
+                server.name,
+                server.revision,
+            ):
                 if entry.leases == 0:
                     self.discard(entry)
                 else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from mcp import ClientSession, MCPError
@@ -59,20 +60,26 @@ class McpSessions:
                 f"cannot connect to MCP server '{server_name}': {failure_reason(exc)}",
                 "unreachable",
             )
+        started = time.perf_counter()
+        server = self._servers[server_name]
         try:
             result = await session.call_tool(tool, arguments)
         except asyncio.CancelledError:
             # Timed out or abandoned: the server may still be busy with it (a stdio server
             # stuck in a tool serves nobody), so the session is not used again.
             self._retire(server_name)
+            self._hub.call_done(server, time.perf_counter() - started, "failed")
             raise
         except Exception as exc:
             if not isinstance(exc, MCPError) or exc.code == CONNECTION_CLOSED:
                 self._retire(server_name)  # the session is gone: the next call reconnects
+            self._hub.call_done(server, time.perf_counter() - started, "failed")
             return ToolOutcome.error(
                 f"MCP server '{server_name}' failed the call: {failure_reason(exc)}",
                 "unreachable",
             )
+        outcome = "error" if result.is_error else "ok"
+        self._hub.call_done(server, time.perf_counter() - started, outcome)
         return call_outcome(result)
 
     async def _session(self, name: str) -> ClientSession:

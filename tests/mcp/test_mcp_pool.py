@@ -52,12 +52,14 @@ async def test_thirty_stdio_calls_over_mcp_start_the_server_once_per_tenant() ->
                 result = await client.call_tool("demo__add", {"a": i, "b": 1})
                 assert not result.is_error and result.content[0].text == str(i + 1)
         assert service.hub.handshakes == 1  # the listing and 30 calls: one process
-        assert len(set(child_processes()) - before) == 1
 
         globex = await create_tenant(service.http, "globex")  # never shared across tenants
         async with mcp_client(service.url, globex.api_key) as client:
             assert (await client.call_tool("demo__add", {"a": 1, "b": 1})).content[0].text == "2"
         assert service.hub.handshakes == 2 and len(service.hub.pool) == 2
+        calls = 'toolgate_mcp_server_calls_total{outcome="ok",server="demo"}'
+        assert await service.metric(calls) == 31
+        assert await service.metric("toolgate_mcp_server_call_duration_seconds_count") == 31
     await within(lambda: set(child_processes()) <= before, 10)  # closed with the service
 
 
