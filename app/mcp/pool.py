@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT_S = 5.0
 PoolKey = tuple[str, str, str, str, str]
-# Opens a session and holds it until the event is set: `McpHub.hold_session`.
+# Opens a session and holds it until the event is set (`McpHub._hold`, through `hold`).
 Holder = Callable[
     [McpServer, dict[str, str], "asyncio.Future[ClientSession]", asyncio.Event], Awaitable[None]
 ]
@@ -106,7 +106,11 @@ class SessionPool:
             await asyncio.shield(entry.ready)
         except BaseException:
             self.release(entry)
-            self.discard(entry)
+            # It failed to open, or the last one waiting for it gave up: nobody will use it.
+            ready = entry.ready
+            failed = ready.done() and (ready.cancelled() or ready.exception() is not None)
+            if failed or (entry.leases == 0 and not ready.done()):
+                self.discard(entry)
             raise
         return entry
 
