@@ -143,7 +143,10 @@ class ToolInvoker:
 async def _scrubbed_native(native: dict[str, Any], call: CallScope) -> dict[str, Any] | None:
     """An MCP result's own parts with hidden values scrubbed (off the loop: images and
     structured content can be large); None past NATIVE_MAX_BYTES (the text stands for it)."""
-    encoded = orjson.dumps(native)
+    try:
+        encoded = orjson.dumps(native)
+    except orjson.JSONEncodeError:  # nested past orjson's depth: the text stands for it
+        return None
     if len(encoded) > NATIVE_MAX_BYTES:
         return None
     if not call.scrub:
