@@ -114,7 +114,11 @@ async def test_mcp_tools_list_with_a_hung_and_a_refusing_server_answers_within_t
                 assert {tool.name for tool in again.tools} == names
             assert service.hub.handshakes == handshakes  # nothing asked of either server again
         skips = "toolgate_mcp_listing_skips_total"
-        assert await service.metric(f'{skips}{{reason="timeout",source="operator"}}') == 1
+        # The first listing: the hung one timed out; the refusing one failed (or, on a loaded
+        # machine, was slower to fail than the 0.5 s deadline).
+        timeouts = await service.metric(f'{skips}{{reason="timeout",source="operator"}}')
+        failures = await service.metric(f'{skips}{{reason="unavailable",source="operator"}}')
+        assert timeouts >= 1 and timeouts + failures == 2
         assert await service.metric(f'{skips}{{reason="down",source="operator"}}') == 6
         assert await service.metric("toolgate_mcp_servers_down") == 2
     await within(lambda: set(child_processes()) <= before, 10)
