@@ -171,6 +171,14 @@ class Settings(BaseSettings):
     mcp_servers_file: str | None = None
     mcp_connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
     mcp_tools_cache_ttl_s: float = Field(default=30.0, ge=0, le=3600)
+    # A listing (a chat's tools, `/mcp` `tools/list`) waits this long for each server; one that
+    # has not answered is skipped and marked down (retried after a backoff), its fetch going on
+    # in the background up to MCP_CONNECT_TIMEOUT_S.
+    mcp_list_deadline_s: float = Field(default=2.0, gt=0, le=300)
+    # Pooled sessions (per tenant, per server): closed after this long unused; 0 turns pooling off.
+    mcp_session_idle_s: float = Field(default=300.0, ge=0, le=86_400)
+    mcp_pool_per_tenant: int = Field(default=8, ge=1, le=1000)
+    mcp_pool_total: int = Field(default=64, ge=1, le=10_000)
 
     @field_validator("outbound_ports", "outbound_blocked_ports")
     @classmethod

@@ -11,7 +11,17 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
-from app.api import chat, client_tokens, health, mcp_servers, runs, secrets, tenants, tools
+from app.api import (
+    chat,
+    client_tokens,
+    health,
+    mcp_metadata,
+    mcp_servers,
+    runs,
+    secrets,
+    tenants,
+    tools,
+)
 from app.api.console import install_console
 from app.api.docs import install_docs, install_openapi
 from app.api.mcp_endpoint import McpGateway
@@ -172,6 +182,7 @@ def create_app(
     # Hot routes first (matching walks routes in order); /ping stays first as the yardstick.
     for module in (health, tools, chat, runs, mcp_servers, secrets, client_tokens, tenants):
         app.include_router(module.router)
+    app.include_router(mcp_metadata.router)
     # MCP over streamable HTTP (docs/mcp.md); not a REST route, so not in the OpenAPI document.
     # Right after /ping: routes are matched in order, and a tools/call is a hot path too.
     # Starlette serves an endpoint that is not a function as an ASGI app; every method reaches

@@ -71,6 +71,46 @@ class Metrics:
         self.mcp_sessions = Gauge(
             "toolgate_mcp_open_sessions", "Open MCP sessions held by chats.", registry=registry
         )
+        self.mcp_skips = Counter(
+            "toolgate_mcp_listing_skips",
+            "MCP servers a listing went on without, by source (operator, tenant) and reason: "
+            "timeout (past MCP_LIST_DEADLINE_S), unavailable (failed), down (skipped untried "
+            "during the backoff after a failure).",
+            ["source", "reason"],
+            registry=registry,
+        )
+        self.mcp_down = Gauge(
+            "toolgate_mcp_servers_down",
+            "MCP server entries marked down now (listings skip them until their backoff ends).",
+            registry=registry,
+        )
+        self.mcp_pooled = Gauge(
+            "toolgate_mcp_pooled_sessions",
+            "MCP sessions held in the pool (per tenant and server), in use or idle.",
+            registry=registry,
+        )
+        self.mcp_server_calls = Counter(
+            "toolgate_mcp_server_calls",
+            "Tool calls on upstream MCP servers, by server (an operator server's name; every "
+            "tenant server counts as 'tenant') and outcome (ok, error: an isError result, "
+            "failed: the call itself failed, timed out or was abandoned).",
+            ["server", "outcome"],
+            registry=registry,
+        )
+        self.mcp_server_seconds = Histogram(
+            "toolgate_mcp_server_call_duration_seconds",
+            "Tool calls on upstream MCP servers, by server (as toolgate_mcp_server_calls).",
+            ["server"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.mcp_requests = Counter(
+            "toolgate_mcp_requests",
+            "Requests to /mcp by JSON-RPC method (tools/list, tools/call, ...; batch, other) "
+            "and HTTP status.",
+            ["method", "status"],
+            registry=registry,
+        )
         self.loop_lag = Histogram(
             "toolgate_event_loop_lag_seconds",
             "How much later than asked the event loop woke a task sleeping 50 ms: the time "
@@ -135,12 +175,26 @@ class Metrics:
         child.inc()
         self.chat_iterations.observe(iterations)
 
+    def mcp_listing_skipped(self, source: str, reason: str) -> None:
+        self.mcp_skips.labels(source, reason).inc()
+
+    def mcp_server_call_done(self, server: str, seconds: float, outcome: str) -> None:
+        self.mcp_server_calls.labels(server, outcome).inc()
+        self.mcp_server_seconds.labels(server).observe(seconds)
+
+    def mcp_request_done(self, method: str, status: int) -> None:
+        self.mcp_requests.labels(method, str(status)).inc()
+
     def track(
         self, *, active_chats: Callable[[], float], mcp_sessions: Callable[[], float]
     ) -> None:
         """Gauges read at scrape time from the objects that own the numbers."""
         self.active_chats.set_function(active_chats)
         self.mcp_sessions.set_function(mcp_sessions)
+
+    def track_mcp(self, *, down: Callable[[], float], pooled: Callable[[], float]) -> None:
+        self.mcp_down.set_function(down)
+        self.mcp_pooled.set_function(pooled)
 
     def track_records(
         self, *, held: Callable[[], float], journal_bytes: Callable[[], float]

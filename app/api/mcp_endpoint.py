@@ -28,6 +28,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
+from app.api.mcp_messages import answer_batch, batch_allowed, method_label
+from app.api.mcp_metadata import www_authenticate
 from app.api.problems import problem_response
 from app.deps import TenantContext, authenticate, presented_bearer
 from app.errors import AppError, NotFoundError, UnauthorizedError, UnprocessableError
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 
 REQUEST_CANCELLED = -32800  # the SDK's answer to a cancelled request on the 2025 wire
 CALLER = "toolgate.caller"  # the scope key the handlers read the authenticated caller from
+MCP_METHOD = "mcp_method"  # the request state key the access log and metrics read
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,11 +174,15 @@ class McpGateway:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         services: Services = scope["app"].state.services
+        request = Request(scope)
         try:
-            presented = presented_bearer(Request(scope))
+            presented = presented_bearer(request)
             scope[CALLER] = await authenticate(services, presented, client_tokens=True)
         except AppError as exc:
-            headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, UnauthorizedError) else {}
+            headers = {}
+            if isinstance(exc, UnauthorizedError):  # RFC 9728: where to read how to get a token
+                sent = bool(request.headers.get("authorization", "").partition(" ")[2].strip())
+                headers["WWW-Authenticate"] = www_authenticate(request, token_presented=sent)
             response = problem_response(exc.status_code, exc.message, headers=headers)
             await response(scope, receive, send)
             return
@@ -189,6 +196,10 @@ class McpGateway:
         if json_post:
             body = await _read_body(receive)
             message = _parsed(body)
+            scope.setdefault("state", {})[MCP_METHOD] = method_label(message)
+            if isinstance(message, list) and batch_allowed(scope):
+                await answer_batch(scope, message, send, self._answer_directly, self._cancel)
+                return
             if _bad_request_id(message):
                 await _invalid_request(scope, send)
                 return
@@ -324,6 +335,8 @@ class McpGateway:
             raise MCPError(mcp_types.INVALID_PARAMS, _problem_text(exc)) from None
         except AppError as exc:  # 429 past the tenant's limits, 502/504 from an MCP server
             return _error_result(exc.message)
+        if result.status == "ok" and result.mcp is not None:  # the server's own parts, scrubbed
+            return mcp_types.CallToolResult.model_validate(result.mcp)
         if result.status == "ok":
             return mcp_types.CallToolResult(
                 content=[mcp_types.TextContent(type="text", text=result.content or "")]

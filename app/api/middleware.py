@@ -75,8 +75,9 @@ _MAX_REQUEST_ID = 128
 _ID_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 
 
-# Served without a route template: FastAPI's own schema route, and the docs assets' mount.
-_FIXED_PATHS = frozenset({"/openapi.json"})
+# Served without a route template: FastAPI's own schema route, `/mcp` (an ASGI app), and the
+# docs assets' mount.
+_FIXED_PATHS = frozenset({"/openapi.json", "/mcp"})
 
 
 class RequestContextMiddleware:
@@ -134,16 +135,17 @@ class RequestContextMiddleware:
                 template = "unmatched"
         method = scope["method"]
         self.metrics.request_done(method, template, status, duration_s)
+        # `/mcp`: the JSON-RPC method it carried (a bounded label, set by the endpoint).
+        rpc = scope.get("state", {}).get("mcp_method") if template == "/mcp" else None
+        if rpc is not None:
+            self.metrics.mcp_request_done(rpc, status)
         if self.access_log and access_logger.isEnabledFor(logging.INFO):
-            access_logger.info(
-                "%s %s %d",
-                method,
-                template,
-                status,
-                extra={
-                    "method": method,
-                    "route": template,
-                    "status": status,
-                    "duration_ms": round(duration_s * 1000, 3),
-                },
-            )
+            extra = {
+                "method": method,
+                "route": template,
+                "status": status,
+                "duration_ms": round(duration_s * 1000, 3),
+            }
+            if rpc is not None:
+                extra["mcp_method"] = rpc
+            access_logger.info("%s %s %d", method, template, status, extra=extra)

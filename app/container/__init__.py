@@ -158,9 +158,10 @@ def build_runtime(
     stack.push_async_callback(outbound.aclose)
     limits = build_limits(settings, stores.database, stack)
     secrets = build_secret_service(settings, stores.secrets, limits.fence)
-    hub = build_mcp_hub(settings, outbound, stack)
+    hub = build_mcp_hub(settings, outbound, metrics, stack)
     mcp = build_mcp_service(settings, stores, outbound, secrets.box, operator, limits.fence, hub)
     metrics.track(active_chats=lambda: limits.active_runs, mcp_sessions=lambda: hub.open_sessions)
+    metrics.track_mcp(down=hub.down_servers, pooled=lambda: len(hub.pool))
     recorder = build_recorder(settings, stores.runs, metrics)
     recorder.start()
     stack.push_async_callback(recorder.close)  # closed before the database: records flushed

@@ -15,6 +15,7 @@ from app.chat.model import ModelClient
 from app.chat.openai_sdk import OpenAISDKClient
 from app.config import Settings
 from app.mcp.hub import McpHub, McpLimits
+from app.mcp.pool import PoolLimits
 from app.metrics import Metrics
 from app.services.outbound import TenantOutbound
 from app.tools.executors.external import ExternalExecutor
@@ -96,13 +97,23 @@ def build_chat_loop(
     return ChatLoop(model=model, invoker=invoker, limits=limits, metrics=metrics)
 
 
-def build_mcp_hub(settings: Settings, outbound: TenantOutbound, stack: AsyncExitStack) -> McpHub:
+def build_mcp_hub(
+    settings: Settings, outbound: TenantOutbound, metrics: Metrics, stack: AsyncExitStack
+) -> McpHub:
     hub = McpHub(
         policy=outbound.base,
         limits=McpLimits(
             connect_timeout_s=settings.mcp_connect_timeout_s,
             cache_ttl_s=settings.mcp_tools_cache_ttl_s,
+            list_deadline_s=settings.mcp_list_deadline_s,
+            pool=PoolLimits(
+                idle_s=settings.mcp_session_idle_s,
+                per_tenant=settings.mcp_pool_per_tenant,
+                total=settings.mcp_pool_total,
+            ),
         ),
+        on_skip=metrics.mcp_listing_skipped,
+        on_call=metrics.mcp_server_call_done,
     )
     stack.push_async_callback(hub.aclose)
     return hub

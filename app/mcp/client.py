@@ -23,6 +23,7 @@ import httpx2
 import mcp_types
 import orjson
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.session import MessageHandlerFnT
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -70,6 +71,7 @@ async def open_session(
     headers: dict[str, str],
     policy: OutboundPolicy | None,
     timeout_s: float,
+    on_message: MessageHandlerFnT | None = None,
 ) -> AsyncIterator[ClientSession]:
     """An initialized session; everything it opened (process, connections) closes on exit."""
     async with contextlib.AsyncExitStack() as stack:
@@ -101,7 +103,9 @@ async def open_session(
                 sse_client(server.url, headers=headers, httpx_client_factory=factory)
             )
         session = await stack.enter_async_context(
-            ClientSession(read, write, read_timeout_seconds=STREAM_READ_TIMEOUT_S)
+            ClientSession(
+                read, write, read_timeout_seconds=STREAM_READ_TIMEOUT_S, message_handler=on_message
+            )
         )
         await session.initialize()
         yield session
@@ -207,7 +211,23 @@ def call_outcome(result: mcp_types.CallToolResult) -> ToolOutcome:
         text = f"{text}\n{data}" if text else data
     if result.is_error:
         return ToolOutcome.error(text or "the MCP tool reported an error", "tool_error")
-    return ToolOutcome("ok", text)
+    return ToolOutcome("ok", text, mcp=_native(result))
+
+
+def _native(result: mcp_types.CallToolResult) -> dict[str, Any] | None:
+    """The result as MCP clients of `/mcp` get it, when text alone would lose something
+    (structured content, images, audio, resources, links); None for text-only results."""
+    if result.structured_content is None and all(b.type == "text" for b in result.content):
+        return None
+    native: dict[str, Any] = {
+        "content": [
+            block.model_dump(by_alias=True, mode="json", exclude_none=True)
+            for block in result.content
+        ]
+    }
+    if result.structured_content is not None:
+        native["structuredContent"] = result.structured_content
+    return native
 
 
 def _same_json(text: str, structured: dict[str, Any]) -> bool:

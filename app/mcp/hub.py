@@ -1,11 +1,17 @@
-"""The process-wide side of MCP servers: tool lists (cached, fetched concurrently) and sessions.
+"""The process-wide side of MCP servers: tool lists (cached, fetched concurrently), pooled
+sessions, and which servers are down.
 
-- Tool lists: `McpHub.reachable_tools` connects to every server whose list is not cached, all at
-  once, and keeps each list for MCP_TOOLS_CACHE_TTL_S; concurrent callers share one fetch per
-  server.
+- Tool lists: `McpHub.reachable_tools` (a listing: a chat's tools, `/mcp` `tools/list`) asks
+  every server whose list is not cached at once and waits for each at most
+  MCP_LIST_DEADLINE_S. A server that fails, or has not answered by then, is skipped and marked
+  down: listings skip it at once (no connect) until its backoff has passed (5 s, doubling up to
+  5 min). A fetch that outlived the deadline goes on in the background (up to the connect
+  timeout) and, if it succeeds, fills the cache and clears the mark. Lists are kept for
+  MCP_TOOLS_CACHE_TTL_S; concurrent callers share one fetch per server; a server's
+  `notifications/tools/list_changed` drops its cached lists at once.
 - Sessions: `McpHub.session` opens one (with the server's outbound policy and the connect
-  timeout); the sessions of one run are `McpSessions` (`app/mcp/sessions.py`), and MCP tools as
-  typed tools are `app/mcp/tools.py`.
+  timeout); pooled sessions are `app/mcp/pool.py`, the sessions of one run `McpSessions`
+  (`app/mcp/sessions.py`), and MCP tools as typed tools `app/mcp/tools.py`.
 """
 
 from __future__ import annotations
@@ -16,14 +22,17 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import mcp_types
+from mcp import ClientSession
 
 from app.errors import AppError
 from app.mcp.client import failure_reason, list_all_tools, open_session
 from app.mcp.config import McpServer
+from app.mcp.pool import PoolKey, PoolLimits, SessionPool, hold
 from app.tools.netguard import OutboundPolicy
 
 if TYPE_CHECKING:
@@ -32,6 +41,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CACHE_ENTRIES = 1024
+DOWN_ENTRIES = 4096
+BACKOFF_FIRST_S = 5.0
+BACKOFF_MAX_S = 300.0
+NO_POOL = PoolLimits(idle_s=0, per_tenant=1, total=1)
 
 
 class McpUnavailableError(AppError):
@@ -48,18 +61,50 @@ class McpTimeoutError(AppError):
 class McpLimits:
     connect_timeout_s: float
     cache_ttl_s: float
+    list_deadline_s: float = 2.0
+    pool: PoolLimits = NO_POOL
+
+
+@dataclass(frozen=True)
+class _Down:
+    until: float  # on the hub's clock
+    failures: int
+    error: AppError
+
+
+# Told of every server a listing skipped: (the server's source, why: "timeout", "unavailable" or
+# "down", the last meaning skipped without trying because of an earlier failure).
+SkipListener = Callable[[str, str], None]
+# Told of every tool call on an MCP session: (the server's label: an operator server's name, or
+# "tenant" for any tenant's server, so labels stay few), seconds, the outcome ("ok", "error"
+# for an `isError` result, "failed" when the call itself failed).
+CallListener = Callable[[str, float, str], None]
 
 
 class McpHub:
-    """The process-wide part: limits, the outbound policy, the tool-list cache, open sessions."""
+    """The process-wide part: limits, the outbound policy, the tool-list cache, the servers
+    marked down, pooled sessions, and the runs holding sessions."""
 
-    def __init__(self, *, policy: OutboundPolicy, limits: McpLimits) -> None:
+    def __init__(
+        self,
+        *,
+        policy: OutboundPolicy,
+        limits: McpLimits,
+        clock: Callable[[], float] = time.monotonic,
+        on_skip: SkipListener | None = None,
+        on_call: CallListener | None = None,
+    ) -> None:
         self._policy = policy
         self._limits = limits
+        self._clock = clock
+        self._on_skip = on_skip
+        self._on_call = on_call
         self._cache: OrderedDict[str, tuple[float, list[mcp_types.Tool]]] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[list[mcp_types.Tool]]] = {}
+        self._down: OrderedDict[str, _Down] = OrderedDict()
+        self.pool = SessionPool(limits=limits.pool, holder=self._hold, clock=clock)
         self.runs: set[McpSessions] = set()  # runs holding a session, closed at shutdown
-        self.open_sessions = 0  # sessions open right now (tests and metrics read it)
+        self.open_sessions = 0  # sessions open right now, pooled ones included
         self.handshakes = 0  # sessions ever opened
 
     def policy_for(self, server: McpServer) -> OutboundPolicy | None:
@@ -69,13 +114,19 @@ class McpHub:
         return server.policy or self._policy
 
     @contextlib.asynccontextmanager
-    async def session(self, server: McpServer, headers: dict[str, str]) -> Any:
+    async def session(self, server: McpServer, headers: dict[str, str]) -> AsyncIterator[Any]:
         self.handshakes += 1
+
+        async def on_message(message: Any) -> None:
+            if isinstance(message, mcp_types.ToolListChangedNotification):
+                self.forget_lists(server)
+
         async with open_session(
             server,
             headers=headers,
             policy=self.policy_for(server),
             timeout_s=self._limits.connect_timeout_s,
+            on_message=on_message,
         ) as session:
             self.open_sessions += 1
             try:
@@ -83,13 +134,26 @@ class McpHub:
             finally:
                 self.open_sessions -= 1
 
+    async def _hold(
+        self,
+        server: McpServer,
+        headers: dict[str, str],
+        ready: asyncio.Future[ClientSession],
+        stop: asyncio.Event,
+    ) -> None:
+        await hold(lambda: self.session(server, headers), server.name, ready, stop)
+
+    def pool_key(self, tenant_id: str, server: McpServer, headers: dict[str, str]) -> PoolKey:
+        return (tenant_id, server.source, server.name, server.revision, _digest(server, headers))
+
     async def reachable_tools(
-        self, servers: list[McpServer], context: dict[str, Any]
+        self, servers: list[McpServer], context: dict[str, Any], *, tenant_id: str | None = None
     ) -> tuple[list[tuple[McpServer, list[mcp_types.Tool]]], dict[str, AppError]]:
-        """Each server's tools, fetched concurrently; a server that cannot be reached or times
-        out is left out, with its error (by server name) in the second part."""
+        """Each server's tools, asked concurrently, each within the listing deadline; a server
+        that fails, times out or is marked down is left out, with its error (by server name)
+        in the second part."""
         lists = await asyncio.gather(
-            *(self.server_tools(s, context) for s in servers), return_exceptions=True
+            *(self._listed(s, context, tenant_id) for s in servers), return_exceptions=True
         )
         found: list[tuple[McpServer, list[mcp_types.Tool]]] = []
         skipped: dict[str, AppError] = {}
@@ -102,62 +166,171 @@ class McpHub:
                 found.append((server, result))
         return found, skipped
 
-    async def server_tools(
-        self, server: McpServer, context: dict[str, Any]
+    async def _listed(
+        self, server: McpServer, context: dict[str, Any], tenant_id: str | None
     ) -> list[mcp_types.Tool]:
         headers = server.request_headers(context)
         key = _cache_key(server, headers)
+        cached = self._cached(server, key)
+        if cached is not None:
+            return cached
+        down = self._down.get(key)
+        if down is not None and down.until > self._clock():
+            self._skipped(server, "down")
+            raise down.error
+        pending = self._fetching(server, headers, key, tenant_id)
+        deadline = self._limits.list_deadline_s
+        try:
+            tools = await asyncio.wait_for(asyncio.shield(pending), deadline)
+        except TimeoutError:
+            error = McpTimeoutError(
+                f"MCP server '{server.name}' did not list its tools within {deadline:g} s."
+            )
+            self._mark_down(key, error)
+            self._skipped(server, "timeout")
+            raise error from None
+        except (McpUnavailableError, McpTimeoutError):
+            self._skipped(server, "unavailable")
+            raise
+        return [t for t in tools if server.offers(t.name)]
+
+    async def server_tools(
+        self, server: McpServer, context: dict[str, Any], *, tenant_id: str | None = None
+    ) -> list[mcp_types.Tool]:
+        """One server's tools, cached or asked now (a server marked down is asked too), within
+        the connect timeout: for a caller that needs this one server's answer."""
+        headers = server.request_headers(context)
+        key = _cache_key(server, headers)
+        cached = self._cached(server, key)
+        if cached is not None:
+            return cached
+        tools = await asyncio.shield(self._fetching(server, headers, key, tenant_id))
+        return [t for t in tools if server.offers(t.name)]
+
+    def _cached(self, server: McpServer, key: str) -> list[mcp_types.Tool] | None:
         cached = self._cache.get(key)
-        if cached is not None and cached[0] > time.monotonic():
+        if cached is not None and cached[0] > self._clock():
             return [t for t in cached[1] if server.offers(t.name)]
+        return None
+
+    def _fetching(
+        self, server: McpServer, headers: dict[str, str], key: str, tenant_id: str | None
+    ) -> asyncio.Future[list[mcp_types.Tool]]:
+        """The fetch of a server's list under way, or a new one: one per server, however many
+        callers ask at once (it runs to its end even when they stop waiting)."""
         pending = self._inflight.get(key)
-        if pending is None:  # one fetch per server, however many chats start at once
-            pending = asyncio.ensure_future(self._fetch(server, headers, key))
+        if pending is None:
+            pending = asyncio.ensure_future(self._fetch(server, headers, key, tenant_id))
             self._inflight[key] = pending
-            pending.add_done_callback(lambda _: self._inflight.pop(key, None))
-        return [t for t in await asyncio.shield(pending) if server.offers(t.name)]
+            pending.add_done_callback(lambda done: self._fetched(key, done))
+        return pending
+
+    def _fetched(self, key: str, done: asyncio.Future[list[mcp_types.Tool]]) -> None:
+        self._inflight.pop(key, None)
+        if not done.cancelled() and done.exception() is None:
+            self._down.pop(key, None)
 
     async def _fetch(
-        self, server: McpServer, headers: dict[str, str], key: str
+        self, server: McpServer, headers: dict[str, str], key: str, tenant_id: str | None
     ) -> list[mcp_types.Tool]:
         try:
             async with asyncio.timeout(self._limits.connect_timeout_s):
-                async with self.session(server, headers) as session:
-                    tools = await list_all_tools(session)
+                tools = await self._list_on_a_session(server, headers, tenant_id)
         except TimeoutError:
-            raise McpTimeoutError(
+            error: AppError = McpTimeoutError(
                 f"MCP server '{server.name}' did not list its tools within "
                 f"{self._limits.connect_timeout_s:g} s."
-            ) from None
+            )
+            self._mark_down(key, error)
+            raise error from None
         except Exception as exc:
             logger.warning(
                 "MCP server %r: listing tools failed: %s", server.name, failure_reason(exc)
             )
-            raise McpUnavailableError(
+            error = McpUnavailableError(
                 f"MCP server '{server.name}' is unavailable: {failure_reason(exc)}"
-            ) from None
+            )
+            self._mark_down(key, error)
+            raise error from None
         if self._limits.cache_ttl_s > 0:
-            self._cache[key] = (time.monotonic() + self._limits.cache_ttl_s, tools)
+            self._cache[key] = (self._clock() + self._limits.cache_ttl_s, tools)
             self._cache.move_to_end(key)
             while len(self._cache) > CACHE_ENTRIES:
                 self._cache.popitem(last=False)
         return tools
 
-    def forget(self, server: McpServer) -> None:
-        """Drop cached lists of a server entry (it was deleted or replaced)."""
+    async def _list_on_a_session(
+        self, server: McpServer, headers: dict[str, str], tenant_id: str | None
+    ) -> list[mcp_types.Tool]:
+        """On the tenant's pooled session when the server's sessions pool (the session a
+        later call uses), else on one of its own."""
+        if tenant_id is not None and self.pool.enabled_for(server):
+            key = self.pool_key(tenant_id, server, headers)
+            entry = await self.pool.acquire(key, server, headers)
+            if entry is not None:
+                try:
+                    return await list_all_tools(entry.ready.result())
+                except Exception:
+                    self.pool.discard(entry)
+                    raise
+                finally:
+                    self.pool.release(entry)
+        async with self.session(server, headers) as session:
+            return await list_all_tools(session)
+
+    def _mark_down(self, key: str, error: AppError) -> None:
+        """Listings skip the server until its backoff has passed (doubling per failure)."""
+        earlier = self._down.get(key)
+        failures = 1 if earlier is None else earlier.failures + 1
+        backoff = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (failures - 1))
+        self._down[key] = _Down(self._clock() + backoff, failures, error)
+        self._down.move_to_end(key)
+        while len(self._down) > DOWN_ENTRIES:
+            self._down.popitem(last=False)
+
+    def _skipped(self, server: McpServer, reason: str) -> None:
+        if self._on_skip is not None:
+            self._on_skip(server.source, reason)
+
+    def call_done(self, server: McpServer, seconds: float, outcome: str) -> None:
+        if self._on_call is not None:
+            label = server.name if server.source == "operator" else "tenant"
+            self._on_call(label, seconds, outcome)
+
+    def down_servers(self) -> int:
+        """How many server entries are marked down now (a gauge)."""
+        now = self._clock()
+        return sum(1 for down in self._down.values() if down.until > now)
+
+    def forget_lists(self, server: McpServer) -> None:
+        """Drop a server's cached lists (it said its tools changed)."""
         prefix = f"{server.source}:{server.name}:{server.revision}:"
         for key in [k for k in self._cache if k.startswith(prefix)]:
             del self._cache[key]
 
+    def forget(self, server: McpServer) -> None:
+        """Drop everything known of a server entry (it was deleted or replaced)."""
+        self.forget_lists(server)
+        prefix = f"{server.source}:{server.name}:{server.revision}:"
+        for key in [k for k in self._down if k.startswith(prefix)]:
+            del self._down[key]
+        self.pool.forget_server(server)
+
     async def aclose(self) -> None:
-        """At shutdown: close whatever a run still holds."""
+        """At shutdown: close whatever a run still holds, the pooled sessions, the fetches."""
         for run in list(self.runs):
             await run.aclose()
+        await self.pool.aclose()
+        for pending in list(self._inflight.values()):
+            pending.cancel()
+
+
+def _digest(server: McpServer, headers: dict[str, str]) -> str:
+    # The policy's allow list too: what was fetched or opened under a wider policy is not used
+    # under a narrower one (a tenant's allow list cleared by the admin).
+    allow = server.policy.allow if server.policy is not None else ()
+    return hashlib.sha256(repr((sorted(headers.items()), allow)).encode()).hexdigest()[:16]
 
 
 def _cache_key(server: McpServer, headers: dict[str, str]) -> str:
-    # The policy's allow list too: a list fetched under a wider policy is not served under a
-    # narrower one (a tenant's allow list cleared by the admin).
-    allow = server.policy.allow if server.policy is not None else ()
-    digest = hashlib.sha256(repr((sorted(headers.items()), allow)).encode()).hexdigest()[:16]
-    return f"{server.source}:{server.name}:{server.revision}:{digest}"
+    return f"{server.source}:{server.name}:{server.revision}:{_digest(server, headers)}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from mcp import ClientSession, MCPError
@@ -12,6 +13,7 @@ from mcp_types import CONNECTION_CLOSED
 from app.mcp.client import call_outcome, failure_reason
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub
+from app.mcp.pool import PooledSession, hold
 from app.tools.outcome import ToolOutcome
 
 logger = logging.getLogger(__name__)
@@ -21,17 +23,29 @@ CLOSE_TIMEOUT_S = 5.0
 
 class McpSessions:
     """The MCP sessions of one run (a chat, an invocation, an MCP `tools/call`): each server's
-    session opened on the run's first call to it, kept for the rest of the run, and all closed
-    by `aclose()` (end, error or client disconnect).
+    session taken on the run's first call to it and kept for the rest of the run; `aclose()`
+    (end, error or client disconnect) gives pooled ones back and closes the run's own.
 
-    Each session lives in a task of its own, because the SDK's transports use anyio scopes that
-    must be exited by the task that entered them; a chat's tool calls may run in several tasks.
+    A server whose sessions pool (`app/mcp/pool.py`) lends the tenant's pooled session; any
+    other server (or a full pool) gets a session of the run's own, in a task of its own,
+    because the SDK's transports use anyio scopes that must be exited by the task that entered
+    them; a chat's tool calls may run in several tasks.
     """
 
-    def __init__(self, hub: McpHub, servers: dict[str, McpServer], context: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        hub: McpHub,
+        servers: dict[str, McpServer],
+        context: dict[str, Any],
+        *,
+        tenant_id: str,
+    ) -> None:
         self._hub = hub
         self._servers = servers
         self._context = context
+        self._tenant_id = tenant_id
+        self._lent: dict[str, PooledSession] = {}  # the pooled session each server's calls use
+        self._held: list[PooledSession] = []  # every lease taken, given back at the end
         self._owners: dict[str, asyncio.Task[None]] = {}
         self._ready: dict[str, asyncio.Future[ClientSession]] = {}
         self._stops: dict[str, asyncio.Event] = {}
@@ -46,32 +60,66 @@ class McpSessions:
                 f"cannot connect to MCP server '{server_name}': {failure_reason(exc)}",
                 "unreachable",
             )
+        started = time.perf_counter()
+        server = self._servers[server_name]
         try:
             result = await session.call_tool(tool, arguments)
+        except asyncio.CancelledError:
+            # Timed out or abandoned: the server may still be busy with it (a stdio server
+            # stuck in a tool serves nobody), so the session is not used again.
+            self._retire(server_name)
+            self._hub.call_done(server, time.perf_counter() - started, "failed")
+            raise
         except Exception as exc:
             if not isinstance(exc, MCPError) or exc.code == CONNECTION_CLOSED:
                 self._retire(server_name)  # the session is gone: the next call reconnects
+            self._hub.call_done(server, time.perf_counter() - started, "failed")
             return ToolOutcome.error(
                 f"MCP server '{server_name}' failed the call: {failure_reason(exc)}",
                 "unreachable",
             )
+        outcome = "error" if result.is_error else "ok"
+        self._hub.call_done(server, time.perf_counter() - started, outcome)
         return call_outcome(result)
 
     async def _session(self, name: str) -> ClientSession:
         if self._closing:
             raise RuntimeError("the chat has ended")
+        server = self._servers[name]
+        if self._hub.pool.enabled_for(server):
+            entry = await self._lease(name, server)
+            if entry is not None:
+                return entry.ready.result()
         owner = self._owners.get(name)
         if owner is None or owner.done():  # first call, or the last session died: (re)connect
             self._hub.runs.add(self)
             self._ready[name] = asyncio.get_running_loop().create_future()
             self._stops[name] = stop = asyncio.Event()
             self._owners[name] = asyncio.create_task(
-                self._own(name, self._ready[name], stop), name=f"mcp:{name}"
+                self._own(server, self._ready[name], stop), name=f"mcp:{name}"
             )
         return await asyncio.shield(self._ready[name])
 
+    async def _lease(self, name: str, server: McpServer) -> PooledSession | None:
+        """The run's lease on the tenant's pooled session (taken once per run and server, and
+        again after the session died); None when the pool has no room."""
+        entry = self._lent.get(name)
+        if entry is not None and entry.alive():
+            return entry
+        self._hub.runs.add(self)
+        headers = server.request_headers(self._context)
+        key = self._hub.pool_key(self._tenant_id, server, headers)
+        entry = await self._hub.pool.acquire(key, server, headers)
+        if entry is not None:
+            self._held.append(entry)  # every lease is given back, even a duplicate
+            self._lent[name] = entry
+        return entry
+
     def _retire(self, name: str) -> None:
         """Let a broken session close in the background; a later call opens a new one."""
+        entry = self._lent.pop(name, None)
+        if entry is not None:
+            self._hub.pool.discard(entry)
         owner, stop = self._owners.pop(name, None), self._stops.pop(name, None)
         if stop is not None:
             stop.set()
@@ -79,25 +127,20 @@ class McpSessions:
             self._retired.append(owner)
 
     async def _own(
-        self, name: str, ready: asyncio.Future[ClientSession], stop: asyncio.Event
+        self, server: McpServer, ready: asyncio.Future[ClientSession], stop: asyncio.Event
     ) -> None:
-        """Hold one server's session open until the chat closes (or the session is retired)."""
-        server = self._servers[name]
-        try:
-            async with self._hub.session(server, server.request_headers(self._context)) as s:
-                ready.set_result(s)
-                await stop.wait()
-        except BaseException as exc:
-            if not ready.done():
-                ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError())
-                ready.exception()  # retrieved here: a waiter may be gone already
-            if not isinstance(exc, Exception):
-                raise
-            logger.warning("MCP server %r: session ended: %s", name, failure_reason(exc))
+        """Hold one server's session open until the run closes (or the session is retired)."""
+        headers = server.request_headers(self._context)
+        await hold(lambda: self._hub.session(server, headers), server.name, ready, stop)
 
     async def aclose(self) -> None:
-        """Close every session of the chat; waits a bounded time, then cancels what is left."""
+        """Give back the run's pooled sessions and close its own; waits a bounded time, then
+        cancels what is left."""
         self._closing = True
+        for entry in self._held:
+            self._hub.pool.release(entry)
+        self._held.clear()
+        self._lent.clear()
         for stop in self._stops.values():
             stop.set()
         owners = [t for t in [*self._owners.values(), *self._retired] if not t.done()]

@@ -68,6 +68,10 @@ def mcp_server_tool(server: McpServer, tool: mcp_types.Tool) -> McpServerTool:
         annotations=_annotations(tool.annotations),
         server=server.name,
         mcp_tool=tool.name,
+        output_schema=tool.output_schema,
+        execution=tool.execution.model_dump(by_alias=True, exclude_none=True)
+        if tool.execution
+        else None,
     )
 
 
@@ -90,11 +94,15 @@ def served_tool(tool: TypedTool) -> mcp_types.Tool:
         annotations = mcp_types.ToolAnnotations.model_validate(
             {_ANNOTATIONS[k]: v for k, v in tool.annotations.items() if k in _ANNOTATIONS}
         )
+    output_schema = tool.output_schema if isinstance(tool, McpServerTool) else None
+    execution = tool.execution if isinstance(tool, McpServerTool) else None
     return mcp_types.Tool(
         name=tool.name,
         title=tool.title,
         description=tool.description or None,
         input_schema=tool.json_parameters,
+        output_schema=output_schema,
+        execution=mcp_types.ToolExecution.model_validate(execution) if execution else None,
         annotations=annotations,
     )
 

@@ -100,6 +100,11 @@ class McpServerOut(BaseModel):
     include: list[str] | None = None
     exclude: list[str] = Field(default_factory=list)
     created_at: datetime | None = None
+    warnings: list[str] | None = Field(
+        default=None,
+        description="At create: why `include`/`exclude` could not be checked against the "
+        "server's tools (it could not be reached then).",
+    )
 
 
 class McpToolFunction(BaseModel):

@@ -44,6 +44,14 @@ class ToolRun:
     duration_ms: float
 
 
+@dataclass(frozen=True, slots=True)
+class McpToolRun(ToolRun):
+    """A run for `/mcp` (`call_by_name`): with an MCP tool's result as its server sent it
+    (scrubbed), passed on to the client in place of the text."""
+
+    mcp: dict[str, Any] | None = None
+
+
 class InvocationService:
     """Runs one tool for a caller: a run slot, the caller's toolset of that one tool, the
     invoker, a record of kind `invoke` or `mcp`."""
@@ -119,7 +127,7 @@ class InvocationService:
                         _fill_record(run, tool, visible, None)  # a caller that leaves: cancelled
                         result = await self._invoker.invoke(tool, visible, toolset.call)
                         _fill_record(run, tool, visible, result)
-                        return _tool_run(run.run_id, tool, result)
+                        return _tool_run(run.run_id, tool, result, native=kind == "mcp")
         finally:
             await release()  # every replica sees the slot free before the answer
 
@@ -143,13 +151,14 @@ def _fill_record(
     ]
 
 
-def _tool_run(run_id: str, tool: TypedTool, result: Invocation) -> ToolRun:
+def _tool_run(run_id: str, tool: TypedTool, result: Invocation, *, native: bool) -> ToolRun:
     failed = result.status == "error"
-    return ToolRun(
-        run_id=run_id,
-        tool_id=tool.tool_id,
-        status=result.status,
-        content=None if failed else result.content,
-        error=ToolRunError(result.kind or "exception", result.content) if failed else None,
-        duration_ms=result.duration_ms,
-    )
+    fields: dict[str, Any] = {
+        "run_id": run_id,
+        "tool_id": tool.tool_id,
+        "status": result.status,
+        "content": None if failed else result.content,
+        "error": ToolRunError(result.kind or "exception", result.content) if failed else None,
+        "duration_ms": result.duration_ms,
+    }
+    return McpToolRun(**fields, mcp=result.mcp) if native else ToolRun(**fields)

@@ -15,7 +15,7 @@ import mcp_types
 
 from app.mcp.tools import served_tool
 from app.services.client_tokens import ClientToken
-from app.services.invocations import InvocationService, ToolRun
+from app.services.invocations import InvocationService, McpToolRun
 from app.services.toolbox import Selection, Toolbox
 
 
@@ -40,8 +40,12 @@ class McpGatewayService:
         *,
         tenant_id: str,
         token: ClientToken | None,
-    ) -> ToolRun:
-        """Run the tool offered as `name`; 404 when the caller has none by that name."""
-        return await self._invocations.call_by_name(
+    ) -> McpToolRun:
+        """Run the tool offered as `name`; 404 when the caller has none by that name. An MCP
+        server's result keeps its own parts (`McpToolRun.mcp`: structured content, images,
+        audio, resources, links), scrubbed of the run's hidden values."""
+        run = await self._invocations.call_by_name(
             name, arguments, tenant_id=tenant_id, token=token
         )
+        assert isinstance(run, McpToolRun)
+        return run

@@ -84,6 +84,7 @@ class McpServerService:
             "context": {k: v.model_dump(exclude_none=True) for k, v in body.context.items()},
             "revision": uuid.uuid4().hex,
         }
+        warnings = await self._selection_warnings(body, document, tenant_id)
         async with self._fence(tenant_id, "MCP servers"):  # the cap holds exactly
             if await self._servers.count(tenant_id=tenant_id) >= self._max_servers:
                 raise ConflictError(
@@ -91,7 +92,40 @@ class McpServerService:
                     "(MAX_MCP_SERVERS_PER_TENANT); delete one first"
                 )
             stored = await self._servers.insert(document, tenant_id=tenant_id)
-        return _shown(self._server(stored, tenant_id), stored.get("created_at"))
+        shown = _shown(self._server(stored, tenant_id), stored.get("created_at"))
+        return {**shown, "warnings": warnings} if warnings else shown
+
+    async def _selection_warnings(
+        self, body: McpServerCreate, document: dict[str, Any], tenant_id: str
+    ) -> list[str]:
+        """`include`/`exclude` naming a tool the server does not list: 422. The server is asked
+        within the listing deadline; if it cannot answer then, the entry is taken with a
+        warning saying the names were not checked."""
+        named = set(body.include or ()) | set(body.exclude)
+        if not named:
+            return []
+        policy = await self._outbound.policy(tenant_id)
+        probe = dataclasses.replace(  # every tool it lists, none filtered out
+            McpServer.from_tenant_document({**document, "headers": dict(body.headers)}),
+            include=None,
+            exclude=frozenset(),
+            policy=policy,
+        )
+        found, skipped = await self._hub.reachable_tools([probe], {}, tenant_id=tenant_id)
+        if skipped:
+            reason = next(iter(skipped.values())).message
+            return [f"include/exclude not checked against the server's tools: {reason}"]
+        listed = {tool.name for _, tools in found for tool in tools}
+        included = set(body.include or ())
+        errors = [
+            field_error("$.include" if name in included else "$.exclude", f"no tool '{name}'")
+            for name in sorted(named - listed)
+        ]
+        if errors:
+            raise UnprocessableError(
+                "The server does not list some tools named in include/exclude.", errors=errors
+            )
+        return []
 
     def _server(
         self, doc: dict[str, Any], tenant_id: str, policy: OutboundPolicy | None = None
@@ -175,7 +209,7 @@ class McpServerService:
             [server] = await self.resolve([name], tenant_id=tenant_id, path="name")
         except UnprocessableError:
             raise NotFoundError(f"no MCP server named '{name}'") from None
-        tools = await self._hub.server_tools(server, {})
+        tools = await self._hub.server_tools(server, {}, tenant_id=tenant_id)
         return [mcp_server_tool(server, tool) for tool in tools]
 
     async def tools_json(

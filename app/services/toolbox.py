@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from app.errors import ConflictError, ForbiddenError, UnprocessableError, field_error
+from app.errors import AppError, ConflictError, ForbiddenError, UnprocessableError, field_error
 from app.mcp.config import McpServer, server_of
 from app.mcp.hub import McpHub
 from app.mcp.sessions import McpSessions
@@ -194,7 +194,9 @@ class Toolbox:
         merged = caller_context(context or {}, token)
         stored, picked = await self._stored_tools(tenant_id, selection, token)
         servers = await self._servers(tenant_id, selection, picked)
-        found, skipped = await self._server_tools(servers, picked, merged, selection, token)
+        found, skipped = await self._server_tools(
+            tenant_id, servers, picked, merged, selection, token
+        )
         tools = [*stored, *found]
         _check_names(tools)
         if selection.by_name:
@@ -259,6 +261,7 @@ class Toolbox:
 
     async def _server_tools(
         self,
+        tenant_id: str,
         servers: list[McpServer],
         picked: dict[str, set[str]],
         context: Mapping[str, Any],
@@ -266,12 +269,21 @@ class Toolbox:
         token: ClientToken | None,
     ) -> tuple[list[TypedTool], dict[str, str]]:
         """The servers' tools (listed concurrently): all of a whole server, the picked ones of
-        the others; unreachable servers skipped with the reason (raised when `strict`)."""
+        the others; unreachable servers skipped with the reason. A listing waits for each server
+        only the listing deadline, and skips servers marked down (`McpHub.reachable_tools`); a
+        `strict` one (a one-tool call) waits the connect timeout and raises the failure."""
         if not servers:
             return [], {}
-        reachable, failures = await self._hub.reachable_tools(servers, dict(context))
-        if selection.strict and failures:
-            raise next(iter(failures.values()))
+        if selection.strict:
+            failures: dict[str, AppError] = {}
+            reachable = [
+                (s, await self._hub.server_tools(s, dict(context), tenant_id=tenant_id))
+                for s in servers
+            ]
+        else:
+            reachable, failures = await self._hub.reachable_tools(
+                servers, dict(context), tenant_id=tenant_id
+            )
         found: list[TypedTool] = []
         for server, listed in reachable:
             tools = [mcp_server_tool(server, item) for item in listed]
@@ -302,7 +314,9 @@ class Toolbox:
         for tool, server_name in shaped:
             if server_name not in usable:
                 continue
-            reachable, _ = await self._hub.reachable_tools([usable[server_name]], dict(context))
+            reachable, _ = await self._hub.reachable_tools(
+                [usable[server_name]], dict(context), tenant_id=tenant_id
+            )
             for server, listed in reachable:
                 offered = [mcp_server_tool(server, item) for item in listed]
                 if any(
@@ -326,7 +340,9 @@ class Toolbox:
             else None
         )
         sessions = (
-            McpSessions(self._hub, {s.name: s for s in servers}, context) if servers else None
+            McpSessions(self._hub, {s.name: s for s in servers}, context, tenant_id=tenant_id)
+            if servers
+            else None
         )
         scope = CallScope(
             context=context,

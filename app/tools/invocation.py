@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
+
 from app.metrics import Metrics
 from app.tools.arguments import argument_problems, merge_context
 from app.tools.executors import CallScope, ToolExecutor
@@ -24,6 +26,9 @@ logger = logging.getLogger(__name__)
 # Outputs longer than this are scrubbed and cut on a worker thread: the scrubber decodes
 # escapes, and 100 KB of echoed encodings held the event loop about 0.25 s.
 OFF_LOOP_CHARS = 32_768
+# An MCP result passed on to `/mcp` clients as it is (images, structured content) up to this;
+# beyond it they get the text (capped at TOOL_OUTPUT_MAX_CHARS) like a model does.
+NATIVE_MAX_BYTES = 4 * 1_048_576
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class Invocation:
     content: str
     kind: ErrorKind | None
     duration_ms: float
+    mcp: dict[str, Any] | None = None  # an MCP result's own parts, scrubbed (`ToolOutcome.mcp`)
 
 
 def visible_arguments(tool: TypedTool | None, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +90,8 @@ class ToolInvoker:
             content = await asyncio.to_thread(self._capped, outcome.content, call)
         else:
             content = self._capped(outcome.content, call)
-        return Invocation(outcome.status, content, outcome.kind, round(elapsed * 1000, 3))
+        native = await _scrubbed_native(outcome.mcp, call) if outcome.mcp is not None else None
+        return Invocation(outcome.status, content, outcome.kind, round(elapsed * 1000, 3), native)
 
     def refused(
         self, message: str, kind: ErrorKind, call: CallScope, tool: TypedTool | None = None
@@ -131,3 +138,21 @@ class ToolInvoker:
             return shown
         more = max(len(text), len(shown)) - limit
         return f"{shown[:limit]}\n[truncated: {more} more characters]"
+
+
+async def _scrubbed_native(native: dict[str, Any], call: CallScope) -> dict[str, Any] | None:
+    """An MCP result's own parts with hidden values scrubbed (off the loop: images and
+    structured content can be large); None past NATIVE_MAX_BYTES (the text stands for it)."""
+    try:
+        encoded = orjson.dumps(native)
+    except orjson.JSONEncodeError:  # nested past orjson's depth: the text stands for it
+        return None
+    if len(encoded) > NATIVE_MAX_BYTES:
+        return None
+    if not call.scrub:
+        return native
+    if len(encoded) <= OFF_LOOP_CHARS:
+        scrubbed: dict[str, Any] = call.scrub.json(native)
+    else:
+        scrubbed = await asyncio.to_thread(call.scrub.json, native)
+    return scrubbed

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from app.schemas.invocations import ErrorKind
 
@@ -15,6 +15,9 @@ class ToolOutcome:
     status: Literal["ok", "error"]
     content: str
     kind: ErrorKind | None = None  # why an error happened (metrics, API answers)
+    # An MCP tool's result as its server sent it (`content` blocks, `structuredContent`), for
+    # `/mcp` to pass on (scrubbed by the invoker); `content` above is its text for a model.
+    mcp: dict[str, Any] | None = None
 
     @classmethod
     def error(cls, message: str, kind: ErrorKind) -> ToolOutcome:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Iterable
 from typing import Any
 
 from app.hidden import REDACTED, HiddenValues
 
 __all__ = ["REDACTED", "Scrubber"]
+
+MAX_JSON_DEPTH = 64  # deeper JSON (an MCP result's structured content) is cut, not walked
 
 
 class Scrubber:
@@ -36,3 +40,30 @@ class Scrubber:
             if len(shown) >= limit or until >= len(text):
                 return shown
             until *= 2
+
+    def json(self, value: Any, *, depth: int = 0) -> Any:
+        """`value` (JSON: an MCP result's blocks or structured content) with every string
+        scrubbed; an image's or audio clip's base64 `data` is decoded and, if a hidden value is
+        in it, the block becomes a text saying so (binary cannot be redacted in place)."""
+        if depth > MAX_JSON_DEPTH:
+            return REDACTED
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, list):
+            return [self.json(item, depth=depth + 1) for item in value]
+        if not isinstance(value, dict):
+            return value
+        if value.get("type") in ("image", "audio") and isinstance(value.get("data"), str):
+            if self._hides_in_base64(value["data"]):
+                return {"type": "text", "text": f"[{value['type']} withheld: {REDACTED} in it]"}
+            kept = {k: v for k, v in value.items() if k != "data"}
+            return {**self.json(kept, depth=depth + 1), "data": value["data"]}
+        return {self(k): self.json(v, depth=depth + 1) for k, v in value.items()}
+
+    def _hides_in_base64(self, data: str) -> bool:
+        try:
+            raw = base64.b64decode(data, validate=False)
+        except (binascii.Error, ValueError):
+            return False
+        text = raw.decode("latin-1")  # one character per byte: a value's bytes stay together
+        return self(text) != text

@@ -110,6 +110,8 @@ class McpServerTool(TypedTool):
 
     server: str
     mcp_tool: str  # its name on the server
+    output_schema: dict[str, Any] | None = None  # the server's `outputSchema`, served as it is
+    execution: dict[str, Any] | None = None  # the server's `execution` field, likewise
 
     kind: ClassVar[ToolKind] = "mcp"
 

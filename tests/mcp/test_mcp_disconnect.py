@@ -33,6 +33,7 @@ def served(
         openai_api_key="sk-test",
         mcp_servers=orjson.dumps(operator_servers(demo_http.url, demo_sse.url)).decode(),
         tool_timeout_s=10,
+        mcp_list_deadline_s=30,  # a stdio server's start takes seconds on a loaded machine
     )
     server = ThreadedServer(create_app(settings, registry=functions.registry), lifespan="on")
     server.start()

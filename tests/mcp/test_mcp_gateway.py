@@ -202,7 +202,12 @@ async def test_revoked_and_expired_tokens_get_401_and_never_open_crud_routes(
     answer = await served.http.post(
         "/mcp", json={}, headers={"Authorization": f"Bearer {other['token']}"}
     )
-    assert answer.status_code == 401 and answer.headers["www-authenticate"] == "Bearer"
+    assert answer.status_code == 401
+    assert answer.headers["www-authenticate"] == (
+        'Bearer realm="toolgate", error="invalid_token", error_description="The token is '
+        f'unknown, revoked or expired.", resource_metadata="{served.url}'
+        '/.well-known/oauth-protected-resource/mcp"'
+    )
     assert (
         await served.http.delete(f"/client-tokens/{other['token_id']}", headers=acme.headers)
     ).status_code == 404

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 from app.repositories.mcp_servers import McpServerRepository
+from tests.support import fake_model as script
 from tests.support.apps import ADMIN, TenantCredentials, create_tenant
 from tests.support.chat_clients import McpChat
 from tests.support.mcp_demo import McpDemoServer
@@ -264,3 +266,56 @@ async def test_a_hung_server_is_504_within_the_connect_timeout(
     assert response.status_code == 504
     assert "did not list its tools within 0.5 s" in response.json()["detail"]
     assert mcp_chat.hub.open_sessions == 0
+
+
+async def test_include_or_exclude_naming_a_tool_the_server_lacks_is_422(
+    mcp_chat: McpChat, demo_http: McpDemoServer
+) -> None:
+    headers = mcp_chat.tenant.headers
+    entry = {"name": "picked", "type": "streamable-http", "url": demo_http.url}
+    bad = {**entry, "include": ["add", "no-such-tool"], "exclude": ["nor-this"]}
+    refused = await mcp_chat.http.post("/mcp-servers", json=bad, headers=headers)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["errors"] == [
+        {"path": "$.include", "message": "no tool 'no-such-tool'"},
+        {"path": "$.exclude", "message": "no tool 'nor-this'"},
+    ]
+    assert (await mcp_chat.http.get("/mcp-servers/picked", headers=headers)).status_code == 404
+    good = {**entry, "include": ["add"], "exclude": ["fail"]}
+    created = await mcp_chat.http.post("/mcp-servers", json=good, headers=headers)
+    assert created.status_code == 201 and created.json()["warnings"] is None
+
+
+@pytest.mark.settings(mcp_list_deadline_s=0.3)
+async def test_include_for_an_unreachable_server_is_taken_with_a_warning(
+    mcp_chat: McpChat, silent_port: int
+) -> None:
+    body = server(
+        "hung", url=f"http://127.0.0.1:{silent_port}/mcp", headers={}, context={}, include=["x"]
+    )
+    created = await mcp_chat.http.post("/mcp-servers", json=body, headers=mcp_chat.tenant.headers)
+    assert created.status_code == 201, created.text
+    assert created.json()["warnings"] == [
+        "include/exclude not checked against the server's tools: "
+        "MCP server 'hung' did not list its tools within 0.3 s."
+    ]
+
+
+@pytest.mark.settings(mcp_list_deadline_s=0.5)
+async def test_a_chat_naming_a_hung_server_waits_the_listing_deadline_once(
+    mcp_chat: McpChat, silent_port: int
+) -> None:
+    body = server("hung", url=f"http://127.0.0.1:{silent_port}/mcp", headers={}, context={})
+    headers = mcp_chat.tenant.headers
+    assert (await mcp_chat.http.post("/mcp-servers", json=body, headers=headers)).status_code == 201
+    await mcp_chat.call(script.text("warm"), mcp_servers=["demo-http"])  # its list is cached
+    started = time.perf_counter()
+    first = await mcp_chat.call(script.text("hi"), mcp_servers=["hung", "demo-http"])
+    assert time.perf_counter() - started < 5  # the connect timeout is 10 s
+    assert first["skipped_mcp_servers"] == [
+        {"name": "hung", "reason": "MCP server 'hung' did not list its tools within 0.5 s."}
+    ]
+    handshakes = mcp_chat.hub.handshakes
+    again = await mcp_chat.call(script.text("hi"), mcp_servers=["hung", "demo-http"])
+    assert again["skipped_mcp_servers"] == first["skipped_mcp_servers"]  # down: not asked
+    assert mcp_chat.hub.handshakes == handshakes

@@ -2,24 +2,52 @@
 
 Served in-process over streamable HTTP and SSE by `McpDemoServer` (uvicorn on 127.0.0.1), or as a
 child process over stdio. Its tools cover the cases the service must handle: plain results, an
-error result, a hang, a large result, a crash, and context arguments (argument and header).
+error result, a hang, a large result, a crash, context arguments (argument and header), and a
+tool list that changes while the server runs (`grow`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import sys
 import threading
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import (
+    AudioContent,
+    ContentBlock,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+)
+from pydantic import BaseModel
 
 from tests.support.servers import ThreadedServer
 
 CALLS: list[str] = []  # tool names, in call order (in-process servers only)
 RECEIVED: list[dict[str, str]] = []  # what `whoami` got: its argument and the X-User header
 _lock = threading.Lock()
+
+
+# A 1x1 PNG, base64 (what an image tool sends).
+PIXEL_PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    "YPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+)
+
+
+class Weather(BaseModel):
+    city: str
+    celsius: float
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
 
 
 def build() -> MCPServer:
@@ -75,6 +103,37 @@ def build() -> MCPServer:
         """Answer with `size` characters."""
         _called("big")
         return "x" * size
+
+    @server.tool()
+    async def grow(name: str, ctx: Context) -> str:
+        """Add a tool called `name` (it answers "grown") and tell the client the list changed."""
+        _called("grow")
+        server.add_tool(lambda: "grown", name=name, description="Added while running.")
+        await ctx.session.send_tool_list_changed()
+        return f"added {name}"
+
+    @server.tool()
+    def weather(city: str) -> Weather:
+        """Structured output: the result has `structuredContent`, the tool an `outputSchema`."""
+        _called("weather")
+        return Weather(city=city, celsius=21.5)
+
+    @server.tool()
+    def picture(user_id: str) -> list[ContentBlock]:
+        """Every kind of content: text, two images (one with the user id in its bytes), audio,
+        an embedded resource and a resource link, the last two naming the user."""
+        _called("picture")
+        return [
+            TextContent(type="text", text=f"a picture for {user_id}"),
+            ImageContent(type="image", data=PIXEL_PNG, mime_type="image/png"),
+            ImageContent(type="image", data=_b64(f"GIF89a {user_id}"), mime_type="image/gif"),
+            AudioContent(type="audio", data=_b64("RIFF....WAVE"), mime_type="audio/wav"),
+            EmbeddedResource(
+                type="resource",
+                resource=TextResourceContents(uri="memo://note", text=f"note for {user_id}"),
+            ),
+            ResourceLink(type="resource_link", uri=f"https://files.test/{user_id}", name="file"),
+        ]
 
     @server.tool()
     def crash() -> str:

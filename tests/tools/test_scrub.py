@@ -3,6 +3,7 @@ uses (tests/support/echoes.py) loses the value, whatever surrounds it."""
 
 from __future__ import annotations
 
+import base64
 import string
 
 import pytest
@@ -103,3 +104,32 @@ def test_any_value_and_text_are_handled(value: str) -> None:
     scrub = Scrubber([value])
     for text in (value, f"%FF%C3 {value} \\ud800 &#1114112; &#0; &bogus; \\u12", "%" * 5):
         assert value not in scrub(text)
+
+
+def test_json_results_are_scrubbed_string_by_string_and_images_are_withheld_whole() -> None:
+    scrub = Scrubber(["s3cr3t-value"])
+    clean_png = base64.b64encode(b"\x89PNG pixels").decode()
+    leaky_png = base64.b64encode(b"\x89PNG s3cr3t-value").decode()
+    result = {
+        "content": [
+            {"type": "text", "text": "s3cr3t-value says hi"},
+            {"type": "image", "data": clean_png, "mimeType": "image/png"},
+            {"type": "audio", "data": leaky_png, "mimeType": "audio/wav"},
+            {"type": "image", "data": "not base64 at all!", "mimeType": "image/png"},
+        ],
+        "structuredContent": {"s3cr3t-value": ["s3cr3t-value", 1, None, True]},
+    }
+    text, image, audio, odd = scrub.json(result)["content"]
+    assert text["text"] == "[redacted] says hi"
+    assert image["data"] == clean_png  # untouched, byte for byte
+    assert audio == {"type": "text", "text": "[audio withheld: [redacted] in it]"}
+    assert odd["data"] == "not base64 at all!"
+    assert scrub.json(result)["structuredContent"] == {"[redacted]": ["[redacted]", 1, None, True]}
+
+
+def test_json_deeper_than_the_limit_is_cut_not_walked() -> None:
+    deep: object = "s3cr3t-value"
+    for _ in range(5000):  # past Python's recursion limit if it were walked
+        deep = [deep]
+    cut = Scrubber(["s3cr3t-value"]).json({"structuredContent": deep})
+    assert "s3cr3t-value" not in repr(cut)
