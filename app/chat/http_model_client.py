@@ -1,4 +1,5 @@
-"""`ModelClient` speaking the OpenAI chat-completions wire format: orjson over `wire.WirePool`.
+"""`ModelClient` over `wire.WirePool` and orjson, for each model API (`ModelAPI`): OpenAI chat
+completions (here), the Responses API (`responses_api.py`), Anthropic Messages (`anthropic_api.py`).
 
 The `openai` SDK spends about 2 ms of CPU per call here, most of it converting `messages` and
 `tools` and building its types; this client spends a small fraction of that (see the README's
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 from collections.abc import AsyncIterator
 from email.utils import parsedate_to_datetime
 from time import time
@@ -20,20 +22,23 @@ from typing import Any
 import orjson
 
 from app.chat.model import (
+    ModelAPI,
     ModelError,
     ModelToolCall,
     ModelTurn,
+    StreamAssembler,
     TurnAssembler,
     Usage,
     credentials_rejected,
     malformed_answer,
     model_timed_out,
+    overloaded,
     rate_limited,
     tool_options,
     unreachable,
     upstream_status,
 )
-from app.chat.wire import WireError, WirePool, server_sent_events
+from app.chat.wire import Connector, WireError, WirePool, server_sent_events
 
 logger = logging.getLogger(__name__)
 
@@ -48,13 +53,55 @@ class _Retryable(Exception):
         self.error, self.delay_s = error, delay_s
 
 
+class ChatCompletionsAPI:
+    """OpenAI chat completions: the loop's own message format, sent as it is."""
+
+    name = "chat_completions"
+    path = "/chat/completions"
+    default_base_url = OPENAI_BASE_URL
+
+    def headers(self, api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"}
+
+    def body(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        parallel_tool_calls: bool,
+        stream: bool,
+    ) -> bytes:
+        payload = _payload(model, messages, tools, parallel_tool_calls)
+        if stream:
+            payload["stream"] = True
+            payload["stream_options"] = {"include_usage": True}
+        return orjson.dumps(payload)
+
+    def parse(self, raw: bytes) -> ModelTurn:
+        return parse_completion(raw)
+
+    def assembler(self) -> StreamAssembler:
+        return TurnAssembler()
+
+
 class HTTPModelClient:
     def __init__(
-        self, *, base_url: str | None, api_key: str, timeout_s: float, max_retries: int
+        self,
+        *,
+        base_url: str | None,
+        api_key: str,
+        timeout_s: float,
+        max_retries: int,
+        api: ModelAPI | None = None,
+        connect: Connector | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self._pool = WirePool((base_url or OPENAI_BASE_URL).rstrip("/") + "/chat/completions")
+        self._api: ModelAPI = api or ChatCompletionsAPI()
+        url = (base_url or self._api.default_base_url).rstrip("/") + self._api.path
+        self._pool = WirePool(url, connect=connect, ssl_context=ssl_context)
         self._headers = {
-            "Authorization": f"Bearer {api_key}",
+            **self._api.headers(api_key),
             "Content-Type": "application/json",
             "Accept": "application/json",
             "Accept-Encoding": "identity",
@@ -71,7 +118,13 @@ class HTTPModelClient:
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
     ) -> ModelTurn:
-        body = orjson.dumps(_payload(model, messages, tools, parallel_tool_calls))
+        body = self._api.body(
+            model=model,
+            messages=messages,
+            tools=tools,
+            parallel_tool_calls=parallel_tool_calls,
+            stream=False,
+        )
         for attempt in range(self._max_retries + 1):
             try:
                 return await self._attempt(body)
@@ -91,7 +144,7 @@ class HTTPModelClient:
             raise _Retryable(unreachable(), None) from None
         if response.status >= 400:
             raise _status_error(response.status, response.headers, response.body)
-        return parse_completion(response.body)
+        return self._api.parse(response.body)
 
     async def stream(
         self,
@@ -103,10 +156,13 @@ class HTTPModelClient:
     ) -> AsyncIterator[str | ModelTurn]:
         """Content deltas as they arrive, then the assembled turn. Failures before the first
         byte of content are retried like `complete`; later ones end the stream with the error."""
-        payload = _payload(model, messages, tools, parallel_tool_calls)
-        payload["stream"] = True
-        payload["stream_options"] = {"include_usage": True}
-        body = orjson.dumps(payload)
+        body = self._api.body(
+            model=model,
+            messages=messages,
+            tools=tools,
+            parallel_tool_calls=parallel_tool_calls,
+            stream=True,
+        )
         for attempt in range(self._max_retries + 1):
             try:
                 async for item in self._stream_attempt(body):
@@ -118,7 +174,7 @@ class HTTPModelClient:
                 await asyncio.sleep(_backoff(attempt, retry.delay_s))
 
     async def _stream_attempt(self, body: bytes) -> AsyncIterator[str | ModelTurn]:
-        assembler = TurnAssembler()
+        assembler = self._api.assembler()
         whole: ModelTurn | None = None
         try:
             async with asyncio.timeout(self._timeout_s) as deadline:
@@ -128,7 +184,7 @@ class HTTPModelClient:
                         raise _status_error(response.status, response.headers, raw)
                     if "event-stream" not in response.headers.get("content-type", ""):
                         # A server that ignores `stream: true` answers with one completion.
-                        whole = parse_completion(await response.read())
+                        whole = self._api.parse(await response.read())
                     async for data in server_sent_events(response):
                         if data.strip() == "[DONE]":
                             continue
@@ -167,8 +223,11 @@ def _chunk(data: str) -> dict[str, Any]:
         raise malformed_answer() from None
     if not isinstance(chunk, dict):
         raise malformed_answer()
-    if isinstance(chunk.get("error"), dict):  # some servers report errors inside the stream
-        raise upstream_status(500, str(chunk["error"].get("message", "error")))
+    error = chunk.get("error")
+    if isinstance(error, dict):  # some servers report errors inside the stream
+        if error.get("type") == "overloaded_error":
+            raise overloaded(None)
+        raise upstream_status(500, str(error.get("message", "error")))
     return chunk
 
 
@@ -206,6 +265,8 @@ def _status_error(status: int, headers: Any, raw: bytes) -> Exception:
         error = credentials_rejected()
     elif status == 429:
         error = rate_limited(headers.get("retry-after"))
+    elif status in (503, 529):  # overloaded (Anthropic says 529, OpenAI 503)
+        error = overloaded(headers.get("retry-after"))
     else:
         error = upstream_status(status, message)
     return _Retryable(error, _retry_after_s(headers)) if retry else error

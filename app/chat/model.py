@@ -50,6 +50,47 @@ def tool_options(tools: list[dict[str, Any]] | None, parallel_tool_calls: bool) 
     return options
 
 
+# The loop writes a failed tool's result with this prefix; APIs with an error flag on tool
+# results (Anthropic's `is_error`) read it back from there.
+TOOL_ERROR_PREFIX = "Error: "
+
+
+class StreamAssembler(Protocol):
+    def feed(self, event: dict[str, Any]) -> str:
+        """Take one streamed event (a JSON object); return the content it adds ("" if none)."""
+        ...
+
+    def turn(self) -> ModelTurn: ...
+
+
+class ModelAPI(Protocol):
+    """One model API's wire format: what `HTTPModelClient` sends and how it reads answers.
+
+    The loop speaks chat-completions messages and tool schemas; each API converts them."""
+
+    name: str
+    path: str  # appended to the base URL
+    default_base_url: str
+
+    def headers(self, api_key: str) -> dict[str, str]: ...
+
+    def body(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        parallel_tool_calls: bool,
+        stream: bool,
+    ) -> bytes: ...
+
+    def parse(self, raw: bytes) -> ModelTurn:
+        """A whole answer; anything malformed raises `malformed_answer()`."""
+        ...
+
+    def assembler(self) -> StreamAssembler: ...
+
+
 class ModelClient(Protocol):
     async def complete(
         self,
@@ -108,6 +149,11 @@ def rate_limited(retry_after: str | None) -> ModelRateLimitedError:
     )
 
 
+def overloaded(retry_after: str | None) -> ModelRateLimitedError:
+    headers = {"Retry-After": retry_after} if retry_after and retry_after.isdigit() else None
+    return ModelRateLimitedError("The model endpoint is overloaded; retry later.", headers=headers)
+
+
 def upstream_status(status: int, message: str) -> ModelUpstreamError:
     return ModelUpstreamError(f"The model endpoint answered HTTP {status}: {message}")
 
@@ -136,8 +182,9 @@ class TurnAssembler:
         self._calls: dict[int, dict[str, Any]] = {}
         self._usage = Usage()
 
-    def feed(self, chunk: dict[str, Any]) -> str:
+    def feed(self, event: dict[str, Any]) -> str:
         """Take one chunk; return the content it adds ("" if none)."""
+        chunk = event
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage = Usage(

@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack
 
 import httpx
 
+from app.chat.apis import build_model_api
 from app.chat.http_model_client import HTTPModelClient
 from app.chat.loop import ChatLoop, LoopLimits
 from app.chat.model import ModelClient
@@ -32,12 +33,19 @@ def build_model_client(settings: Settings) -> ModelClient | None:
     if not settings.model_configured:
         return None
     api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "unused"
-    client = HTTPModelClient if settings.model_client == "http" else OpenAISDKClient
-    return client(
+    if settings.model_client == "openai-sdk":
+        return OpenAISDKClient(
+            base_url=settings.openai_base_url,
+            api_key=api_key,
+            timeout_s=settings.model_timeout_s,
+            max_retries=settings.model_max_retries,
+        )
+    return HTTPModelClient(
         base_url=settings.openai_base_url,
         api_key=api_key,
         timeout_s=settings.model_timeout_s,
         max_retries=settings.model_max_retries,
+        api=build_model_api(settings.model_api, max_tokens=settings.model_max_tokens),
     )
 
 
