@@ -11,7 +11,17 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
-from app.api import chat, client_tokens, health, mcp_servers, runs, secrets, tenants, tools
+from app.api import (
+    chat,
+    client_tokens,
+    health,
+    mcp_servers,
+    model_providers,
+    runs,
+    secrets,
+    tenants,
+    tools,
+)
 from app.api.docs import install_docs, install_openapi
 from app.api.mcp_endpoint import McpGateway
 from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
@@ -169,7 +179,8 @@ def create_app(
     install_error_handlers(app)
     _finish_openapi(app, settings)
     # Hot routes first (matching walks routes in order); /ping stays first as the yardstick.
-    for module in (health, tools, chat, runs, mcp_servers, secrets, client_tokens, tenants):
+    routers = (health, tools, chat, runs, mcp_servers, model_providers, secrets, client_tokens)
+    for module in (*routers, tenants):
         app.include_router(module.router)
     # MCP over streamable HTTP (docs/mcp.md); not a REST route, so not in the OpenAPI document.
     # Right after /ping: routes are matched in order, and a tools/call is a hot path too.

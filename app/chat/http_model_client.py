@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from email.utils import parsedate_to_datetime
 from time import time
 from typing import Any
+from urllib.parse import unquote
 
 import orjson
 
@@ -46,6 +47,7 @@ OPENAI_BASE_URL = "https://api.openai.com/v1"
 MAX_RETRY_AFTER_S = 60.0
 INITIAL_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
 _RETRY_STATUSES = frozenset({408, 409, 429})
+_REJECTED = credentials_rejected().message  # `_told` names the client's own credentials
 
 
 class _Retryable(Exception):
@@ -96,8 +98,12 @@ class HTTPModelClient:
         api: ModelAPI | None = None,
         connect: Connector | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        credentials: str = "OPENAI_API_KEY",
     ) -> None:
+        """`credentials` names where the key comes from, for the error that says it was refused;
+        an error of the endpoint that quotes the key is never passed on."""
         self._api: ModelAPI = api or ChatCompletionsAPI()
+        self._api_key, self._credentials = api_key, credentials
         url = (base_url or self._api.default_base_url).rstrip("/") + self._api.path
         self._pool = WirePool(url, connect=connect, ssl_context=ssl_context)
         self._headers = {
@@ -125,14 +131,25 @@ class HTTPModelClient:
             parallel_tool_calls=parallel_tool_calls,
             stream=False,
         )
-        for attempt in range(self._max_retries + 1):
-            try:
-                return await self._attempt(body)
-            except _Retryable as retry:
-                if attempt == self._max_retries:
-                    raise retry.error from None
-                await asyncio.sleep(_backoff(attempt, retry.delay_s))
+        try:
+            for attempt in range(self._max_retries + 1):
+                try:
+                    return await self._attempt(body)
+                except _Retryable as retry:
+                    if attempt == self._max_retries:
+                        raise retry.error from None
+                    await asyncio.sleep(_backoff(attempt, retry.delay_s))
+        except ModelError as error:
+            raise self._told(error) from None
         raise AssertionError("unreachable")
+
+    def _told(self, error: ModelError) -> ModelError:
+        """The error as the caller may see it: credentials named, never quoted."""
+        if error.message == _REJECTED:
+            return credentials_rejected(self._credentials)
+        if self._api_key and self._api_key in unquote(error.message):
+            return upstream_status(502, "an error that quoted the credentials (withheld)")
+        return error
 
     async def _attempt(self, body: bytes) -> ModelTurn:
         try:
@@ -163,15 +180,18 @@ class HTTPModelClient:
             parallel_tool_calls=parallel_tool_calls,
             stream=True,
         )
-        for attempt in range(self._max_retries + 1):
-            try:
-                async for item in self._stream_attempt(body):
-                    yield item
-                return
-            except _Retryable as retry:
-                if attempt == self._max_retries:
-                    raise retry.error from None
-                await asyncio.sleep(_backoff(attempt, retry.delay_s))
+        try:
+            for attempt in range(self._max_retries + 1):
+                try:
+                    async for item in self._stream_attempt(body):
+                        yield item
+                    return
+                except _Retryable as retry:
+                    if attempt == self._max_retries:
+                        raise retry.error from None
+                    await asyncio.sleep(_backoff(attempt, retry.delay_s))
+        except ModelError as error:
+            raise self._told(error) from None
 
     async def _stream_attempt(self, body: bytes) -> AsyncIterator[str | ModelTurn]:
         assembler = self._api.assembler()

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import orjson
 
 from app.chat.model import (
+    TOOL_ERROR_PREFIX,
     ModelClient,
     ModelTimeoutError,
     ModelToolCall,
@@ -70,6 +71,9 @@ class ChatRun:
     call: CallScope = field(default_factory=CallScope)
     # MCP servers left out because they could not be reached: name -> why.
     skipped_servers: dict[str, str] = field(default_factory=dict)
+    # The tenant provider's client the model calls go to (None: the loop's own), and its name.
+    client: ModelClient | None = None
+    provider: str | None = None
 
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -156,12 +160,13 @@ class ChatLoop:
         self, run: _Run, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
     ) -> ModelTurn:
         model, parallel = run.chat.model, run.chat.parallel_tool_calls
+        client = run.chat.client or self._model
         if run.emit is None:
-            return await self._model.complete(
+            return await client.complete(
                 model=model, messages=messages, tools=tools, parallel_tool_calls=parallel
             )
         turn = None
-        stream = self._model.stream(
+        stream = client.stream(
             model=model, messages=messages, tools=tools, parallel_tool_calls=parallel
         )
         async for item in stream:
@@ -218,7 +223,7 @@ def _recorded(
     call: ModelToolCall, shown: Any, result: Invocation, seconds: float
 ) -> tuple[ToolCallRecord, str]:
     """The call's record and the tool message the model reads (errors say so)."""
-    content = result.content if result.status == "ok" else f"Error: {result.content}"
+    content = result.content if result.status == "ok" else TOOL_ERROR_PREFIX + result.content
     record = ToolCallRecord(
         id=call.id,
         name=call.name,

@@ -123,6 +123,20 @@ class ModelNotConfiguredError(ModelError):
     status_code = 503
 
 
+class MissingModel:
+    """The operator's model client when none is configured: every call is a 503."""
+
+    async def complete(self, **request: Any) -> ModelTurn:
+        raise ModelNotConfiguredError("No model is configured.")
+
+    async def stream(self, **request: Any) -> AsyncIterator[str | ModelTurn]:
+        raise ModelNotConfiguredError("No model is configured.")
+        yield ""  # pragma: no cover - makes this an async generator
+
+    async def close(self) -> None:
+        return None
+
+
 class ModelRateLimitedError(ModelError):
     status_code = 503
 
@@ -136,9 +150,9 @@ class ModelTimeoutError(ModelError):
 
 
 # One wording for every model client, so a failure reads the same whichever transport is used.
-def credentials_rejected() -> ModelUpstreamError:
+def credentials_rejected(source: str = "OPENAI_API_KEY") -> ModelUpstreamError:
     return ModelUpstreamError(
-        "The model endpoint rejected the service's credentials (check OPENAI_API_KEY)."
+        f"The model endpoint rejected the service's credentials (check {source})."
     )
 
 

@@ -67,6 +67,11 @@ class ChatRequest(ClientModel):
         max_length=16,
         description="MCP servers whose tools join the chat, named `{server}__{tool}`.",
     )
+    provider: Name | None = Field(
+        default=None,
+        description="One of the tenant's model providers (/model-providers); default: the "
+        "tenant's default provider, else the operator's model endpoint.",
+    )
     model: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
     max_iterations: Annotated[int, Field(ge=1, le=1000), WholeNumber] | None = None
     parallel_tool_calls: bool = True

@@ -40,6 +40,10 @@ class Run(BaseModel):
     started_at: datetime
     ended_at: datetime
     model: str | None = Field(default=None, description="The model of a chat; None otherwise.")
+    provider: str | None = Field(
+        default=None,
+        description="The tenant's model provider a chat went through; None: the operator's.",
+    )
     stop_reason: RunStatus
     error: str | None = Field(default=None, exclude_if=lambda value: value is None)
     iterations: int

@@ -17,6 +17,7 @@ from app.logs import hiding_forms
 from app.metrics import Metrics
 from app.schemas.chat import ChatRequest, ChatResponse
 from app.services.client_tokens import ClientToken
+from app.services.model_providers import ChosenModel, ModelProviderService
 from app.services.runs import RunRecorder, RunRecording, new_run_id, recording
 from app.services.toolbox import Selection, Toolbox, Toolset
 
@@ -33,16 +34,22 @@ class ChatService:
         self,
         *,
         toolbox: Toolbox,
-        loop: ChatLoop | None,
+        loop: ChatLoop,
         default_model: str,
         max_iterations_cap: int,
         recorder: RunRecorder,
         limits: Limits,
         keep_messages: bool = False,
         metrics: Metrics | None = None,
+        providers: ModelProviderService | None = None,
+        operator_model: bool = True,
     ) -> None:
+        """`operator_model`: whether the operator configured a model endpoint (without one,
+        only chats through a tenant's own provider run)."""
         self._toolbox = toolbox
         self._loop = loop
+        self._providers = providers
+        self._operator_model = operator_model
         self._default_model = default_model
         self._cap = max_iterations_cap
         self._recorder = recorder
@@ -73,10 +80,7 @@ class ChatService:
                 "max_iterations is above the server's cap.",
                 errors=[field_error("$.max_iterations", f"must be at most {self._cap}")],
             )
-        if self._loop is None:
-            raise ModelNotConfiguredError(
-                "No model is configured: set OPENAI_BASE_URL and/or OPENAI_API_KEY."
-            )
+        chosen = await self._chosen_model(request, tenant_id=tenant_id)
         selection = Selection(
             tool_ids=request.tool_ids, tags=request.tags, mcp_servers=request.mcp_servers or ()
         )
@@ -86,13 +90,29 @@ class ChatService:
         chat = ChatRun(
             messages=[m.model_dump(exclude_none=True) for m in request.messages],
             tools=toolset.tools,
-            model=request.model or self._default_model,
+            model=chosen.model,
             max_iterations=max_iterations,
             parallel_tool_calls=request.parallel_tool_calls,
             skipped_servers=toolset.skipped_servers,
             call=toolset.call,
+            client=chosen.client,
+            provider=chosen.provider,
         )
         return chat, toolset
+
+    async def _chosen_model(self, request: ChatRequest, *, tenant_id: str) -> ChosenModel:
+        if self._providers is None:
+            chosen = ChosenModel(None, None, request.model or self._default_model)
+        else:
+            chosen = await self._providers.choose(
+                request.provider, request.model, tenant_id=tenant_id
+            )
+        if chosen.client is None and not self._operator_model:
+            raise ModelNotConfiguredError(
+                "No model is configured: set OPENAI_BASE_URL and/or OPENAI_API_KEY, "
+                "or register a model provider (/model-providers)."
+            )
+        return chosen
 
     async def run(
         self,
@@ -104,7 +124,6 @@ class ChatService:
         events: EventSink | None = None,
     ) -> ChatResponse:
         """Run a prepared chat to the model's answer (or the iteration cap), and record it."""
-        assert self._loop is not None, "prepare() refuses chats when no model is configured"
         progress = ChatResult(message={}, messages=[], stop_reason="completed", iterations=0)
         try:
             # Recorded (and counted) before the toolset closes: closing MCP sessions awaits,
@@ -143,6 +162,8 @@ def _fill_record(
     """What is kept of a chat: never context values; message contents only if configured."""
     tool_ids = {tool.name: tool.tool_id for tool in chat.tools}
     run.model = chat.model
+    if chat.provider is not None:  # the operator's endpoint: no provider named
+        run.extra["provider"] = chat.provider
     run.iterations = progress.iterations
     run.usage = usage_document(progress.usage)
     run.tool_calls = [
