@@ -304,3 +304,32 @@ async def test_streamed_error_event(chat: ChatClient, fake: FakeModel, api: str)
     response = await chat.chat(stream=True)
     [(name, data)] = [e for e in events_of(response.text) if e[0] not in ("iteration",)]
     assert name == "error" and says in data["detail"]
+
+
+async def test_the_demo_fake_model_speaks_each_api(api: str) -> None:
+    """`python -m app fake-model` (demos, compose, the benchmark) answers on every API."""
+    from app.fake_model import FakeModelApp
+    from app.tools.builtin import registry
+
+    server = ThreadedServer(
+        FakeModelApp(tool="roll_dice", arguments='{"d": 6}', calls=2, latency_s=0)
+    )
+    server.start()
+    settings = make_settings(
+        None, openai_base_url=f"{server.url}/v1", openai_api_key="k", model_api=api
+    )
+    try:
+        async with running_app(settings, registry) as app, http_client(app) as http:
+            tenant = await create_tenant(http, "acme")
+            response = await http.post(
+                "/chat",
+                json={"messages": [{"role": "user", "content": "roll"}], "tool_ids": ["rolldice"]},
+                headers=tenant.headers,
+            )
+    finally:
+        server.stop()
+    body = response.json()
+    assert response.status_code == 200 and body["iterations"] == 2, response.text
+    assert [c["status"] for c in body["tool_calls"]] == ["ok", "ok"]
+    rolled = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+    assert body["message"]["content"] == f"Tool results: {', '.join(rolled)}"
