@@ -109,6 +109,9 @@ class Settings(BaseSettings):
     # Output tokens a turn may use: Anthropic's Messages API requires the field (the other APIs
     # leave it to the model's own limit).
     model_max_tokens: int = Field(default=4096, ge=1, le=1_000_000)
+    # Responses API: send previous_response_id and only the items after it (the endpoint must
+    # store responses), instead of the whole conversation each turn.
+    model_responses_chain: bool = False
     model_timeout_s: float = Field(default=60.0, gt=0, le=600)
     model_max_retries: int = Field(default=2, ge=0, le=2)
     chat_deadline_s: float = Field(default=120.0, gt=0, le=3600)

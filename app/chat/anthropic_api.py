@@ -19,6 +19,7 @@ from app.chat.model import (
     ModelTurn,
     StreamAssembler,
     Usage,
+    finished,
     malformed_answer,
 )
 from app.tools.providers import shaped
@@ -79,7 +80,7 @@ class AnthropicMessagesAPI:
             data = orjson.loads(raw)
             if data.get("type") == "error":
                 raise KeyError("error")
-            return _turn(data["content"], data.get("usage"))
+            return _turn(data["content"], data.get("usage"), data.get("stop_reason"))
         except _MALFORMED as exc:
             logger.warning("malformed model answer: %s", type(exc).__name__)
             raise malformed_answer() from None
@@ -96,6 +97,7 @@ class AnthropicAssembler:
         self._blocks: dict[int, dict[str, Any]] = {}
         self._parts: dict[int, list[str]] = {}
         self._usage: dict[str, Any] = {}
+        self._stop: object = None
 
     def feed(self, event: dict[str, Any]) -> str:
         kind, index = event.get("type"), event.get("index")
@@ -103,6 +105,7 @@ class AnthropicAssembler:
             self._usage.update((event.get("message") or {}).get("usage") or {})
         elif kind == "message_delta":
             self._usage.update(event.get("usage") or {})
+            self._stop = (event.get("delta") or {}).get("stop_reason") or self._stop
         elif kind == "content_block_start" and isinstance(index, int):
             self._blocks[index] = dict(event.get("content_block") or {})
             self._parts[index] = []
@@ -125,7 +128,7 @@ class AnthropicAssembler:
             elif block.get("type") == "tool_use":
                 blocks.append({**block, "input": joined or block.get("input") or {}})
         try:
-            return _turn(blocks, self._usage)
+            return _turn(blocks, self._usage, self._stop)
         except _MALFORMED as exc:
             logger.warning("malformed model answer: %s", type(exc).__name__)
             raise malformed_answer() from None
@@ -212,7 +215,7 @@ def _text(content: Any) -> str:
     return content if isinstance(content, str) else ""
 
 
-def _turn(blocks: list[dict[str, Any]], usage: Any) -> ModelTurn:
+def _turn(blocks: list[dict[str, Any]], usage: Any, stop: object) -> ModelTurn:
     texts = [str(block["text"]) for block in blocks if block.get("type") == "text"]
     calls = [
         ModelToolCall(
@@ -225,7 +228,7 @@ def _turn(blocks: list[dict[str, Any]], usage: Any) -> ModelTurn:
         for index, block in enumerate(blocks)
         if block.get("type") == "tool_use"
     ]
-    return ModelTurn("".join(texts) or None, calls, _usage(usage))
+    return ModelTurn("".join(texts) or None, calls, _usage(usage), finished(stop))
 
 
 def _usage(usage: Any) -> Usage:

@@ -31,6 +31,7 @@ from app.chat.model import (
     TurnAssembler,
     Usage,
     credentials_rejected,
+    finished,
     malformed_answer,
     model_timed_out,
     overloaded,
@@ -311,7 +312,8 @@ def parse_completion(raw: bytes) -> ModelTurn:
     """A chat.completion body -> ModelTurn; anything malformed is a 502."""
     try:
         data = orjson.loads(raw)
-        message = data["choices"][0]["message"]
+        choice = data["choices"][0]
+        message = choice["message"]
         calls = [
             ModelToolCall(
                 id=str(call.get("id") or f"call_{index}"),
@@ -330,6 +332,7 @@ def parse_completion(raw: bytes) -> ModelTurn:
                 int(usage.get("completion_tokens") or 0),
                 int(usage.get("total_tokens") or 0),
             ),
+            finish=finished(choice.get("finish_reason")),
         )
     except (
         orjson.JSONDecodeError,

@@ -56,6 +56,7 @@ class ChatResult:
     iterations: int
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = None  # the model's own, for its last turn (`model.finished`)
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ class ChatLoop:
             finally:
                 self._metrics.model_seconds.observe(time.perf_counter() - started)
             result.iterations, result.usage = iteration, result.usage + turn.usage
+            result.finish_reason = turn.finish
             # Tool calls are read from the message, not finish_reason: some gateways say "stop".
             over_budget = 0 < self._limits.token_budget < result.usage.total_tokens
             if last or not turn.tool_calls or over_budget:

@@ -38,6 +38,33 @@ class ModelTurn:
     content: str | None
     tool_calls: list[ModelToolCall] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
+    # Why the model stopped, the same words on every API (`finished`); None: not said.
+    finish: str | None = None
+
+
+# Each API's stop reasons in one vocabulary: stop, tool_calls, length, refusal, content_filter.
+_FINISHES = {
+    "stop": "stop",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "tool_use": "tool_calls",
+    "length": "length",
+    "max_tokens": "length",
+    "max_output_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "refusal",
+    "content_filter": "content_filter",
+}
+
+
+def finished(reason: object) -> str | None:
+    """An API's stop reason in the shared vocabulary; an unknown one is kept as it is."""
+    if not isinstance(reason, str) or not reason:
+        return None
+    return _FINISHES.get(reason, reason[:64])
 
 
 def tool_options(tools: list[dict[str, Any]] | None, parallel_tool_calls: bool) -> dict[str, Any]:
@@ -195,6 +222,7 @@ class TurnAssembler:
         self._content: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
         self._usage = Usage()
+        self._finish: str | None = None
 
     def feed(self, event: dict[str, Any]) -> str:
         """Take one chunk; return the content it adds ("" if none)."""
@@ -208,6 +236,7 @@ class TurnAssembler:
             )
         added = ""
         for choice in chunk.get("choices") or []:
+            self._finish = finished(choice.get("finish_reason")) or self._finish
             delta = choice.get("delta") or {}
             text = delta.get("content")
             if isinstance(text, str) and text:
@@ -242,4 +271,4 @@ class TurnAssembler:
             )
             for index, slot in sorted(self._calls.items())
         ]
-        return ModelTurn("".join(self._content) or None, calls, self._usage)
+        return ModelTurn("".join(self._content) or None, calls, self._usage, self._finish)

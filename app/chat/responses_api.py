@@ -21,6 +21,7 @@ from app.chat.model import (
     ModelTurn,
     StreamAssembler,
     Usage,
+    finished,
     malformed_answer,
     upstream_status,
 )
@@ -144,16 +145,18 @@ class ResponsesAPI:
             error = response.get("error") or {}
             raise upstream_status(500, str(error.get("message") or "the response failed"))
         texts: list[str] = []
+        finish: str | None = None
         calls: list[ModelToolCall] = []
         reasoning: list[dict[str, Any]] = []
         for item in response["output"]:
             kind = item.get("type")
             if kind == "message":
-                texts += [
-                    part["text"]
-                    for part in item.get("content") or []
-                    if part.get("type") == "output_text"
-                ]
+                for part in item.get("content") or []:
+                    if part.get("type") == "output_text":
+                        texts.append(part["text"])
+                    elif part.get("type") == "refusal":  # shown as the answer, and said so
+                        texts.append(str(part.get("refusal") or ""))
+                        finish = "refusal"
             elif kind == "function_call":
                 calls.append(
                     ModelToolCall(
@@ -166,7 +169,11 @@ class ResponsesAPI:
                 reasoning.append(item)
         if calls and (reasoning or self._chain):
             self._memory.remember(calls[0].id, str(response.get("id") or ""), reasoning)
-        return ModelTurn("".join(texts) or None, calls, _usage(response.get("usage")))
+        if response.get("status") == "incomplete":
+            finish = finished((response.get("incomplete_details") or {}).get("reason"))
+        elif finish is None:
+            finish = "tool_calls" if calls else "stop"
+        return ModelTurn("".join(texts) or None, calls, _usage(response.get("usage")), finish)
 
     def assembler(self) -> StreamAssembler:
         return ResponsesAssembler(self)

@@ -45,7 +45,11 @@ def build_model_client(settings: Settings) -> ModelClient | None:
         api_key=api_key,
         timeout_s=settings.model_timeout_s,
         max_retries=settings.model_max_retries,
-        api=build_model_api(settings.model_api, max_tokens=settings.model_max_tokens),
+        api=build_model_api(
+            settings.model_api,
+            max_tokens=settings.model_max_tokens,
+            chain=settings.model_responses_chain,
+        ),
     )
 
 

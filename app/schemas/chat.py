@@ -106,6 +106,12 @@ class ChatResponse(BaseModel):
     iterations: int
     tool_calls: list[ToolCallResult]
     usage: Usage
+    finish_reason: str | None = Field(
+        default=None,
+        description="Why the model stopped its last turn, the same words on every model API: "
+        "`stop`, `tool_calls`, `length` (its output limit: the answer may be cut short), "
+        "`refusal`, `content_filter`; None when the endpoint did not say.",
+    )
     skipped_mcp_servers: list[SkippedServer] = Field(
         default_factory=list,
         description="MCP servers of the chat that could not be reached: their tools were left "

@@ -41,6 +41,11 @@ class ModelProviderPut(ClientModel):
     max_tokens: int = Field(
         default=4096, ge=1, le=1_000_000, description="Output tokens per turn (Anthropic)."
     )
+    previous_response_id: bool = Field(
+        default=False,
+        description="Responses API: send `previous_response_id` and only the items after it "
+        "(the endpoint must store responses) instead of the whole conversation each turn.",
+    )
 
 
 class ModelProvider(BaseModel):
@@ -54,5 +59,6 @@ class ModelProvider(BaseModel):
     timeout_s: float
     max_retries: int
     max_tokens: int
+    previous_response_id: bool = False
     created_at: datetime
     updated_at: datetime

@@ -48,6 +48,12 @@ class Run(BaseModel):
     error: str | None = Field(default=None, exclude_if=lambda value: value is None)
     iterations: int
     usage: Usage
+    finish_reason: str | None = Field(
+        default=None,
+        description="Why the model stopped its last turn, the same words on every model API: "
+        "`stop`, `tool_calls`, `length` (its output limit: the answer may be cut short), "
+        "`refusal`, `content_filter`; None when the endpoint did not say.",
+    )
     tool_calls: list[RunToolCall]
     messages: list[dict[str, Any]] | None = Field(
         default=None,

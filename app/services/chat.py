@@ -166,6 +166,8 @@ def _fill_record(
         run.extra["provider"] = chat.provider
     run.iterations = progress.iterations
     run.usage = usage_document(progress.usage)
+    if progress.finish_reason is not None:
+        run.extra["finish_reason"] = progress.finish_reason
     run.tool_calls = [
         {
             "id": call.id,
@@ -191,6 +193,7 @@ def _answer(result: ChatResult, chat: ChatRun, *, run_id: str) -> ChatResponse:
             "iterations": result.iterations,
             "tool_calls": [vars(record) for record in result.tool_calls],
             "usage": usage_document(result.usage),
+            "finish_reason": result.finish_reason,
             "skipped_mcp_servers": [
                 {"name": name, "reason": reason} for name, reason in chat.skipped_servers.items()
             ],

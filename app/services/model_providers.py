@@ -32,7 +32,7 @@ MAX_CLIENTS = 256  # provider clients open at once; the least used is closed fir
 CLOSE_DELAY_S = 60.0  # a replaced client is closed once the calls it carries have ended
 _SHOWN = (
     "name", "api", "base_url", "api_key_secret", "default_model", "allowed_models", "default",
-    "timeout_s", "max_retries", "max_tokens", "created_at", "updated_at",
+    "timeout_s", "max_retries", "max_tokens", "previous_response_id", "created_at", "updated_at",
 )  # fmt: skip
 
 
@@ -155,7 +155,11 @@ class ModelProviderService:
             api_key=key,
             timeout_s=doc["timeout_s"],
             max_retries=doc["max_retries"],
-            api=build_model_api(doc["api"], max_tokens=doc["max_tokens"]),
+            api=build_model_api(
+                doc["api"],
+                max_tokens=doc["max_tokens"],
+                chain=bool(doc.get("previous_response_id")),
+            ),
             connect=guarded_connector(policy),
             ssl_context=policy.ssl_context(),
             credentials=f"secret '{secret}' of model provider '{doc['name']}'",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.support import fake_apis, functions
@@ -53,6 +54,7 @@ def shape(body: dict[str, Any]) -> dict[str, Any]:
             (c["name"], c["arguments"], c["status"], c["error"]) for c in body["tool_calls"]
         ],
         "roles": [m["role"] for m in body["messages"]],
+        "finish_reason": body["finish_reason"],
     }
 
 
@@ -92,6 +94,7 @@ async def test_one_call(chat: ChatClient, fake: FakeModel, api: str) -> None:
         "usage": {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30},
         "tool_calls": [("add", {"a": 2, "b": 3}, "ok", None)],
         "roles": ["system", "user", "assistant", "tool", "assistant"],
+        "finish_reason": "stop",
     }
     [(call_id, content, failed)] = sent_tool_results(api, fake.requests[1])
     assert call_id == body["tool_calls"][0]["id"] and content == "5" and not failed
@@ -111,6 +114,15 @@ async def test_one_call(chat: ChatClient, fake: FakeModel, api: str) -> None:
         assert use == {"type": "tool_use", "id": call_id, "name": "add", "input": {"a": 2, "b": 3}}
 
 
+async def test_an_answer_cut_short_says_so(chat: ChatClient, fake: FakeModel, api: str) -> None:
+    fake.reset(fake_apis.cut_short(api, "The answer is"))
+    body = (await chat.chat()).json()
+    assert body["message"]["content"] == "The answer is" and body["stop_reason"] == "completed"
+    assert body["finish_reason"] == "length"
+    [record] = await runs_recorded(chat.http, chat.tenant.headers, 1)
+    assert record["finish_reason"] == "length"
+
+
 async def test_run_records_are_the_same(chat: ChatClient, fake: FakeModel, api: str) -> None:
     steps = fake_apis.steps(api)
     fake.reset(steps.tool_calls(("add", {"a": 1, "b": 1})), steps.text("2"))
@@ -119,6 +131,7 @@ async def test_run_records_are_the_same(chat: ChatClient, fake: FakeModel, api: 
     [record] = await runs_recorded(chat.http, chat.tenant.headers, 1)
     assert record["run_id"] == run_id
     assert record["model"] == "m-1" and record["stop_reason"] == "completed"
+    assert record["finish_reason"] == "stop"
     assert record["usage"] == {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30}
     assert [(c["name"], c["tool_id"], c["status"]) for c in record["tool_calls"]] == [
         ("add", "adder", "ok")
@@ -244,8 +257,6 @@ async def test_malformed_answers_are_502(
 
 
 def events_of(text: str) -> list[tuple[str, Any]]:
-    import orjson
-
     found, name = [], ""
     for line in text.splitlines():
         if line.startswith("event: "):
@@ -277,6 +288,7 @@ async def test_streaming(chat: ChatClient, fake: FakeModel, api: str) -> None:
     assert [c["arguments"] for c in calls] == [{"a": 20, "b": 22}, {"a": 1, "b": 2}]
     done = events[-1][1]
     assert done["message"] == {"role": "assistant", "content": "The answer is 42."}
+    assert done["finish_reason"] == ("stop" if api != "chat_completions" else None)
     assert done["usage"] == {"prompt_tokens": 14, "completion_tokens": 6, "total_tokens": 20}
     assert fake.requests[0]["stream"] is True
     results = sent_tool_results(api, fake.requests[1])
@@ -333,3 +345,66 @@ async def test_the_demo_fake_model_speaks_each_api(api: str) -> None:
     assert [c["status"] for c in body["tool_calls"]] == ["ok", "ok"]
     rolled = [m["content"] for m in body["messages"] if m["role"] == "tool"]
     assert body["message"]["content"] == f"Tool results: {', '.join(rolled)}"
+
+
+async def test_responses_chain_sends_only_what_is_new(
+    fake_model_server: tuple[FakeModel, ThreadedServer], fake: FakeModel
+) -> None:
+    """MODEL_RESPONSES_CHAIN: after tool calls, previous_response_id and the results only."""
+    settings = make_settings(
+        None,
+        openai_base_url=f"{fake_model_server[1].url}/v1",
+        openai_api_key="k",
+        model_api="responses",
+        model_responses_chain=True,
+    )
+    steps = fake_apis.steps("responses")
+    fake.reset(steps.tool_calls(("add", {"a": 1, "b": 2})), steps.text("3"))
+    async with running_app(settings, functions.registry) as app, http_client(app) as http:
+        tenant = await create_tenant(http, "acme")
+        response = await http.post(
+            "/chat", json={"messages": [{"role": "user", "content": "1+2"}]}, headers=tenant.headers
+        )
+    body = response.json()
+    assert body["message"]["content"] == "3"
+    first, second = fake.requests
+    assert "previous_response_id" not in first and len(first["input"]) == 1
+    assert second["previous_response_id"].startswith("resp_")
+    [item] = second["input"]
+    assert item == {
+        "type": "function_call_output",
+        "call_id": body["tool_calls"][0]["id"],
+        "output": "3",
+    }
+
+
+async def test_reasoning_items_go_back_before_their_calls(
+    fake_model_server: tuple[FakeModel, ThreadedServer], fake: FakeModel
+) -> None:
+    """Stateless Responses: a turn's reasoning item is sent back ahead of its function call."""
+    from tests.support.fake_model import Reply
+
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e"}
+
+    def with_reasoning(request: dict[str, Any]) -> Reply:
+        answer = orjson.loads(
+            fake_apis.responses_tool_calls(("add", {"a": 1, "b": 1}))(request).body
+        )
+        answer["output"].insert(0, reasoning)
+        return Reply(body=orjson.dumps(answer), headers={"content-type": "application/json"})
+
+    settings = make_settings(
+        None,
+        openai_base_url=f"{fake_model_server[1].url}/v1",
+        openai_api_key="k",
+        model_api="responses",
+    )
+    fake.reset(with_reasoning, fake_apis.responses_text("2"))
+    async with running_app(settings, functions.registry) as app, http_client(app) as http:
+        tenant = await create_tenant(http, "acme")
+        await http.post(
+            "/chat", json={"messages": [{"role": "user", "content": "1+1"}]}, headers=tenant.headers
+        )
+    kinds = [item.get("type", "message") for item in fake.requests[1]["input"]]
+    assert kinds == ["message", "reasoning", "function_call", "function_call_output"]
+    assert fake.requests[1]["input"][1] == reasoning

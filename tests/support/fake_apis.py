@@ -265,3 +265,22 @@ def error(
     return lambda request: Reply(
         code, orjson.dumps(body), {"content-type": "application/json", **(headers or {})}
     )
+
+
+def cut_short(api: str, content: str) -> Step:
+    """A text answer the model's output limit cut short, in the API's own words."""
+
+    def step(request: dict[str, Any]) -> Reply:
+        if api == "responses":
+            body = _response([_message_item(content)])
+            body["status"] = "incomplete"
+            body["incomplete_details"] = {"reason": "max_output_tokens"}
+            return _json(body)
+        if api == "anthropic_messages":
+            return _json(_message([{"type": "text", "text": content}], "max_tokens"))
+        reply = chat_completions.text(content)(request)
+        body = orjson.loads(reply.body)
+        body["choices"][0]["finish_reason"] = "length"
+        return _json(body)
+
+    return step
