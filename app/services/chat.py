@@ -11,7 +11,7 @@ from typing import Any
 
 from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
 from app.chat.model import ModelNotConfiguredError, Usage
-from app.errors import AppError, UnprocessableError, field_error, problem_body
+from app.errors import AppError, ForbiddenError, UnprocessableError, field_error, problem_body
 from app.limits import Limits, Release
 from app.logs import hiding_forms
 from app.metrics import Metrics
@@ -81,6 +81,8 @@ class ChatService:
                 errors=[field_error("$.max_iterations", f"must be at most {self._cap}")],
             )
         chosen = await self._chosen_model(request, tenant_id=tenant_id)
+        if token is not None:
+            _token_allows(token, chosen)
         selection = Selection(
             tool_ids=request.tool_ids, tags=request.tags, mcp_servers=request.mcp_servers or ()
         )
@@ -146,6 +148,15 @@ class ChatService:
 
     def _done(self, run: RunRecording) -> None:
         self._metrics.chat_done(run.status, run.iterations)
+
+
+def _token_allows(token: ClientToken, chosen: ChosenModel) -> None:
+    """A client token limited to some providers or models: 403 for any other."""
+    if token.providers is not None and chosen.provider not in token.providers:
+        where = f"model provider '{chosen.provider}'" if chosen.provider else "the operator's model"
+        raise ForbiddenError(f"this client token may not use {where}")
+    if token.models is not None and chosen.model not in token.models:
+        raise ForbiddenError(f"this client token may not use model '{chosen.model}'")
 
 
 def usage_document(usage: Usage) -> dict[str, int]:

@@ -259,3 +259,41 @@ async def test_bad_provider_names_in_paths_and_chats_are_422(chat: ChatClient) -
     assert response.status_code == 422
     assert (await chat.chat(provider={"a": 1})).status_code == 422
     assert (await chat.chat(provider="../x")).status_code == 422
+
+
+async def test_a_client_token_limited_to_providers_and_models(
+    chat: ChatClient, fake: FakeModel, fake_model_server: tuple[FakeModel, ThreadedServer]
+) -> None:
+    assert (await put(chat, "claude", provider(fake_model_server[1].url))).is_success
+    issued = await chat.http.post(
+        "/client-tokens",
+        json={"name": "widget", "providers": ["claude"], "models": ["claude-test"]},
+        headers=chat.tenant.headers,
+    )
+    assert issued.status_code == 201, issued.text
+    shown = issued.json()
+    assert (shown["providers"], shown["models"]) == (["claude"], ["claude-test"])
+    token = {"Authorization": f"Bearer {shown['token']}"}
+    hello = [{"role": "user", "content": "hi"}]
+    fake.reset(fake_apis.steps("anthropic_messages").text("hello"))
+    allowed = await chat.http.post(
+        "/chat", json={"messages": hello, "provider": "claude"}, headers=token
+    )
+    assert allowed.status_code == 200, allowed.text
+    for body, says in (
+        ({"messages": hello}, "the operator's model"),
+        ({"messages": hello, "provider": "claude", "model": "claude-other"}, "claude-other"),
+    ):
+        refused = await chat.http.post("/chat", json=body, headers=token)
+        assert refused.status_code == 403 and says in refused.json()["detail"]
+    assert len(fake.requests) == 1
+
+
+async def test_deleting_a_tenant_deletes_its_providers(
+    chat: ChatClient, fake_model_server: tuple[FakeModel, ThreadedServer]
+) -> None:
+    assert (await put(chat, "claude", provider(fake_model_server[1].url))).is_success
+    assert (await chat.http.delete("/tenants/acme", headers=ADMIN)).status_code == 204
+    again = await create_tenant(chat.http, "acme")
+    listed = await chat.http.get("/model-providers", headers=again.headers)
+    assert listed.status_code == 200 and listed.json() == []
