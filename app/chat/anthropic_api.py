@@ -15,6 +15,7 @@ import orjson
 
 from app.chat.model import (
     TOOL_ERROR_PREFIX,
+    ConvertedTools,
     ModelToolCall,
     ModelTurn,
     StreamAssembler,
@@ -38,7 +39,7 @@ class AnthropicMessagesAPI:
 
     def __init__(self, *, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
         self._max_tokens = max_tokens
-        self._tools: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
+        self._tools = ConvertedTools(anthropic_tools)
 
     def headers(self, api_key: str) -> dict[str, str]:
         return {"x-api-key": api_key, "anthropic-version": ANTHROPIC_VERSION}
@@ -58,7 +59,7 @@ class AnthropicMessagesAPI:
             payload["system"] = system
         payload["messages"] = turns
         if tools:
-            payload["tools"] = self._converted_tools(tools)
+            payload["tools"] = self._tools(tools)
             choice: dict[str, Any] = {"type": "auto"}
             if not parallel_tool_calls:
                 choice["disable_parallel_tool_use"] = True
@@ -66,14 +67,6 @@ class AnthropicMessagesAPI:
         if stream:
             payload["stream"] = True
         return orjson.dumps(payload)
-
-    def _converted_tools(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        # The loop sends the same list every turn: convert it once (the reference keeps it alive).
-        if self._tools is None or self._tools[0] is not tools:
-            converted = [anthropic_tool(tool) for tool in tools]
-            converted[-1] = {**converted[-1], "cache_control": {"type": "ephemeral"}}
-            self._tools = (tools, converted)
-        return self._tools[1]
 
     def parse(self, raw: bytes) -> ModelTurn:
         try:
@@ -132,6 +125,14 @@ class AnthropicAssembler:
         except _MALFORMED as exc:
             logger.warning("malformed model answer: %s", type(exc).__name__)
             raise malformed_answer() from None
+
+
+def anthropic_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat-completions tools -> Messages tools, the last marked as the end of the prompt prefix
+    to cache (tool definitions come first in Anthropic's prompt)."""
+    converted = [anthropic_tool(tool) for tool in tools]
+    converted[-1] = {**converted[-1], "cache_control": {"type": "ephemeral"}}
+    return converted
 
 
 def anthropic_tool(tool: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,8 @@ Swap the transport by writing another `ModelClient`; the loop does not change.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -80,6 +81,32 @@ def tool_options(tools: list[dict[str, Any]] | None, parallel_tool_calls: bool) 
 # The loop writes a failed tool's result with this prefix; APIs with an error flag on tool
 # results (Anthropic's `is_error`) read it back from there.
 TOOL_ERROR_PREFIX = "Error: "
+
+
+class ConvertedTools:
+    """Tool lists in an API's own format, converted once per list: the loop sends the same list
+    object every turn of a chat. The most recent `size` lists are kept (and, being referenced,
+    their ids cannot be reused by other lists while kept)."""
+
+    def __init__(
+        self, convert: Callable[[list[dict[str, Any]]], list[dict[str, Any]]], size: int = 256
+    ) -> None:
+        self._convert = convert
+        self._size = size
+        self._kept: OrderedDict[int, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = (
+            OrderedDict()
+        )
+
+    def __call__(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        kept = self._kept.get(id(tools))
+        if kept is not None and kept[0] is tools:
+            self._kept.move_to_end(id(tools))
+            return kept[1]
+        converted = self._convert(tools)
+        self._kept[id(tools)] = (tools, converted)
+        while len(self._kept) > self._size:
+            self._kept.popitem(last=False)
+        return converted
 
 
 class StreamAssembler(Protocol):

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from app.chat.model import (
+    ConvertedTools,
     ModelToolCall,
     ModelTurn,
     StreamAssembler,
@@ -57,7 +58,7 @@ class ResponsesAPI:
         self._chain = chain
         self._max_output_tokens = max_output_tokens
         self._memory = _TurnMemory()
-        self._tools: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
+        self._tools = ConvertedTools(lambda tools: [responses_tool(tool) for tool in tools])
 
     def headers(self, api_key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}"}
@@ -78,19 +79,13 @@ class ResponsesAPI:
         if self._max_output_tokens:
             payload["max_output_tokens"] = self._max_output_tokens
         if tools:
-            payload["tools"] = self._converted_tools(tools)
+            payload["tools"] = self._tools(tools)
             payload["tool_choice"] = "auto"
             if not parallel_tool_calls:
                 payload["parallel_tool_calls"] = False
         if stream:
             payload["stream"] = True
         return orjson.dumps(payload)
-
-    def _converted_tools(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        # The loop sends the same list every turn: convert it once (the reference keeps it alive).
-        if self._tools is None or self._tools[0] is not tools:
-            self._tools = (tools, [responses_tool(tool) for tool in tools])
-        return self._tools[1]
 
     def _input(self, messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
         start, previous = 0, None
