@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator
 from email.utils import parsedate_to_datetime
 from time import time
 from typing import Any
-from urllib.parse import unquote
 
 import orjson
 
@@ -41,6 +40,7 @@ from app.chat.model import (
     upstream_status,
 )
 from app.chat.wire import Connector, WireError, WirePool, server_sent_events
+from app.hidden import HiddenValues
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class HTTPModelClient:
         """`credentials` names where the key comes from, for the error that says it was refused;
         an error of the endpoint that quotes the key is never passed on."""
         self._api: ModelAPI = api or ChatCompletionsAPI()
-        self._api_key, self._credentials = api_key, credentials
+        self._hidden, self._credentials = HiddenValues([api_key]), credentials
         url = (base_url or self._api.default_base_url).rstrip("/") + self._api.path
         self._pool = WirePool(url, connect=connect, ssl_context=ssl_context)
         self._headers = {
@@ -148,8 +148,9 @@ class HTTPModelClient:
         """The error as the caller may see it: credentials named, never quoted."""
         if error.message == _REJECTED:
             return credentials_rejected(self._credentials)
-        if self._api_key and self._api_key in unquote(error.message):
-            return upstream_status(502, "an error that quoted the credentials (withheld)")
+        shown = self._hidden.redact(error.message)  # raw, or escaped as an upstream echoes it
+        if shown != error.message:
+            return type(error)(shown, error.status_code, headers=error.headers)
         return error
 
     async def _attempt(self, body: bytes) -> ModelTurn:

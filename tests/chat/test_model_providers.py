@@ -182,7 +182,7 @@ async def test_the_key_never_reaches_an_answer_a_record_or_a_log(
     fake.reset(lambda request: script.Reply(400, orjson.dumps(echoed)))
     response = await chat.chat(provider="claude")
     assert response.status_code == 502 and TENANT_KEY not in response.text
-    assert "quoted the credentials" in response.json()["detail"]
+    assert "bad key [redacted]" in response.json()["detail"]
     fake.reset(fake_apis.error("anthropic_messages", 401))
     rejected = await chat.chat(provider="claude")
     assert "secret 'model-key' of model provider 'claude'" in rejected.json()["detail"]
