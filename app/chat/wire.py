@@ -92,6 +92,11 @@ class WirePool:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
         self.host = parts.hostname
+        if not self.host.isascii():  # an international name goes on the wire as its ASCII form
+            try:
+                self.host = self.host.encode("idna").decode("ascii")
+            except UnicodeError as exc:
+                raise ValueError(f"not a valid host name: {parts.hostname!r}") from exc
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         default_port = self.port == (443 if parts.scheme == "https" else 80)

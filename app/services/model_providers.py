@@ -150,7 +150,21 @@ class ModelProviderService:
         if client is not None:
             self._clients.move_to_end(cache_key)
             return client
-        client = self._clients[cache_key] = HTTPModelClient(
+        try:
+            client = self._new_client(doc, key, policy)
+        except ValueError as exc:  # a URL that passed an older version's checks
+            raise UnprocessableError(
+                "The model provider's base URL is not usable.",
+                errors=[field_error("$.provider", f"{doc['name']}: {exc}")],
+            ) from None
+        self._clients[cache_key] = client
+        while len(self._clients) > MAX_CLIENTS:
+            self._retire(self._clients.popitem(last=False)[1])
+        return client
+
+    def _new_client(self, doc: dict[str, Any], key: str, policy: OutboundPolicy) -> HTTPModelClient:
+        secret = doc["api_key_secret"]
+        return HTTPModelClient(
             base_url=doc["base_url"],
             api_key=key,
             timeout_s=doc["timeout_s"],
@@ -164,9 +178,6 @@ class ModelProviderService:
             ssl_context=policy.ssl_context(),
             credentials=f"secret '{secret}' of model provider '{doc['name']}'",
         )
-        while len(self._clients) > MAX_CLIENTS:
-            self._retire(self._clients.popitem(last=False)[1])
-        return client
 
     def _retire(self, client: HTTPModelClient) -> None:
         async def close_later() -> None:

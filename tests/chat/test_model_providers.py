@@ -297,3 +297,11 @@ async def test_deleting_a_tenant_deletes_its_providers(
     again = await create_tenant(chat.http, "acme")
     listed = await chat.http.get("/model-providers", headers=again.headers)
     assert listed.status_code == 200 and listed.json() == []
+
+
+async def test_an_international_host_name_goes_on_the_wire_as_ascii(chat: ChatClient) -> None:
+    from app.chat.wire import WirePool
+
+    assert WirePool("https://bücher.example/v1/messages").host_header == "xn--bcher-kva.example"
+    body = provider("https://bücher.example", max_retries=0)
+    assert (await put(chat, "idn", body)).status_code == 201
