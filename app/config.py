@@ -39,6 +39,9 @@ MEMORY_URL = "memory://"
 ENV_FILE_VARIABLE = "TOOLGATE_ENV_FILE"
 
 
+ModelApiName = Literal["chat_completions", "responses", "anthropic_messages"]
+
+
 def env_file() -> str | None:
     return os.environ.get(ENV_FILE_VARIABLE, ".env") or None
 
@@ -101,6 +104,14 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr | None = None
     openai_model: str = "gpt-4o-mini"
     model_client: Literal["http", "openai-sdk"] = "http"
+    # The operator's model API (docs/chat.md, "Model APIs"); tenants' own providers name theirs.
+    model_api: ModelApiName = "chat_completions"
+    # Output tokens a turn may use: Anthropic's Messages API requires the field (the other APIs
+    # leave it to the model's own limit).
+    model_max_tokens: int = Field(default=4096, ge=1, le=1_000_000)
+    # Responses API: send previous_response_id and only the items after it (the endpoint must
+    # store responses), instead of the whole conversation each turn.
+    model_responses_chain: bool = False
     model_timeout_s: float = Field(default=60.0, gt=0, le=600)
     model_max_retries: int = Field(default=2, ge=0, le=2)
     chat_deadline_s: float = Field(default=120.0, gt=0, le=3600)
@@ -220,6 +231,12 @@ class Settings(BaseSettings):
                 problems.append(f"{name.upper()} must be at least {MIN_SECRET_LENGTH} characters")
         if problems:
             raise ValueError("refusing to start in production: " + "; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _sdk_speaks_chat_completions(self) -> Settings:
+        if self.model_client == "openai-sdk" and self.model_api != "chat_completions":
+            raise ValueError("MODEL_CLIENT=openai-sdk speaks MODEL_API=chat_completions only")
         return self
 
     @model_validator(mode="after")

@@ -3,7 +3,8 @@
 When the last message is a user message and tools were offered, it calls a tool (`--tool`,
 `--calls` times in one answer); once tool results are in, it answers in text. Optional fixed
 latency per call. Run: `python -m app fake-model --port 9000` (or `scripts/run --fake-model`).
-Any path answers as `/v1/chat/completions` does; it is a development tool, never a model.
+`/v1/responses` answers as OpenAI's Responses API, `/v1/messages` as Anthropic's Messages API,
+any other path as `/v1/chat/completions` does; it is a development tool, never a model.
 """
 
 from __future__ import annotations
@@ -74,11 +75,12 @@ class FakeModelApp:
             body += message.get("body", b"")
             more = message.get("more_body", False)
         request = orjson.loads(body) if body else {}
+        api = _api_of(str(scope.get("path", "")))
         latency_s = _model_option(request, "ms", self.latency_s * 1000) / 1000
         if latency_s:
             await asyncio.sleep(latency_s)
         self.served += 1
-        payload = orjson.dumps(self.answer(request))
+        payload = orjson.dumps(_shaped(api, self.answer(_as_chat(api, request))))
         await send(
             {
                 "type": "http.response.start",
@@ -90,6 +92,75 @@ class FakeModelApp:
             }
         )
         await send({"type": "http.response.body", "body": payload})
+
+
+def _api_of(path: str) -> str:
+    if path.endswith("/responses"):
+        return "responses"
+    return "anthropic_messages" if path.endswith("/messages") else "chat_completions"
+
+
+def _as_chat(api: str, request: dict[str, Any]) -> dict[str, Any]:
+    """A Responses or Messages request, read as the chat request `answer` understands."""
+    if api == "chat_completions":
+        return request
+    tools = [{"function": {"name": t.get("name")}} for t in request.get("tools") or []]
+    messages: list[dict[str, Any]] = []
+    if api == "responses":
+        for item in request.get("input") or []:
+            if item.get("type") == "function_call_output":
+                messages.append({"role": "tool", "content": item.get("output")})
+            elif item.get("type") != "function_call":
+                messages.append({"role": item.get("role", "user")})
+    else:
+        for message in request.get("messages") or []:
+            blocks = message.get("content")
+            results = (
+                [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+                if isinstance(blocks, list)
+                else []
+            )
+            if results:
+                messages += [{"role": "tool", "content": b.get("content")} for b in results]
+            else:
+                messages.append({"role": message.get("role")})
+    return {"model": request.get("model"), "messages": messages, "tools": tools}
+
+
+def _shaped(api: str, completion: dict[str, Any]) -> dict[str, Any]:
+    """A chat completion in the API's own shape."""
+    if api == "chat_completions":
+        return completion
+    message = completion["choices"][0]["message"]
+    calls = message.get("tool_calls") or []
+    if api == "responses":
+        output: list[dict[str, Any]] = [
+            {"type": "function_call", "call_id": c["id"], **c["function"]} for c in calls
+        ]
+        if message.get("content"):
+            text = {"type": "output_text", "text": message["content"]}
+            output.append({"type": "message", "role": "assistant", "content": [text]})
+        usage = {"input_tokens": 20, "output_tokens": 10, "total_tokens": 30}
+        return {"id": completion["id"], "status": "completed", "output": output, "usage": usage}
+    content: list[dict[str, Any]] = [
+        {
+            "type": "tool_use",
+            "id": c["id"],
+            "name": c["function"]["name"],
+            "input": orjson.loads(c["function"]["arguments"]),
+        }
+        for c in calls
+    ]
+    if message.get("content"):
+        content.append({"type": "text", "text": message["content"]})
+    return {
+        "id": completion["id"],
+        "type": "message",
+        "role": "assistant",
+        "content": content,
+        "stop_reason": "tool_use" if calls else "end_turn",
+        "usage": {"input_tokens": 20, "output_tokens": 10},
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

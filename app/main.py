@@ -17,6 +17,7 @@ from app.api import (
     health,
     mcp_metadata,
     mcp_servers,
+    model_providers,
     runs,
     secrets,
     tenants,
@@ -180,7 +181,8 @@ def create_app(
     install_error_handlers(app)
     _finish_openapi(app, settings)
     # Hot routes first (matching walks routes in order); /ping stays first as the yardstick.
-    for module in (health, tools, chat, runs, mcp_servers, secrets, client_tokens, tenants):
+    routers = (health, tools, chat, runs, mcp_servers, model_providers, secrets, client_tokens)
+    for module in (*routers, tenants):
         app.include_router(module.router)
     app.include_router(mcp_metadata.router)
     # MCP over streamable HTTP (docs/mcp.md); not a REST route, so not in the OpenAPI document.

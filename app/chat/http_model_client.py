@@ -1,4 +1,5 @@
-"""`ModelClient` speaking the OpenAI chat-completions wire format: orjson over `wire.WirePool`.
+"""`ModelClient` over `wire.WirePool` and orjson, for each model API (`ModelAPI`): OpenAI chat
+completions (here), the Responses API (`responses_api.py`), Anthropic Messages (`anthropic_api.py`).
 
 The `openai` SDK spends about 2 ms of CPU per call here, most of it converting `messages` and
 `tools` and building its types; this client spends a small fraction of that (see
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 from collections.abc import AsyncIterator
 from email.utils import parsedate_to_datetime
 from time import time
@@ -20,21 +22,26 @@ from typing import Any
 import orjson
 
 from app.chat.model import (
+    ModelAPI,
     ModelError,
     ModelToolCall,
     ModelTurn,
+    StreamAssembler,
     TurnAssembler,
     Usage,
     credentials_rejected,
     endpoint_host,
+    finished,
     malformed_answer,
     model_timed_out,
+    overloaded,
     rate_limited,
     tool_options,
     unreachable,
     upstream_status,
 )
-from app.chat.wire import WireError, WirePool, server_sent_events
+from app.chat.wire import Connector, WireError, WirePool, server_sent_events
+from app.hidden import HiddenValues
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +49,7 @@ OPENAI_BASE_URL = "https://api.openai.com/v1"
 MAX_RETRY_AFTER_S = 60.0
 INITIAL_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
 _RETRY_STATUSES = frozenset({408, 409, 429})
+_REJECTED = credentials_rejected().message  # `_told` names the client's own credentials
 
 
 class _Retryable(Exception):
@@ -49,14 +57,60 @@ class _Retryable(Exception):
         self.error, self.delay_s = error, delay_s
 
 
+class ChatCompletionsAPI:
+    """OpenAI chat completions: the loop's own message format, sent as it is."""
+
+    name = "chat_completions"
+    path = "/chat/completions"
+    default_base_url = OPENAI_BASE_URL
+
+    def headers(self, api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"}
+
+    def body(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        parallel_tool_calls: bool,
+        stream: bool,
+    ) -> bytes:
+        payload = _payload(model, messages, tools, parallel_tool_calls)
+        if stream:
+            payload["stream"] = True
+            payload["stream_options"] = {"include_usage": True}
+        return orjson.dumps(payload)
+
+    def parse(self, raw: bytes) -> ModelTurn:
+        return parse_completion(raw)
+
+    def assembler(self) -> StreamAssembler:
+        return TurnAssembler()
+
+
 class HTTPModelClient:
     def __init__(
-        self, *, base_url: str | None, api_key: str, timeout_s: float, max_retries: int
+        self,
+        *,
+        base_url: str | None,
+        api_key: str,
+        timeout_s: float,
+        max_retries: int,
+        api: ModelAPI | None = None,
+        connect: Connector | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        credentials: str = "OPENAI_API_KEY",
     ) -> None:
-        self._pool = WirePool((base_url or OPENAI_BASE_URL).rstrip("/") + "/chat/completions")
-        self._host = endpoint_host(base_url or OPENAI_BASE_URL)
+        """`credentials` names where the key comes from, for the error that says it was refused;
+        an error of the endpoint that quotes the key is never passed on."""
+        self._api: ModelAPI = api or ChatCompletionsAPI()
+        self._hidden, self._credentials = HiddenValues([api_key]), credentials
+        url = (base_url or self._api.default_base_url).rstrip("/") + self._api.path
+        self._pool = WirePool(url, connect=connect, ssl_context=ssl_context)
+        self._host = endpoint_host(base_url or self._api.default_base_url)
         self._headers = {
-            "Authorization": f"Bearer {api_key}",
+            **self._api.headers(api_key),
             "Content-Type": "application/json",
             "Accept": "application/json",
             "Accept-Encoding": "identity",
@@ -73,15 +127,33 @@ class HTTPModelClient:
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
     ) -> ModelTurn:
-        body = orjson.dumps(_payload(model, messages, tools, parallel_tool_calls))
-        for attempt in range(self._max_retries + 1):
-            try:
-                return await self._attempt(body)
-            except _Retryable as retry:
-                if attempt == self._max_retries:
-                    raise retry.error from None
-                await asyncio.sleep(_backoff(attempt, retry.delay_s))
+        body = self._api.body(
+            model=model,
+            messages=messages,
+            tools=tools,
+            parallel_tool_calls=parallel_tool_calls,
+            stream=False,
+        )
+        try:
+            for attempt in range(self._max_retries + 1):
+                try:
+                    return await self._attempt(body)
+                except _Retryable as retry:
+                    if attempt == self._max_retries:
+                        raise retry.error from None
+                    await asyncio.sleep(_backoff(attempt, retry.delay_s))
+        except ModelError as error:
+            raise self._told(error) from None
         raise AssertionError("unreachable")
+
+    def _told(self, error: ModelError) -> ModelError:
+        """The error as the caller may see it: credentials named, never quoted."""
+        if error.message == _REJECTED:
+            return credentials_rejected(self._credentials)
+        shown = self._hidden.redact(error.message)  # raw, or escaped as an upstream echoes it
+        if shown != error.message:
+            return type(error)(shown, error.status_code, headers=error.headers)
+        return error
 
     async def _attempt(self, body: bytes) -> ModelTurn:
         try:
@@ -93,7 +165,7 @@ class HTTPModelClient:
             raise _Retryable(unreachable(self._host, exc), None) from None
         if response.status >= 400:
             raise _status_error(response.status, response.headers, response.body)
-        return parse_completion(response.body)
+        return self._api.parse(response.body)
 
     async def stream(
         self,
@@ -105,22 +177,28 @@ class HTTPModelClient:
     ) -> AsyncIterator[str | ModelTurn]:
         """Content deltas as they arrive, then the assembled turn. Failures before the first
         byte of content are retried like `complete`; later ones end the stream with the error."""
-        payload = _payload(model, messages, tools, parallel_tool_calls)
-        payload["stream"] = True
-        payload["stream_options"] = {"include_usage": True}
-        body = orjson.dumps(payload)
-        for attempt in range(self._max_retries + 1):
-            try:
-                async for item in self._stream_attempt(body):
-                    yield item
-                return
-            except _Retryable as retry:
-                if attempt == self._max_retries:
-                    raise retry.error from None
-                await asyncio.sleep(_backoff(attempt, retry.delay_s))
+        body = self._api.body(
+            model=model,
+            messages=messages,
+            tools=tools,
+            parallel_tool_calls=parallel_tool_calls,
+            stream=True,
+        )
+        try:
+            for attempt in range(self._max_retries + 1):
+                try:
+                    async for item in self._stream_attempt(body):
+                        yield item
+                    return
+                except _Retryable as retry:
+                    if attempt == self._max_retries:
+                        raise retry.error from None
+                    await asyncio.sleep(_backoff(attempt, retry.delay_s))
+        except ModelError as error:
+            raise self._told(error) from None
 
     async def _stream_attempt(self, body: bytes) -> AsyncIterator[str | ModelTurn]:
-        assembler = TurnAssembler()
+        assembler = self._api.assembler()
         whole: ModelTurn | None = None
         try:
             async with asyncio.timeout(self._timeout_s) as deadline:
@@ -130,7 +208,7 @@ class HTTPModelClient:
                         raise _status_error(response.status, response.headers, raw)
                     if "event-stream" not in response.headers.get("content-type", ""):
                         # A server that ignores `stream: true` answers with one completion.
-                        whole = parse_completion(await response.read())
+                        whole = self._api.parse(await response.read())
                     async for data in server_sent_events(response):
                         if data.strip() == "[DONE]":
                             continue
@@ -169,8 +247,11 @@ def _chunk(data: str) -> dict[str, Any]:
         raise malformed_answer() from None
     if not isinstance(chunk, dict):
         raise malformed_answer()
-    if isinstance(chunk.get("error"), dict):  # some servers report errors inside the stream
-        raise upstream_status(500, str(chunk["error"].get("message", "error")))
+    error = chunk.get("error")
+    if isinstance(error, dict):  # some servers report errors inside the stream
+        if error.get("type") == "overloaded_error":
+            raise overloaded(None)
+        raise upstream_status(500, str(error.get("message", "error")))
     return chunk
 
 
@@ -208,6 +289,8 @@ def _status_error(status: int, headers: Any, raw: bytes) -> Exception:
         error = credentials_rejected()
     elif status == 429:
         error = rate_limited(headers.get("retry-after"))
+    elif status in (503, 529):  # overloaded (Anthropic says 529, OpenAI 503)
+        error = overloaded(headers.get("retry-after"))
     else:
         error = upstream_status(status, message)
     return _Retryable(error, _retry_after_s(headers)) if retry else error
@@ -232,7 +315,8 @@ def parse_completion(raw: bytes) -> ModelTurn:
     """A chat.completion body -> ModelTurn; anything malformed is a 502."""
     try:
         data = orjson.loads(raw)
-        message = data["choices"][0]["message"]
+        choice = data["choices"][0]
+        message = choice["message"]
         calls = [
             ModelToolCall(
                 id=str(call.get("id") or f"call_{index}"),
@@ -251,6 +335,7 @@ def parse_completion(raw: bytes) -> ModelTurn:
                 int(usage.get("completion_tokens") or 0),
                 int(usage.get("total_tokens") or 0),
             ),
+            finish=finished(choice.get("finish_reason")),
         )
     except (
         orjson.JSONDecodeError,

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import orjson
 
 from app.chat.model import (
+    TOOL_ERROR_PREFIX,
     ModelClient,
     ModelTimeoutError,
     ModelToolCall,
@@ -55,6 +56,7 @@ class ChatResult:
     iterations: int
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = None  # the model's own, for its last turn (`model.finished`)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,9 @@ class ChatRun:
     call: CallScope = field(default_factory=CallScope)
     # MCP servers left out because they could not be reached: name -> why.
     skipped_servers: dict[str, str] = field(default_factory=dict)
+    # The tenant provider's client the model calls go to (None: the loop's own), and its name.
+    client: ModelClient | None = None
+    provider: str | None = None
 
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -135,6 +140,7 @@ class ChatLoop:
             finally:
                 self._metrics.model_seconds.observe(time.perf_counter() - started)
             result.iterations, result.usage = iteration, result.usage + turn.usage
+            result.finish_reason = turn.finish
             # Tool calls are read from the message, not finish_reason: some gateways say "stop".
             over_budget = 0 < self._limits.token_budget < result.usage.total_tokens
             if last or not turn.tool_calls or over_budget:
@@ -156,12 +162,13 @@ class ChatLoop:
         self, run: _Run, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
     ) -> ModelTurn:
         model, parallel = run.chat.model, run.chat.parallel_tool_calls
+        client = run.chat.client or self._model
         if run.emit is None:
-            return await self._model.complete(
+            return await client.complete(
                 model=model, messages=messages, tools=tools, parallel_tool_calls=parallel
             )
         turn = None
-        stream = self._model.stream(
+        stream = client.stream(
             model=model, messages=messages, tools=tools, parallel_tool_calls=parallel
         )
         async for item in stream:
@@ -218,7 +225,7 @@ def _recorded(
     call: ModelToolCall, shown: Any, result: Invocation, seconds: float
 ) -> tuple[ToolCallRecord, str]:
     """The call's record and the tool message the model reads (errors say so)."""
-    content = result.content if result.status == "ok" else f"Error: {result.content}"
+    content = result.content if result.status == "ok" else TOOL_ERROR_PREFIX + result.content
     record = ToolCallRecord(
         id=call.id,
         name=call.name,

@@ -6,7 +6,8 @@ Swap the transport by writing another `ModelClient`; the loop does not change.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -42,6 +43,33 @@ class ModelTurn:
     content: str | None
     tool_calls: list[ModelToolCall] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
+    # Why the model stopped, the same words on every API (`finished`); None: not said.
+    finish: str | None = None
+
+
+# Each API's stop reasons in one vocabulary: stop, tool_calls, length, refusal, content_filter.
+_FINISHES = {
+    "stop": "stop",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "tool_use": "tool_calls",
+    "length": "length",
+    "max_tokens": "length",
+    "max_output_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "refusal",
+    "content_filter": "content_filter",
+}
+
+
+def finished(reason: object) -> str | None:
+    """An API's stop reason in the shared vocabulary; an unknown one is kept as it is."""
+    if not isinstance(reason, str) or not reason:
+        return None
+    return _FINISHES.get(reason, reason[:64])
 
 
 def tool_options(tools: list[dict[str, Any]] | None, parallel_tool_calls: bool) -> dict[str, Any]:
@@ -52,6 +80,73 @@ def tool_options(tools: list[dict[str, Any]] | None, parallel_tool_calls: bool) 
     if not parallel_tool_calls:  # sent only when off: not every server knows the field
         options["parallel_tool_calls"] = False
     return options
+
+
+# The loop writes a failed tool's result with this prefix; APIs with an error flag on tool
+# results (Anthropic's `is_error`) read it back from there.
+TOOL_ERROR_PREFIX = "Error: "
+
+
+class ConvertedTools:
+    """Tool lists in an API's own format, converted once per list: the loop sends the same list
+    object every turn of a chat. The most recent `size` lists are kept (and, being referenced,
+    their ids cannot be reused by other lists while kept)."""
+
+    def __init__(
+        self, convert: Callable[[list[dict[str, Any]]], list[dict[str, Any]]], size: int = 256
+    ) -> None:
+        self._convert = convert
+        self._size = size
+        self._kept: OrderedDict[int, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = (
+            OrderedDict()
+        )
+
+    def __call__(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        kept = self._kept.get(id(tools))
+        if kept is not None and kept[0] is tools:
+            self._kept.move_to_end(id(tools))
+            return kept[1]
+        converted = self._convert(tools)
+        self._kept[id(tools)] = (tools, converted)
+        while len(self._kept) > self._size:
+            self._kept.popitem(last=False)
+        return converted
+
+
+class StreamAssembler(Protocol):
+    def feed(self, event: dict[str, Any]) -> str:
+        """Take one streamed event (a JSON object); return the content it adds ("" if none)."""
+        ...
+
+    def turn(self) -> ModelTurn: ...
+
+
+class ModelAPI(Protocol):
+    """One model API's wire format: what `HTTPModelClient` sends and how it reads answers.
+
+    The loop speaks chat-completions messages and tool schemas; each API converts them."""
+
+    name: str
+    path: str  # appended to the base URL
+    default_base_url: str
+
+    def headers(self, api_key: str) -> dict[str, str]: ...
+
+    def body(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        parallel_tool_calls: bool,
+        stream: bool,
+    ) -> bytes: ...
+
+    def parse(self, raw: bytes) -> ModelTurn:
+        """A whole answer; anything malformed raises `malformed_answer()`."""
+        ...
+
+    def assembler(self) -> StreamAssembler: ...
 
 
 class ModelClient(Protocol):
@@ -86,6 +181,20 @@ class ModelNotConfiguredError(ModelError):
     status_code = 503
 
 
+class MissingModel:
+    """The operator's model client when none is configured: every call is a 503."""
+
+    async def complete(self, **request: Any) -> ModelTurn:
+        raise ModelNotConfiguredError("No model is configured.")
+
+    async def stream(self, **request: Any) -> AsyncIterator[str | ModelTurn]:
+        raise ModelNotConfiguredError("No model is configured.")
+        yield ""  # pragma: no cover - makes this an async generator
+
+    async def close(self) -> None:
+        return None
+
+
 class ModelRateLimitedError(ModelError):
     status_code = 503
 
@@ -99,9 +208,9 @@ class ModelTimeoutError(ModelError):
 
 
 # One wording for every model client, so a failure reads the same whichever transport is used.
-def credentials_rejected() -> ModelUpstreamError:
+def credentials_rejected(source: str = "OPENAI_API_KEY") -> ModelUpstreamError:
     return ModelUpstreamError(
-        "The model endpoint rejected the service's credentials (check OPENAI_API_KEY)."
+        f"The model endpoint rejected the service's credentials (check {source})."
     )
 
 
@@ -110,6 +219,11 @@ def rate_limited(retry_after: str | None) -> ModelRateLimitedError:
     return ModelRateLimitedError(
         "The model endpoint is rate limiting requests; retry later.", headers=headers
     )
+
+
+def overloaded(retry_after: str | None) -> ModelRateLimitedError:
+    headers = {"Retry-After": retry_after} if retry_after and retry_after.isdigit() else None
+    return ModelRateLimitedError("The model endpoint is overloaded; retry later.", headers=headers)
 
 
 def upstream_status(status: int, message: str) -> ModelUpstreamError:
@@ -156,9 +270,11 @@ class TurnAssembler:
         self._content: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
         self._usage = Usage()
+        self._finish: str | None = None
 
-    def feed(self, chunk: dict[str, Any]) -> str:
+    def feed(self, event: dict[str, Any]) -> str:
         """Take one chunk; return the content it adds ("" if none)."""
+        chunk = event
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage = Usage(
@@ -168,6 +284,7 @@ class TurnAssembler:
             )
         added = ""
         for choice in chunk.get("choices") or []:
+            self._finish = finished(choice.get("finish_reason")) or self._finish
             delta = choice.get("delta") or {}
             text = delta.get("content")
             if isinstance(text, str) and text:
@@ -202,4 +319,4 @@ class TurnAssembler:
             )
             for index, slot in sorted(self._calls.items())
         ]
-        return ModelTurn("".join(self._content) or None, calls, self._usage)
+        return ModelTurn("".join(self._content) or None, calls, self._usage, self._finish)

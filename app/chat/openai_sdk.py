@@ -17,6 +17,7 @@ from app.chat.model import (
     Usage,
     credentials_rejected,
     endpoint_host,
+    finished,
     malformed_answer,
     model_timed_out,
     rate_limited,
@@ -130,4 +131,5 @@ def _turn(completion: Any) -> ModelTurn:
         usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0, usage.total_tokens or 0)
         if usage
         else Usage(),
+        finish=finished(choices[0].finish_reason),
     )

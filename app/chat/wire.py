@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -21,6 +21,11 @@ MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_IDLE_PER_ORIGIN = 256
 READ_SIZE = 64 * 1024
+
+
+# The addresses to dial for (host, port), each already checked against an outbound policy; it
+# raises WireError to refuse. Without one the host is dialled as it is.
+Connector = Callable[[str, int], Awaitable[list[str]]]
 
 
 class WireError(Exception):
@@ -76,18 +81,31 @@ class _Connection:
 class WirePool:
     """Keep-alive connections to one origin (scheme, host, port)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        connect: Connector | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
         self.host = parts.hostname
+        if not self.host.isascii():  # an international name goes on the wire as its ASCII form
+            try:
+                self.host = self.host.encode("idna").decode("ascii")
+            except UnicodeError as exc:
+                raise ValueError(f"not a valid host name: {parts.hostname!r}") from exc
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         default_port = self.port == (443 if parts.scheme == "https" else 80)
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.host_header = host if default_port else f"{host}:{self.port}"
-        self._ssl = ssl.create_default_context() if parts.scheme == "https" else None
+        https = parts.scheme == "https"
+        self._ssl = (ssl_context or ssl.create_default_context()) if https else None
         self._idle: deque[_Connection] = deque()
+        self._connect = connect
 
     async def post(self, body: bytes, headers: dict[str, str]) -> WireResponse:
         """POST `body` and read the whole answer (the hot path: no streaming layers)."""
@@ -150,17 +168,24 @@ class WirePool:
         return await self._open()
 
     async def _open(self) -> _Connection:
-        try:
-            reader, writer = await asyncio.open_connection(
-                self.host,
-                self.port,
-                ssl=self._ssl,
-                server_hostname=self.host if self._ssl else None,
-                limit=MAX_HEAD_BYTES,
-            )
-        except OSError as exc:
-            raise WireError(f"cannot connect: {exc}") from exc
-        return _Connection(reader, writer)
+        addresses = [self.host]
+        if self._connect is not None:
+            addresses = await self._connect(self.host, self.port)
+        error: OSError | None = None
+        for address in addresses:  # every one was checked: try them in the resolver's order
+            try:
+                reader, writer = await asyncio.open_connection(
+                    address,
+                    self.port,
+                    ssl=self._ssl,
+                    server_hostname=self.host if self._ssl else None,
+                    limit=MAX_HEAD_BYTES,
+                )
+            except OSError as exc:
+                error = exc
+                continue
+            return _Connection(reader, writer)
+        raise WireError(f"cannot connect: {error}")
 
     async def _send(self, connection: _Connection, body: bytes, headers: dict[str, str]) -> _Head:
         lines = [

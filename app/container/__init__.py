@@ -40,6 +40,7 @@ from app.services.health import HealthService
 from app.services.invocations import InvocationService
 from app.services.mcp_gateway import McpGatewayService
 from app.services.mcp_servers import McpServerService
+from app.services.model_providers import ModelProviderService
 from app.services.outbound import TenantOutbound
 from app.services.runs import RunRecorder, RunService
 from app.services.secrets import SecretService
@@ -70,6 +71,7 @@ class Services:
     mcp_hub: McpHub  # for tests and operator commands; services reach it through the toolbox
     runs: RunService
     mcp_servers: McpServerService
+    model_providers: ModelProviderService
     secrets: SecretService
     limits: Limits
     metrics: Metrics
@@ -101,6 +103,7 @@ def build_tenant_service(
         outbound=outbound,
         client_tokens=client_tokens,
         publish=stores.publish,
+        model_providers=stores.model_providers,
     )
 
 
@@ -118,12 +121,15 @@ class _Runtime:
     metrics: Metrics
     toolbox: Toolbox
     hub: McpHub
+    model_providers: ModelProviderService
 
 
 def build_chat_service(settings: Settings, run: _Runtime, stack: AsyncExitStack) -> ChatService:
     return ChatService(
         toolbox=run.toolbox,
         loop=build_chat_loop(settings, run.invoker, run.metrics, stack),
+        providers=run.model_providers,
+        operator_model=settings.model_configured,
         default_model=settings.openai_model,
         max_iterations_cap=settings.chat_max_iterations,
         recorder=run.recorder,
@@ -167,8 +173,26 @@ def build_runtime(
     stack.push_async_callback(recorder.close)  # closed before the database: records flushed
     invoker = build_invoker(settings, registry, policy, metrics, stack)
     toolbox = Toolbox(catalog=stores.catalog, mcp=mcp, hub=hub, secrets=secrets, outbound=outbound)
+    providers = ModelProviderService(
+        providers=stores.model_providers,
+        secrets=secrets,
+        outbound=outbound,
+        operator_model=settings.openai_model,
+        fence=limits.fence,
+    )
+    stack.push_async_callback(providers.aclose)
     return _Runtime(
-        stores.catalog, outbound, invoker, recorder, limits, secrets, mcp, metrics, toolbox, hub
+        stores.catalog,
+        outbound,
+        invoker,
+        recorder,
+        limits,
+        secrets,
+        mcp,
+        metrics,
+        toolbox,
+        hub,
+        providers,
     )
 
 
@@ -228,6 +252,7 @@ async def build_services(
         mcp_hub=run.hub,
         runs=RunService(runs=stores.runs),
         mcp_servers=run.mcp,
+        model_providers=run.model_providers,
         secrets=run.secrets,
         metrics=metrics,
         limits=run.limits,

@@ -9,9 +9,10 @@ from contextlib import AsyncExitStack
 
 import httpx
 
+from app.chat.apis import build_model_api
 from app.chat.http_model_client import HTTPModelClient
 from app.chat.loop import ChatLoop, LoopLimits
-from app.chat.model import ModelClient
+from app.chat.model import MissingModel, ModelClient
 from app.chat.openai_sdk import OpenAISDKClient
 from app.config import Settings
 from app.mcp.hub import McpHub, McpLimits
@@ -33,12 +34,23 @@ def build_model_client(settings: Settings) -> ModelClient | None:
     if not settings.model_configured:
         return None
     api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "unused"
-    client = HTTPModelClient if settings.model_client == "http" else OpenAISDKClient
-    return client(
+    if settings.model_client == "openai-sdk":
+        return OpenAISDKClient(
+            base_url=settings.openai_base_url,
+            api_key=api_key,
+            timeout_s=settings.model_timeout_s,
+            max_retries=settings.model_max_retries,
+        )
+    return HTTPModelClient(
         base_url=settings.openai_base_url,
         api_key=api_key,
         timeout_s=settings.model_timeout_s,
         max_retries=settings.model_max_retries,
+        api=build_model_api(
+            settings.model_api,
+            max_tokens=settings.model_max_tokens,
+            chain=settings.model_responses_chain,
+        ),
     )
 
 
@@ -83,13 +95,16 @@ def build_invoker(
 
 def build_chat_loop(
     settings: Settings, invoker: ToolInvoker, metrics: Metrics, stack: AsyncExitStack
-) -> ChatLoop | None:
+) -> ChatLoop:
+    """The loop, on the operator's model client (or, with none configured, one that refuses:
+    chats then run only through tenants' own providers)."""
     model = build_model_client(settings)
     if model is None:
         logger.warning(
-            "no model endpoint configured (OPENAI_BASE_URL/OPENAI_API_KEY): POST /chat answers 503"
+            "no model endpoint configured (OPENAI_BASE_URL/OPENAI_API_KEY): POST /chat answers "
+            "503 unless the tenant has its own model provider"
         )
-        return None
+        model = MissingModel()
     stack.push_async_callback(model.close)
     limits = LoopLimits(
         deadline_s=settings.chat_deadline_s, token_budget=settings.chat_token_budget

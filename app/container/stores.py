@@ -18,6 +18,7 @@ from app.repositories.changes import ChangeStampRepository
 from app.repositories.database import Database
 from app.repositories.limits import LimitRepository
 from app.repositories.mcp_servers import McpServerRepository
+from app.repositories.model_providers import ModelProviderRepository
 from app.repositories.run_journal import RunJournal
 from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
 from app.repositories.secrets import SecretRepository
@@ -48,6 +49,7 @@ class Stores:
     runs: RunStore
     catalog: ToolCatalog
     changes: ChangeFeed | None  # None for the in-memory store: one process, nothing to tell
+    model_providers: ModelProviderRepository
 
     @property
     def publish(self) -> Publish:
@@ -91,6 +93,7 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
         secrets=SecretRepository(database),
         runs=runs,
         catalog=catalog,
+        model_providers=ModelProviderRepository(database),
         changes=(
             None
             if database.in_memory

@@ -67,6 +67,11 @@ class ChatRequest(ClientModel):
         max_length=16,
         description="MCP servers whose tools join the chat, named `{server}__{tool}`.",
     )
+    provider: Name | None = Field(
+        default=None,
+        description="One of the tenant's model providers (/model-providers); default: the "
+        "tenant's default provider, else the operator's model endpoint.",
+    )
     model: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
     max_iterations: Annotated[int, Field(ge=1, le=1000), WholeNumber] | None = None
     parallel_tool_calls: bool = True
@@ -101,6 +106,12 @@ class ChatResponse(BaseModel):
     iterations: int
     tool_calls: list[ToolCallResult]
     usage: Usage
+    finish_reason: str | None = Field(
+        default=None,
+        description="Why the model stopped its last turn, the same words on every model API: "
+        "`stop`, `tool_calls`, `length` (its output limit: the answer may be cut short), "
+        "`refusal`, `content_filter`; None when the endpoint did not say.",
+    )
     skipped_mcp_servers: list[SkippedServer] = Field(
         default_factory=list,
         description="MCP servers of the chat that could not be reached: their tools were left "

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, StringConstraints
 
 from app.schemas.chat import ContextArguments
 from app.schemas.fields import ClientModel, Name, Tag, WholeNumber
+from app.schemas.model_providers import ModelName
 
 TokenName = Annotated[str, StringConstraints(min_length=1, max_length=100)]
 MAX_LIFETIME_S = 366 * 86_400
@@ -38,6 +39,15 @@ class ClientTokenCreate(ClientModel):
     tags: list[Tag] | None = Field(
         default=None, max_length=32, description="Tools with at least one of these tags."
     )
+    providers: list[Name] | None = Field(
+        default=None,
+        max_length=64,
+        description="The tenant's model providers its chats may go through (then not the "
+        "operator's endpoint); default: any.",
+    )
+    models: list[ModelName] | None = Field(
+        default=None, max_length=64, description="The models its chats may use; default: any."
+    )
     expires_in_s: Annotated[int, Field(ge=60, le=MAX_LIFETIME_S), WholeNumber] | None = Field(
         default=None,
         description="Lifetime in seconds (60 to 366 days); default: until revoked.",
@@ -53,6 +63,8 @@ class ClientToken(BaseModel):
     )
     tool_ids: list[str] | None
     tags: list[str] | None
+    providers: list[str] | None = None
+    models: list[str] | None = None
     created_at: datetime
     expires_at: datetime | None
 

@@ -132,6 +132,20 @@ SECRET: Examples = {
     },
 }
 
+MODEL_PROVIDER: Examples = {
+    "anthropic": {
+        "summary": "Claude through Anthropic's Messages API, its key in the secret `anthropic_key`",
+        "value": {
+            "api": "anthropic_messages",
+            "base_url": "https://api.anthropic.com/v1",
+            "api_key_secret": "anthropic_key",
+            "default_model": "claude-sonnet-4-5",
+            "allowed_models": ["claude-haiku-4-5"],
+            "default": True,
+        },
+    },
+}
+
 TENANT: Examples = {
     "tenant": {"summary": "A new tenant; its key is shown once", "value": {"tenant_id": "acme"}},
 }

@@ -40,10 +40,20 @@ class Run(BaseModel):
     started_at: datetime
     ended_at: datetime
     model: str | None = Field(default=None, description="The model of a chat; None otherwise.")
+    provider: str | None = Field(
+        default=None,
+        description="The tenant's model provider a chat went through; None: the operator's.",
+    )
     stop_reason: RunStatus
     error: str | None = Field(default=None, exclude_if=lambda value: value is None)
     iterations: int
     usage: Usage
+    finish_reason: str | None = Field(
+        default=None,
+        description="Why the model stopped its last turn, the same words on every model API: "
+        "`stop`, `tool_calls`, `length` (its output limit: the answer may be cut short), "
+        "`refusal`, `content_filter`; None when the endpoint did not say.",
+    )
     tool_calls: list[RunToolCall]
     messages: list[dict[str, Any]] | None = Field(
         default=None,

@@ -11,12 +11,13 @@ from typing import Any
 
 from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
 from app.chat.model import ModelNotConfiguredError, Usage
-from app.errors import AppError, UnprocessableError, field_error, problem_body
+from app.errors import AppError, ForbiddenError, UnprocessableError, field_error, problem_body
 from app.limits import Limits, Release
 from app.logs import hiding_forms
 from app.metrics import Metrics
 from app.schemas.chat import ChatRequest, ChatResponse
 from app.services.client_tokens import ClientToken
+from app.services.model_providers import ChosenModel, ModelProviderService
 from app.services.runs import RunRecorder, RunRecording, new_run_id, recording
 from app.services.toolbox import Selection, Toolbox, Toolset
 
@@ -33,16 +34,22 @@ class ChatService:
         self,
         *,
         toolbox: Toolbox,
-        loop: ChatLoop | None,
+        loop: ChatLoop,
         default_model: str,
         max_iterations_cap: int,
         recorder: RunRecorder,
         limits: Limits,
         keep_messages: bool = False,
         metrics: Metrics | None = None,
+        providers: ModelProviderService | None = None,
+        operator_model: bool = True,
     ) -> None:
+        """`operator_model`: whether the operator configured a model endpoint (without one,
+        only chats through a tenant's own provider run)."""
         self._toolbox = toolbox
         self._loop = loop
+        self._providers = providers
+        self._operator_model = operator_model
         self._default_model = default_model
         self._cap = max_iterations_cap
         self._recorder = recorder
@@ -73,10 +80,9 @@ class ChatService:
                 "max_iterations is above the server's cap.",
                 errors=[field_error("$.max_iterations", f"must be at most {self._cap}")],
             )
-        if self._loop is None:
-            raise ModelNotConfiguredError(
-                "No model is configured: set OPENAI_BASE_URL and/or OPENAI_API_KEY."
-            )
+        chosen = await self._chosen_model(request, tenant_id=tenant_id)
+        if token is not None:
+            _token_allows(token, chosen)
         selection = Selection(
             tool_ids=request.tool_ids, tags=request.tags, mcp_servers=request.mcp_servers or ()
         )
@@ -86,13 +92,29 @@ class ChatService:
         chat = ChatRun(
             messages=[m.model_dump(exclude_none=True) for m in request.messages],
             tools=toolset.tools,
-            model=request.model or self._default_model,
+            model=chosen.model,
             max_iterations=max_iterations,
             parallel_tool_calls=request.parallel_tool_calls,
             skipped_servers=toolset.skipped_servers,
             call=toolset.call,
+            client=chosen.client,
+            provider=chosen.provider,
         )
         return chat, toolset
+
+    async def _chosen_model(self, request: ChatRequest, *, tenant_id: str) -> ChosenModel:
+        if self._providers is None:
+            chosen = ChosenModel(None, None, request.model or self._default_model)
+        else:
+            chosen = await self._providers.choose(
+                request.provider, request.model, tenant_id=tenant_id
+            )
+        if chosen.client is None and not self._operator_model:
+            raise ModelNotConfiguredError(
+                "No model is configured: set OPENAI_BASE_URL and/or OPENAI_API_KEY, "
+                "or register a model provider (/model-providers)."
+            )
+        return chosen
 
     async def run(
         self,
@@ -104,7 +126,6 @@ class ChatService:
         events: EventSink | None = None,
     ) -> ChatResponse:
         """Run a prepared chat to the model's answer (or the iteration cap), and record it."""
-        assert self._loop is not None, "prepare() refuses chats when no model is configured"
         progress = ChatResult(message={}, messages=[], stop_reason="completed", iterations=0)
         try:
             # Recorded (and counted) before the toolset closes: closing MCP sessions awaits,
@@ -129,6 +150,15 @@ class ChatService:
         self._metrics.chat_done(run.status, run.iterations)
 
 
+def _token_allows(token: ClientToken, chosen: ChosenModel) -> None:
+    """A client token limited to some providers or models: 403 for any other."""
+    if token.providers is not None and chosen.provider not in token.providers:
+        where = f"model provider '{chosen.provider}'" if chosen.provider else "the operator's model"
+        raise ForbiddenError(f"this client token may not use {where}")
+    if token.models is not None and chosen.model not in token.models:
+        raise ForbiddenError(f"this client token may not use model '{chosen.model}'")
+
+
 def usage_document(usage: Usage) -> dict[str, int]:
     return {
         "prompt_tokens": usage.prompt_tokens,
@@ -143,8 +173,12 @@ def _fill_record(
     """What is kept of a chat: never context values; message contents only if configured."""
     tool_ids = {tool.name: tool.tool_id for tool in chat.tools}
     run.model = chat.model
+    if chat.provider is not None:  # the operator's endpoint: no provider named
+        run.extra["provider"] = chat.provider
     run.iterations = progress.iterations
     run.usage = usage_document(progress.usage)
+    if progress.finish_reason is not None:
+        run.extra["finish_reason"] = progress.finish_reason
     run.tool_calls = [
         {
             "id": call.id,
@@ -170,6 +204,7 @@ def _answer(result: ChatResult, chat: ChatRun, *, run_id: str) -> ChatResponse:
             "iterations": result.iterations,
             "tool_calls": [vars(record) for record in result.tool_calls],
             "usage": usage_document(result.usage),
+            "finish_reason": result.finish_reason,
             "skipped_mcp_servers": [
                 {"name": name, "reason": reason} for name, reason in chat.skipped_servers.items()
             ],

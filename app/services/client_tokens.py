@@ -54,6 +54,8 @@ class ClientToken:
     tags: frozenset[str] | None
     expires_at: datetime | None
     settable: frozenset[str] = frozenset()  # context names a request may set itself
+    providers: frozenset[str] | None = None  # model providers its chats may use (None: any)
+    models: frozenset[str] | None = None
 
     def selects(self, tool: TypedTool) -> bool:
         if self.tool_ids is None and self.tags is None:
@@ -119,6 +121,8 @@ class ClientTokenService:
             tags=None if doc.get("tags") is None else frozenset(doc["tags"]),
             expires_at=None if expires_at is None else expires_at.astimezone(UTC),
             settable=frozenset(doc.get("settable_context") or ()),
+            providers=None if doc.get("providers") is None else frozenset(doc["providers"]),
+            models=None if doc.get("models") is None else frozenset(doc["models"]),
         )
 
     async def verify(self, presented: str) -> ClientToken | None:
@@ -146,6 +150,8 @@ class ClientTokenService:
             "settable_context": sorted(set(body.settable_context)),
             "tool_ids": body.tool_ids,
             "tags": body.tags,
+            "providers": body.providers,
+            "models": body.models,
             "created_at": now,
             "expires_at": (
                 None if body.expires_in_s is None else now + timedelta(seconds=body.expires_in_s)
@@ -198,6 +204,8 @@ def _shown(doc: Document) -> ShownToken:
         settable_context=list(doc.get("settable_context") or []),
         tool_ids=doc.get("tool_ids"),
         tags=doc.get("tags"),
+        providers=doc.get("providers"),
+        models=doc.get("models"),
         created_at=doc["created_at"],
         expires_at=doc.get("expires_at"),
     )

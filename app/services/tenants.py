@@ -14,6 +14,7 @@ from app.cache import LoadingCache
 from app.crypto import key_hash
 from app.errors import NotFoundError
 from app.repositories.mcp_servers import McpServerRepository
+from app.repositories.model_providers import ModelProviderRepository
 from app.repositories.runs import RunStore
 from app.repositories.secrets import SecretRepository
 from app.repositories.tenants import TenantRepository
@@ -61,6 +62,7 @@ class TenantService:
         client_tokens: ClientTokenService | None = None,
         publish: Publish = unpublished,
         clock: Callable[[], float] = time.monotonic,
+        model_providers: ModelProviderRepository | None = None,
     ) -> None:
         self._outbound = outbound
         self._publish = publish
@@ -71,6 +73,7 @@ class TenantService:
         self._catalog = catalog
         self._runs = runs
         self._mcp_servers = mcp_servers
+        self._model_providers = model_providers
         self._secrets = secrets
         self._key_secret = key_secret
         self._admin_key = admin_key.encode()
@@ -182,3 +185,5 @@ class TenantService:
         await self._runs.drop_all(tenant_id=tenant_id)
         await self._mcp_servers.drop_all(tenant_id=tenant_id)
         await self._secrets.drop_all(tenant_id=tenant_id)
+        if self._model_providers is not None:
+            await self._model_providers.drop_all(tenant_id=tenant_id)

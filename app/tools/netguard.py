@@ -329,6 +329,46 @@ async def system_resolver(host: str, port: int) -> list[str]:
     return [str(info[4][0]).split("%")[0] for info in infos]
 
 
+async def checked_addresses(
+    policy: OutboundPolicy,
+    host: str,
+    port: int,
+    *,
+    resolver: Resolver = system_resolver,
+    timeout_s: float | None = None,
+) -> list[IPAddress]:
+    """Resolve `host` and check the port and every address against `policy` (the one
+    connect-time rule: connect only to what this returns, never re-resolve). Raises
+    OutboundBlockedError, or httpx.ConnectError when the name does not resolve."""
+    addresses = await _resolve(resolver, host, port, timeout_s)
+    if not policy.port_allowed(host, port, addresses):
+        raise OutboundBlockedError(f"refusing to connect to port {port} (OUTBOUND_PORTS)")
+    if not policy.host_allowed(host, port):
+        blocked = [a for a in addresses if not policy.address_allowed(a, port)]
+        if blocked:
+            raise OutboundBlockedError(
+                f"refusing to connect to '{host}': it resolves to a non-public address"
+            )
+    return addresses
+
+
+async def _resolve(
+    resolver: Resolver, host: str, port: int, limit_s: float | None
+) -> list[IPAddress]:
+    literal = literal_address(normalize_host(host))
+    if literal is not None:
+        return [literal]
+    try:
+        async with asyncio.timeout(limit_s):
+            answers = await resolver(host, port)
+        addresses = [ipaddress.ip_address(answer) for answer in answers]
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise httpx.ConnectError(f"cannot resolve '{host}': {exc}") from exc
+    if not addresses:
+        raise httpx.ConnectError(f"'{host}' has no addresses")
+    return addresses
+
+
 class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
     """Resolve, check every address, then connect to a checked address (never re-resolve).
 
@@ -352,15 +392,9 @@ class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        addresses = await self._resolve(host, port, timeout)
-        if not self._policy.port_allowed(host, port, addresses):
-            raise OutboundBlockedError(f"refusing to connect to port {port} (OUTBOUND_PORTS)")
-        if not self._policy.host_allowed(host, port):
-            blocked = [a for a in addresses if not self._policy.address_allowed(a, port)]
-            if blocked:
-                raise OutboundBlockedError(
-                    f"refusing to connect to '{host}': it resolves to a non-public address"
-                )
+        addresses = await checked_addresses(
+            self._policy, host, port, resolver=self._resolver, timeout_s=timeout
+        )
         last_error: Exception | None = None
         for address in addresses:  # every one was checked: try them in the resolver's order
             try:
@@ -376,20 +410,6 @@ class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
                 last_error = exc
         assert last_error is not None
         raise last_error
-
-    async def _resolve(self, host: str, port: int, limit_s: float | None) -> list[IPAddress]:
-        literal = literal_address(normalize_host(host))
-        if literal is not None:
-            return [literal]
-        try:
-            async with asyncio.timeout(limit_s):
-                answers = await self._resolver(host, port)
-            addresses = [ipaddress.ip_address(answer) for answer in answers]
-        except (OSError, TimeoutError, ValueError) as exc:
-            raise httpx.ConnectError(f"cannot resolve '{host}': {exc}") from exc
-        if not addresses:
-            raise httpx.ConnectError(f"'{host}' has no addresses")
-        return addresses
 
     async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
         raise OutboundBlockedError("unix sockets are not reachable from external tools")

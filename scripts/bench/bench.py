@@ -75,13 +75,15 @@ class Process:
             stdout=subprocess.DEVNULL,
             stderr=stderr,
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90  # a loaded machine takes its time to import
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
                 return
             except OSError:
                 if self.popen.poll() is not None or time.monotonic() > deadline:
+                    if self.popen.poll() is None:  # reading a live child's stderr never ends
+                        self.popen.kill()
                     error = self.popen.stderr.read() if self.popen.stderr else "see its log"
                     raise RuntimeError(f"{args} did not start: {error!r}") from None
                 time.sleep(0.05)

@@ -33,6 +33,7 @@ FIRST_STEPS: dict[tuple[str, str], tuple[str, str, Any]] = {
         "/tools/create",
         examples.TOOL_CREATE["external"]["value"],
     ),
+    ("/model-providers/{name}", "anthropic"): ("PUT", "/secrets/anthropic_key", {"value": "k"}),
 }
 _fresh = itertools.count(1)
 # Rules that relate one field to another, which JSON Schema cannot state for names chosen by

@@ -127,6 +127,7 @@ async def test_tool_calls_in_fragments_then_an_answer(streamer: Streamer, fake: 
         "iterations",
         "tool_calls",
         "usage",
+        "finish_reason",
         "skipped_mcp_servers",
     }
     assert set(done) == non_streamed_keys and done["iterations"] == 2

@@ -57,3 +57,21 @@ def test_the_records_benchmark_reports_each_variant() -> None:
     assert "record() with journal on:" in result.stdout
     rows = [line for line in result.stdout.splitlines() if line.startswith("| on | ")]
     assert len(rows) == 2  # concurrency 1 and 50, each with its difference to `off`
+
+
+def test_the_model_apis_benchmark_reports_each_api(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "scripts/bench/model_apis.py", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=service_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    for api in ("chat_completions", "responses", "anthropic_messages"):
+        for concurrency in (1, 50):
+            assert f"CPU per model iteration, {api}, c={concurrency}: " in result.stdout
+    [report] = tmp_path.glob("model-apis-*.json")
+    summary = json.loads(report.read_text())["summary"]
+    assert summary["responses, concurrency 1"]["iterations"][0] == 40  # 20 chats x 2

@@ -1,0 +1,271 @@
+"""OpenAI's Responses API as a `ModelAPI`: the loop's chat messages become input items.
+
+- assistant tool calls -> `function_call` items; tool messages -> `function_call_output` items
+  (matched by `call_id`); system and developer messages stay messages of that role.
+- Stateless by default: the whole conversation is sent each turn, since the caller's messages
+  are the conversation. `chain=True` sends `previous_response_id` and only the items after it.
+- Reasoning items a turn returns are sent back before that turn's function calls, as the API
+  requires; they are remembered (bounded) by the calls' ids, since chat messages cannot hold them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import Any
+
+import orjson
+
+from app.chat.model import (
+    ConvertedTools,
+    ModelToolCall,
+    ModelTurn,
+    StreamAssembler,
+    Usage,
+    finished,
+    malformed_answer,
+    upstream_status,
+)
+from app.tools.providers import shaped
+
+logger = logging.getLogger(__name__)
+
+MAX_REMEMBERED_TURNS = 10_000
+_MALFORMED = (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError, ValueError)
+
+
+class _TurnMemory:
+    """What a turn returned that chat messages cannot carry, by the id of its first call."""
+
+    def __init__(self) -> None:
+        self._turns: OrderedDict[str, tuple[str, list[dict[str, Any]]]] = OrderedDict()
+
+    def remember(self, call_id: str, response_id: str, reasoning: list[dict[str, Any]]) -> None:
+        self._turns[call_id] = (response_id, reasoning)
+        while len(self._turns) > MAX_REMEMBERED_TURNS:
+            self._turns.popitem(last=False)
+
+    def get(self, call_id: str) -> tuple[str, list[dict[str, Any]]] | None:
+        return self._turns.get(call_id)
+
+
+class ResponsesAPI:
+    name = "responses"
+    path = "/responses"
+    default_base_url = "https://api.openai.com/v1"
+
+    def __init__(self, *, chain: bool = False, max_output_tokens: int | None = None) -> None:
+        self._chain = chain
+        self._max_output_tokens = max_output_tokens
+        self._memory = _TurnMemory()
+        self._tools = ConvertedTools(lambda tools: [responses_tool(tool) for tool in tools])
+
+    def headers(self, api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"}
+
+    def body(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        parallel_tool_calls: bool,
+        stream: bool,
+    ) -> bytes:
+        previous, items = self._input(messages)
+        payload: dict[str, Any] = {"model": model, "input": items}
+        if previous:
+            payload["previous_response_id"] = previous
+        if self._max_output_tokens:
+            payload["max_output_tokens"] = self._max_output_tokens
+        if tools:
+            payload["tools"] = self._tools(tools)
+            payload["tool_choice"] = "auto"
+            if not parallel_tool_calls:
+                payload["parallel_tool_calls"] = False
+        if stream:
+            payload["stream"] = True
+        return orjson.dumps(payload)
+
+    def _input(self, messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
+        start, previous = 0, None
+        if self._chain:  # the items after the last turn the API already holds
+            for index in range(len(messages) - 1, -1, -1):
+                calls = messages[index].get("tool_calls")
+                remembered = self._memory.get(calls[0]["id"]) if calls else None
+                if remembered:
+                    start, previous = index + 1, remembered[0]
+                    break
+        items: list[dict[str, Any]] = []
+        for message in messages[start:]:
+            items += self._items(message)
+        return previous, items
+
+    def _items(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+        role, content = message["role"], message.get("content")
+        if role == "tool":
+            call_id = message["tool_call_id"]
+            return [{"type": "function_call_output", "call_id": call_id, "output": _text(content)}]
+        if role != "assistant":
+            return [{"role": role, "content": _input_content(content)}]
+        items: list[dict[str, Any]] = []
+        calls = message.get("tool_calls") or []
+        remembered = self._memory.get(calls[0]["id"]) if calls else None
+        if remembered:
+            items += remembered[1]
+        if content:
+            items.append({"role": "assistant", "content": _text(content)})
+        items += [
+            {
+                "type": "function_call",
+                "call_id": call["id"],
+                "name": call["function"]["name"],
+                "arguments": call["function"]["arguments"],
+            }
+            for call in calls
+        ]
+        return items
+
+    def parse(self, raw: bytes) -> ModelTurn:
+        try:
+            data = orjson.loads(raw)
+            return self.turn_of(data)
+        except _MALFORMED as exc:
+            logger.warning("malformed model answer: %s", type(exc).__name__)
+            raise malformed_answer() from None
+
+    def turn_of(self, response: dict[str, Any]) -> ModelTurn:
+        """A `response` object -> ModelTurn; remembers its reasoning items for the next turn."""
+        if response.get("status") == "failed" or isinstance(response.get("error"), dict):
+            error = response.get("error") or {}
+            raise upstream_status(500, str(error.get("message") or "the response failed"))
+        texts: list[str] = []
+        finish: str | None = None
+        calls: list[ModelToolCall] = []
+        reasoning: list[dict[str, Any]] = []
+        for item in response["output"]:
+            kind = item.get("type")
+            if kind == "message":
+                for part in item.get("content") or []:
+                    if part.get("type") == "output_text":
+                        texts.append(part["text"])
+                    elif part.get("type") == "refusal":  # shown as the answer, and said so
+                        texts.append(str(part.get("refusal") or ""))
+                        finish = "refusal"
+            elif kind == "function_call":
+                calls.append(
+                    ModelToolCall(
+                        id=str(item.get("call_id") or item.get("id") or f"call_{len(calls)}"),
+                        name=str(item.get("name") or ""),
+                        arguments=_arguments_text(item.get("arguments")),
+                    )
+                )
+            elif kind == "reasoning":
+                reasoning.append(item)
+        if calls and (reasoning or self._chain):
+            self._memory.remember(calls[0].id, str(response.get("id") or ""), reasoning)
+        if response.get("status") == "incomplete":
+            finish = finished((response.get("incomplete_details") or {}).get("reason"))
+        elif finish is None:
+            finish = "tool_calls" if calls else "stop"
+        return ModelTurn("".join(texts) or None, calls, _usage(response.get("usage")), finish)
+
+    def assembler(self) -> StreamAssembler:
+        return ResponsesAssembler(self)
+
+
+class ResponsesAssembler:
+    """Builds a ModelTurn from Responses streaming events: text deltas as they come, the whole
+    turn from `response.completed` (or, if a server leaves that out, from the items it sent)."""
+
+    def __init__(self, api: ResponsesAPI) -> None:
+        self._api = api
+        self._items: dict[int, dict[str, Any]] = {}
+        self._arguments: dict[int, list[str]] = {}
+        self._response: dict[str, Any] | None = None
+
+    def feed(self, event: dict[str, Any]) -> str:
+        kind = event.get("type")
+        if kind == "response.output_text.delta":
+            delta = event.get("delta")
+            return delta if isinstance(delta, str) else ""
+        index = event.get("output_index")
+        if kind in ("response.output_item.added", "response.output_item.done"):
+            if isinstance(index, int) and isinstance(event.get("item"), dict):
+                self._items[index] = event["item"]
+        elif kind == "response.function_call_arguments.delta" and isinstance(index, int):
+            self._arguments.setdefault(index, []).append(str(event.get("delta") or ""))
+        elif kind in ("response.completed", "response.incomplete", "response.failed"):
+            self._response = event.get("response")
+        elif kind == "error":
+            raise upstream_status(500, str(event.get("message") or "error"))
+        return ""
+
+    def turn(self) -> ModelTurn:
+        try:
+            return self._turn()
+        except _MALFORMED as exc:
+            logger.warning("malformed model answer: %s", type(exc).__name__)
+            raise malformed_answer() from None
+
+    def _turn(self) -> ModelTurn:
+        if isinstance(self._response, dict) and self._response.get("output"):
+            return self._api.turn_of(self._response)
+        output = []
+        for index, item in sorted(self._items.items()):
+            if item.get("type") == "function_call" and not item.get("arguments"):
+                item = {**item, "arguments": "".join(self._arguments.get(index, []))}
+            output.append(item)
+        usage = (self._response or {}).get("usage")
+        return self._api.turn_of({"output": output, "usage": usage, "status": "completed"})
+
+
+def responses_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A chat-completions tool -> a Responses function tool (strict only when asked: the
+    Responses API would otherwise default to strict schemas, unlike chat completions)."""
+    function = tool["function"]
+    declaration = shaped(
+        "openai-responses",
+        function["name"],
+        function.get("description", ""),
+        function.get("parameters") or {"type": "object", "properties": {}},
+    )
+    declaration["strict"] = bool(function.get("strict", False))
+    return declaration
+
+
+def _input_content(content: Any) -> Any:
+    if not isinstance(content, list):
+        return content if content is not None else ""
+    return [_input_part(part) for part in content]
+
+
+def _input_part(part: dict[str, Any]) -> dict[str, Any]:
+    kind = part.get("type")
+    if kind == "text":
+        return {"type": "input_text", "text": part.get("text", "")}
+    if kind == "image_url":
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else image
+        return {"type": "input_image", "image_url": url}
+    return part
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else ""
+
+
+def _arguments_text(arguments: Any) -> str:
+    if arguments is None:
+        return ""
+    return arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
+
+
+def _usage(usage: Any) -> Usage:
+    if not isinstance(usage, dict):
+        return Usage()
+    prompt = int(usage.get("input_tokens") or 0)
+    completion = int(usage.get("output_tokens") or 0)
+    return Usage(prompt, completion, int(usage.get("total_tokens") or prompt + completion))

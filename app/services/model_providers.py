@@ -1,0 +1,216 @@
+"""Each tenant's own model providers (`/model-providers`) and the choice of a chat's model.
+
+A provider's key is one of the tenant's secrets, opened only to build its client; its base URL
+passes the tenant's outbound policy when written and at every connection (the operator's
+endpoint is exempt, as it is the operator's). Clients are built once per provider version, key
+and policy, and closed a while after they are replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from app.chat.apis import build_model_api
+from app.chat.http_model_client import HTTPModelClient
+from app.chat.model import ModelClient
+from app.chat.wire import Connector, WireError
+from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
+from app.limits import Fence, local_fence
+from app.repositories.model_providers import ModelProviderRepository
+from app.schemas.model_providers import ModelProviderPut
+from app.services.outbound import TenantOutbound
+from app.services.secrets import SecretService
+from app.tools.netguard import OutboundBlockedError, OutboundPolicy, checked_addresses, url_problems
+
+MAX_CLIENTS = 256  # provider clients open at once; the least used is closed first
+CLOSE_DELAY_S = 60.0  # a replaced client is closed once the calls it carries have ended
+_SHOWN = (
+    "name", "api", "base_url", "api_key_secret", "default_model", "allowed_models", "default",
+    "timeout_s", "max_retries", "max_tokens", "previous_response_id", "created_at", "updated_at",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ChosenModel:
+    """Where a chat's model calls go: a tenant provider's client, or the operator's (None)."""
+
+    client: ModelClient | None
+    provider: str | None
+    model: str
+
+
+class ModelProviderService:
+    def __init__(
+        self,
+        *,
+        providers: ModelProviderRepository,
+        secrets: SecretService,
+        outbound: TenantOutbound,
+        operator_model: str,
+        max_providers: int = 20,
+        fence: Fence | None = None,
+    ) -> None:
+        self._providers = providers
+        self._secrets = secrets
+        self._outbound = outbound
+        self._operator_model = operator_model
+        self._max = max_providers
+        self._fence = fence or local_fence()
+        self._clients: OrderedDict[tuple[Any, ...], HTTPModelClient] = OrderedDict()
+        self._retiring: set[asyncio.Task[None]] = set()
+
+    async def put(
+        self, name: str, body: ModelProviderPut, *, tenant_id: str
+    ) -> tuple[dict[str, Any], bool]:
+        """Create or replace a provider: 422 for a URL the tenant's policy refuses or a secret
+        it does not have, 409 past the cap."""
+        problems = url_problems(body.base_url, await self._outbound.policy(tenant_id))
+        errors = [field_error("$.base_url", problem) for problem in problems]
+        found = await self._secrets.resolve({body.api_key_secret}, tenant_id=tenant_id)
+        if found.get(body.api_key_secret) is None:
+            problem = f"the tenant has no secret named '{body.api_key_secret}' (PUT /secrets/...)"
+            errors.append(field_error("$.api_key_secret", problem))
+        if errors:
+            raise UnprocessableError("The model provider cannot be used as given.", errors=errors)
+        document = body.model_dump()
+        allowed = body.allowed_models or []
+        document["allowed_models"] = list(dict.fromkeys([body.default_model, *allowed]))
+        async with self._fence(tenant_id, "model providers"):  # the cap holds exactly
+            existing = await self._providers.get(name, tenant_id=tenant_id)
+            if existing is None and await self._providers.count(tenant_id=tenant_id) >= self._max:
+                raise ConflictError(
+                    f"the tenant already has {self._max} model providers; delete one first"
+                )
+            stored, created = await self._providers.put(name, document, tenant_id=tenant_id)
+            if body.default:
+                await self._providers.clear_default(keep=name, tenant_id=tenant_id)
+        return _shown(stored), created
+
+    async def all(self, *, tenant_id: str) -> list[dict[str, Any]]:
+        return [_shown(doc) for doc in await self._providers.all(tenant_id=tenant_id)]
+
+    async def get(self, name: str, *, tenant_id: str) -> dict[str, Any]:
+        doc = await self._providers.get(name, tenant_id=tenant_id)
+        if doc is None:
+            raise NotFoundError(f"no model provider named '{name}'")
+        return _shown(doc)
+
+    async def delete(self, name: str, *, tenant_id: str) -> None:
+        if not await self._providers.delete(name, tenant_id=tenant_id):
+            raise NotFoundError(f"no model provider named '{name}'")
+
+    async def drop_all(self, *, tenant_id: str) -> None:
+        await self._providers.drop_all(tenant_id=tenant_id)
+
+    async def choose(
+        self, provider: str | None, model: str | None, *, tenant_id: str
+    ) -> ChosenModel:
+        """The chat's provider (the named one, else the tenant's default, else the operator's)
+        and model (the named one, if the provider allows it, else its default); 422 otherwise."""
+        if provider is None:
+            doc = await self._providers.default(tenant_id=tenant_id)
+        else:
+            doc = await self._providers.get(provider, tenant_id=tenant_id)
+            if doc is None:
+                problem = f"the tenant has no model provider named '{provider}'"
+                raise UnprocessableError(
+                    "Unknown model provider.", errors=[field_error("$.provider", problem)]
+                )
+        if doc is None:
+            return ChosenModel(None, None, model or self._operator_model)
+        chosen = model or doc["default_model"]
+        if chosen not in doc["allowed_models"]:
+            problem = (
+                f"model provider '{doc['name']}' allows only: {', '.join(doc['allowed_models'])}"
+            )
+            raise UnprocessableError(
+                "The model is not allowed.", errors=[field_error("$.model", problem)]
+            )
+        client = await self._client(doc, tenant_id=tenant_id)
+        return ChosenModel(client, doc["name"], chosen)
+
+    async def _client(self, doc: dict[str, Any], *, tenant_id: str) -> HTTPModelClient:
+        secret = doc["api_key_secret"]
+        key = (await self._secrets.resolve({secret}, tenant_id=tenant_id)).get(secret)
+        if key is None:
+            problem = f"model provider '{doc['name']}' reads secret '{secret}', which is missing"
+            raise UnprocessableError(
+                "The model provider's key is missing.", errors=[field_error("$.provider", problem)]
+            )
+        policy = await self._outbound.policy(tenant_id)
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        cache_key = (tenant_id, doc["name"], doc["updated_at"], digest, policy.allow)
+        client = self._clients.get(cache_key)
+        if client is not None:
+            self._clients.move_to_end(cache_key)
+            return client
+        try:
+            client = self._new_client(doc, key, policy)
+        except ValueError as exc:  # a URL that passed an older version's checks
+            raise UnprocessableError(
+                "The model provider's base URL is not usable.",
+                errors=[field_error("$.provider", f"{doc['name']}: {exc}")],
+            ) from None
+        self._clients[cache_key] = client
+        while len(self._clients) > MAX_CLIENTS:
+            self._retire(self._clients.popitem(last=False)[1])
+        return client
+
+    def _new_client(self, doc: dict[str, Any], key: str, policy: OutboundPolicy) -> HTTPModelClient:
+        secret = doc["api_key_secret"]
+        return HTTPModelClient(
+            base_url=doc["base_url"],
+            api_key=key,
+            timeout_s=doc["timeout_s"],
+            max_retries=doc["max_retries"],
+            api=build_model_api(
+                doc["api"],
+                max_tokens=doc["max_tokens"],
+                chain=bool(doc.get("previous_response_id")),
+            ),
+            connect=guarded_connector(policy),
+            ssl_context=policy.ssl_context(),
+            credentials=f"secret '{secret}' of model provider '{doc['name']}'",
+        )
+
+    def _retire(self, client: HTTPModelClient) -> None:
+        async def close_later() -> None:
+            try:
+                await asyncio.sleep(CLOSE_DELAY_S)
+            finally:  # also when cancelled at shutdown
+                await client.close()
+
+        task = asyncio.create_task(close_later())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def aclose(self) -> None:
+        for task in list(self._retiring):
+            task.cancel()
+        await asyncio.gather(*self._retiring, return_exceptions=True)
+        clients = list(self._clients.values())
+        self._clients.clear()
+        await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
+
+
+def guarded_connector(policy: OutboundPolicy) -> Connector:
+    """The addresses a provider's client may dial: resolved and checked at connect time."""
+
+    async def connect(host: str, port: int) -> list[str]:
+        try:
+            addresses = await checked_addresses(policy, host, port, timeout_s=10.0)
+        except (OutboundBlockedError, httpx.ConnectError) as exc:
+            raise WireError(str(exc)) from None
+        return [str(address) for address in addresses]
+
+    return connect
+
+
+def _shown(doc: dict[str, Any]) -> dict[str, Any]:
+    return {key: doc[key] for key in _SHOWN if key in doc}
