@@ -11,7 +11,17 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
-from app.api import chat, client_tokens, health, mcp_servers, runs, secrets, tenants, tools
+from app.api import (
+    categories,
+    chat,
+    client_tokens,
+    health,
+    mcp_servers,
+    runs,
+    secrets,
+    tenants,
+    tools,
+)
 from app.api.docs import install_docs, install_openapi
 from app.api.mcp_endpoint import McpGateway
 from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
@@ -157,7 +167,7 @@ def create_app(
         app.add_middleware(
             CORSMiddleware,
             allow_origins=settings.cors_allow_origins,
-            allow_methods=["GET", "POST", "PUT", "DELETE"],
+            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
             expose_headers=["X-Request-ID", "X-Run-ID", "Retry-After"],
             max_age=600,
@@ -169,7 +179,8 @@ def create_app(
     install_error_handlers(app)
     _finish_openapi(app, settings)
     # Hot routes first (matching walks routes in order); /ping stays first as the yardstick.
-    for module in (health, tools, chat, runs, mcp_servers, secrets, client_tokens, tenants):
+    routers = (health, tools, chat, runs, mcp_servers, secrets, client_tokens, categories, tenants)
+    for module in routers:
         app.include_router(module.router)
     # MCP over streamable HTTP (docs/mcp.md); not a REST route, so not in the OpenAPI document.
     # Right after /ping: routes are matched in order, and a tools/call is a hot path too.

@@ -24,7 +24,10 @@ from tests.support.servers import ThreadedServer
 PROBLEM = "application/problem+json"
 # Path parameters and first steps that make each example meaningful (as their summaries say).
 PATH_VALUES = {"tool_id": "rolldice", "name": "helpdesk_token", "tenant_id": "contract"}
-EXAMPLE_PATHS = {("/tools/{tool_id}/invoke", "with_context"): {"tool_id": "weather-api"}}
+EXAMPLE_PATHS = {
+    ("/tools/{tool_id}/invoke", "with_context"): {"tool_id": "weather-api"},
+    ("/categories/{name}", "default"): {"name": "default"},
+}
 FIRST_STEPS: dict[tuple[str, str], tuple[str, str, Any]] = {
     ("/tools/create", "function"): ("DELETE", "/tools/rolldice", None),
     ("/tools/{tool_id}/invoke", "with_context"): (
@@ -32,6 +35,7 @@ FIRST_STEPS: dict[tuple[str, str], tuple[str, str, Any]] = {
         "/tools/create",
         examples.TOOL_CREATE["external"]["value"],
     ),
+    ("/categories", "disable"): ("POST", "/categories", {"name": "charts"}),
 }
 _fresh = itertools.count(1)
 # Rules that relate one field to another, which JSON Schema cannot state for names chosen by
