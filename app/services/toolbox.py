@@ -169,11 +169,13 @@ def hidden_values(
     context: Mapping[str, Any],
     secrets: Mapping[str, str | None],
     servers: Iterable[McpServer] = (),
+    tools: Iterable[TypedTool] = (),
 ) -> list[Any]:
-    """What a run must never show or log: its context values, the secrets its tools read and
-    the header values of its MCP servers (tokens, keys: a server may echo its headers)."""
+    """What a run must never show or log: its context values, its tools' presets, the secrets
+    its tools read and the header values of its MCP servers (a server may echo its headers)."""
     return [
         *context.values(),
+        *(slot.preset for tool in tools for slot in tool.context if slot.preset is not None),
         *(value for value in secrets.values() if value),
         *(value for server in servers for value in server.headers.values()),
     ]
@@ -361,7 +363,7 @@ class Toolbox:
             context=context,
             secrets=secrets,
             mcp=sessions,
-            scrub=Scrubber(hidden_values(context, secrets, servers)),
+            scrub=Scrubber(hidden_values(context, secrets, servers, tools)),
             http=http,
         )
         return Toolset(tools, scope, skipped_servers=skipped, sessions=sessions)
