@@ -11,6 +11,10 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from app.tools.builtin import roll_dice
 from app.tools.registry import FunctionRegistry, ToolRequest
@@ -152,3 +156,20 @@ def tool_messages(request: dict[str, Any]) -> list[str]:
 def offered(request: dict[str, Any]) -> set[str]:
     """The names of the tools a model request offered."""
     return {tool["function"]["name"] for tool in request.get("tools") or []}
+
+
+FORECAST_SEEN: list[dict[str, str]] = []
+
+
+async def _forecast(request: Request) -> JSONResponse:
+    """A forecast API's answer: more than a model needs (the docs shape it down)."""
+    FORECAST_SEEN.append(dict(request.query_params))
+    days = [
+        {"date": "2026-11-25", "temp_max": 19, "temp_min": 12, "hourly": list(range(24))},
+        {"date": "2026-11-26", "temp_max": 17, "temp_min": 11, "hourly": list(range(24))},
+    ]
+    query = request.query_params
+    return JSONResponse({"city": query.get("city"), "units": query.get("units"), "days": days})
+
+
+forecast_api = Starlette(routes=[Route("/forecast", _forecast, methods=["GET"])])
