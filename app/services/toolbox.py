@@ -59,13 +59,13 @@ CONTEXT_PATH = "$.context_arguments"
 
 
 class UnavailableToolsError(UnprocessableError):
-    """Requested tools the caller cannot use: unknown, disabled, outside its token's selection,
-    of an unknown server, or not listed by their MCP server."""
+    """Requested tools the caller cannot use: unknown, disabled (or of a disabled category),
+    outside its token's selection, of an unknown server, or not listed by their MCP server."""
 
     @classmethod
     def of(cls, missing: Sequence[str]) -> UnavailableToolsError:
         return cls(
-            "Some requested tools do not exist or are disabled.",
+            "Some requested tools do not exist or are disabled (the tool or its category).",
             errors=[field_error("$.tool_ids", f"unavailable: {', '.join(missing)}")],
         )
 

@@ -219,3 +219,18 @@ async def test_hints_are_one_block_of_sections(kit: Kit) -> None:
     assert refused.status_code == 422  # as the chat would answer
     other = (await kit.http.get("/categories/hints", headers=kit.globex.headers)).json()
     assert other == {"categories": [], "content": None}
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "tool_ids=" + "&tool_ids=".join(f"t{i}" for i in range(129)),
+        "tags=" + "&tags=".join(f"t{i}" for i in range(33)),
+        "tool_ids=a%20b",
+        "tool_ids=" + "x" * 65,
+        "tags=%00",
+    ],
+)
+async def test_bad_hint_queries_are_422(kit: Kit, query: str) -> None:
+    answer = await kit.http.get(f"/categories/hints?{query}", headers=kit.acme.headers)
+    assert answer.status_code == 422, answer.text
