@@ -83,7 +83,8 @@ class ToolInvoker:
         outcome = await self._checked_run(tool, arguments, call)
         elapsed = time.perf_counter() - started
         self._metrics.tool_done(tool.kind, elapsed, outcome.kind)
-        if len(outcome.content) > OFF_LOOP_CHARS:  # decoding a large echo is CPU: off the loop
+        # Decoding a large echo is CPU, and so is a tenant's JMESPath expression: off the loop.
+        if len(outcome.content) > OFF_LOOP_CHARS or tool.output_select is not None:
             content, note = await asyncio.to_thread(self._shaped, tool, outcome, call)
         else:
             content, note = self._shaped(tool, outcome, call)

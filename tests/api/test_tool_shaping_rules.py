@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.documents import external, external_tool
 from tests.support.servers import ThreadedServer
-from tests.support.toolkit import Kit, toolkit_app
+from tests.support.toolkit import Kit, reshape, toolkit_app
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ async def test_a_preset_header_reaches_the_api_and_the_callers_never_does(
 async def test_a_large_json_result_is_shaped_off_the_event_loop(
     kit: Kit, upstream: ThreadedServer
 ) -> None:
-    """About 600 KB of JSON echoed back, searched by an expression that sorts it: the loop
+    """About 100 KB of JSON echoed back, searched by an expression that sorts it: the loop
     watchdog fails this test if the work held the app's event loop."""
     tool = external(
         "bulk",
@@ -145,7 +145,20 @@ async def test_a_large_json_result_is_shaped_off_the_event_loop(
         output={"select": "length(sort(json.rows))", "max_chars": 100},
     )
     assert (await kit.post("/tools/create", tool)).status_code == 201
-    rows = [f"row-{i:06d}-{'z' * 20}" for i in range(20_000)]
+    rows = [f"row-{i:06d}-{'z' * 20}" for i in range(3_000)]
     answer = await kit.post("/tools/bulk/invoke", {"arguments": {"rows": rows}})
     assert answer.status_code == 200, answer.text
-    assert answer.json()["content"] == "20000", orjson.dumps(answer.json())[:300]
+    assert answer.json()["content"] == "3000", orjson.dumps(answer.json())[:300]
+
+
+async def test_a_doubling_select_stops_quickly_and_off_the_loop(kit: Kit) -> None:
+    """Each step doubles the value: unbounded, 150 steps would never end. The loop watchdog
+    fails this test if the app's loop stalled."""
+    expression = "|".join(["[@,@]"] * 150) + "|to_string(@)"
+    answer = await reshape(kit, "inventory", output={"select": expression})
+    assert answer.status_code == 200, answer.text
+    invoked = (await kit.post("/tools/inventory/invoke", {"arguments": {"item": "nut"}})).json()
+    assert invoked["status"] == "ok" and invoked["content"].startswith('{"item":"nut"')
+    assert (
+        invoked["note"] == "output.select not applied: it makes a value far larger than the result"
+    )

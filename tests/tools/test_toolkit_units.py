@@ -115,3 +115,33 @@ def test_a_preset_wins_over_the_caller_and_needs_no_context() -> None:
     assert merged == {"page": "a", "base": "/srv"} and problems == []
     merged, problems = merge_context({}, slots, {}, {})
     assert merged == {"base": "/srv"} and problems == []
+
+
+DOUBLING = [
+    ("|".join(["[@,@]"] * 170) + "|to_string(@)", '"ab"'),  # 22 steps took 12 s before
+    ("|".join(["join('', [@,@])"] * 60), '"abcd"'),
+    ("|".join(["[@,@][]"] * 100), "[1, 2]"),
+    ("|".join(["{a: @, b: @}"] * 150) + "|values(@)", "{}"),
+]
+
+
+@pytest.mark.parametrize(("expression", "content"), DOUBLING)
+def test_an_expression_that_doubles_its_value_stops_at_the_budget(
+    expression: str, content: str
+) -> None:
+    shown, note = selected(jmespath.compile(expression), content)
+    assert shown == content
+    assert note == "output.select not applied: it makes a value far larger than the result"
+
+
+def test_deep_nesting_is_a_note_not_a_crash() -> None:
+    shown, note = selected(jmespath.compile("[" * 300 + "@" + "]" * 300), "1")
+    assert shown == "1" and note == "output.select not applied: the selection nests too deeply"
+
+
+def test_ordinary_selections_of_large_results_pass() -> None:
+    rows = ",".join(f'{{"id": {i}, "name": "row-{i}"}}' for i in range(5000))
+    shown, note = selected(
+        jmespath.compile("length(items[?id > `10`].name)"), f'{{"items": [{rows}]}}'
+    )
+    assert (shown, note) == ("4989", None)
