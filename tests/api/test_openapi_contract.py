@@ -100,7 +100,12 @@ async def _tenant(client: httpx.AsyncClient) -> dict[str, str]:
 
 def _with_fresh_ids(path: str, body: Any) -> Any:
     """Creates would collide with the previous one: each gets its own id."""
-    field = {"/tools/create": "tool_id", "/mcp-servers": "name", "/tenants": "tenant_id"}.get(path)
+    field = {
+        "/tools/create": "tool_id",
+        "/mcp-servers": "name",
+        "/tenants": "tenant_id",
+        "/categories": "name",
+    }.get(path)
     if isinstance(body, dict):
         body = dict(body)
         if field and isinstance(body.get(field), str):
