@@ -40,7 +40,10 @@ class CategoryUpdate(CategoryFields):
 class CategoryToggle(ClientModel):
     """`PATCH /categories`: several categories enabled or disabled at once (all or none)."""
 
-    enabled: dict[Name, bool] = Field(min_length=1, max_length=256)
+    # Keys are category names; the schema says so (no other key is accepted).
+    enabled: dict[Name, bool] = Field(
+        min_length=1, max_length=256, json_schema_extra={"additionalProperties": False}
+    )
 
 
 class Category(BaseModel):
