@@ -196,3 +196,20 @@ async def test_mcp_serves_shaped_output(kit: Kit) -> None:
     await reshape(kit, "inventory", output={"select": "stock[?count > `4`].warehouse"})
     called = await mcp_call(kit, "tools/call", {"name": "inventory", "arguments": {"item": "x"}})
     assert called["result"]["content"][0]["text"] == '["south"]'
+
+
+async def test_a_preset_wins_over_a_client_tokens_bound_value(kit: Kit) -> None:
+    await reshape(kit, "fetch-page", context_parameters=PRESETS)
+    body = {"name": "alice", "context_arguments": {"base_path": "/token/path"}}
+    made = await kit.post("/client-tokens", body)
+    assert made.status_code == 201, made.text
+    headers = {
+        "Authorization": f"Bearer {made.json()['token']}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    call = {"name": "fetch_page", "arguments": {"page": "t"}}
+    envelope = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}
+    answer = await kit.http.post("/mcp", json=envelope, headers=headers)
+    assert answer.json()["result"]["isError"] is False, answer.text
+    assert toolkit.SEEN == [{"page": "t", "base_path": "/srv/pages", "retries": 3}]
