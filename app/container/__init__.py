@@ -208,6 +208,7 @@ async def build_services(
         registry=registry,
         outbound=run.outbound,
         catalog=stores.catalog,
+        categories=stores.categories,
         max_tools=settings.max_tools_per_tenant,
         max_schema_bytes=settings.max_tool_schema_bytes,
         max_timeout_s=settings.tool_timeout_s,

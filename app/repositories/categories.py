@@ -45,6 +45,10 @@ class CategoryRepository:
         except DuplicateKeyError:
             pass  # another seeder inserted it first
 
+    async def exists(self, name: str, *, tenant_id: str) -> bool:
+        found = await self._categories(tenant_id).find_one({"name": name}, {"_id": 1})
+        return found is not None
+
     async def count(self, *, tenant_id: str) -> int:
         return int(await self._categories(tenant_id).count_documents({}))
 

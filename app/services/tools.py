@@ -8,6 +8,7 @@ import orjson
 
 from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
 from app.limits import Fence, local_fence
+from app.repositories.categories import CategoryRepository
 from app.repositories.tools import ToolRepository
 from app.schemas.categories import DEFAULT_CATEGORY
 from app.schemas.fields import Provider
@@ -32,6 +33,7 @@ class ToolService:
         registry: FunctionRegistry,
         outbound: TenantOutbound,
         catalog: ToolCatalog,
+        categories: CategoryRepository | None = None,
         max_tools: int = 500,
         max_schema_bytes: int = 32_768,
         max_timeout_s: float = 30.0,
@@ -43,6 +45,7 @@ class ToolService:
         self._registry = registry
         self._outbound = outbound
         self._catalog = catalog
+        self._categories = categories
         self._max_tools = max_tools
         self._max_schema_bytes = max_schema_bytes
         self._max_timeout_s = max_timeout_s
@@ -53,8 +56,7 @@ class ToolService:
     async def check(self, tool: ToolFields, *, tenant_id: str) -> None:
         """Raise a 422 listing every rule `tool` breaks, each with its JSON path."""
         problems = self.problems(tool, await self._outbound.policy(tenant_id))
-        snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
-        if tool.category != DEFAULT_CATEGORY and tool.category not in snapshot.categories:
+        if await self._category_missing(tool.category, tenant_id):
             problems.append(
                 ("$.category", f"the tenant has no category '{tool.category}' (POST /categories)")
             )
@@ -90,6 +92,12 @@ class ToolService:
             else:
                 problems += signature_problems(entry.func, tool.function, tool.context_parameters)
         return problems
+
+    async def _category_missing(self, name: str, tenant_id: str) -> bool:
+        """A tool names a category the tenant has (one query; `default` always exists)."""
+        if name == DEFAULT_CATEGORY or self._categories is None:
+            return False
+        return not await self._categories.exists(name, tenant_id=tenant_id)
 
     def _bound_problems(self, tool: ToolFields) -> list[Problem]:
         """A tool's own bounds stay under the operator's (TOOL_TIMEOUT_S,
