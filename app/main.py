@@ -12,6 +12,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from app.api import (
+    categories,
     chat,
     client_tokens,
     health,
@@ -169,7 +170,7 @@ def create_app(
         app.add_middleware(
             CORSMiddleware,
             allow_origins=settings.cors_allow_origins,
-            allow_methods=["GET", "POST", "PUT", "DELETE"],
+            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
             expose_headers=["X-Request-ID", "X-Run-ID", "Retry-After"],
             max_age=600,
@@ -182,7 +183,7 @@ def create_app(
     _finish_openapi(app, settings)
     # Hot routes first (matching walks routes in order); /ping stays first as the yardstick.
     routers = (health, tools, chat, runs, mcp_servers, model_providers, secrets, client_tokens)
-    for module in (*routers, tenants):
+    for module in (*routers, categories, tenants):
         app.include_router(module.router)
     app.include_router(mcp_metadata.router)
     # MCP over streamable HTTP (docs/mcp.md); not a REST route, so not in the OpenAPI document.

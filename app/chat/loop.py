@@ -46,6 +46,7 @@ class ToolCallRecord:
     status: Literal["ok", "error"]
     error: str | None
     duration_ms: float
+    note: str | None = None  # why the tool's output shaping did not apply
 
 
 @dataclass
@@ -233,6 +234,7 @@ def _recorded(
         status=result.status,
         error=content if result.status == "error" else None,
         duration_ms=round(seconds * 1000, 3),
+        note=result.note,
     )
     return record, content
 

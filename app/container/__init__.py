@@ -34,6 +34,7 @@ from app.metrics import Metrics
 from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Database
 from app.services.catalog import ToolCatalog
+from app.services.categories import CategoryService
 from app.services.chat import ChatService
 from app.services.client_tokens import ClientTokenService
 from app.services.health import HealthService
@@ -79,6 +80,7 @@ class Services:
     client_tokens: ClientTokenService
     catalog: ToolCatalog
     importer: ToolImporter
+    categories: CategoryService
 
 
 def build_tenant_service(
@@ -91,6 +93,7 @@ def build_tenant_service(
     return TenantService(
         tenants=stores.tenants,
         tools=stores.tools,
+        categories=stores.categories,
         seeder=seeder,
         catalog=stores.catalog,
         runs=stores.runs,
@@ -206,7 +209,9 @@ async def build_services(
     """Connect, check indexes and seed every tenant; build the clients the routes share."""
     metrics = metrics or Metrics()
     stores = build_stores(settings, registry, stack)
-    seeder = Seeder(registry=registry, tenants=stores.tenants, tools=stores.tools)
+    seeder = Seeder(
+        registry=registry, tenants=stores.tenants, tools=stores.tools, categories=stores.categories
+    )
     prepared = await seeder.prepare_all()
     logger.info("seeded %d function tool(s) into %d tenant(s)", len(registry), prepared)
     run = build_runtime(settings, registry, stores, mcp_operator or {}, metrics, stack)
@@ -228,8 +233,11 @@ async def build_services(
         registry=registry,
         outbound=run.outbound,
         catalog=stores.catalog,
+        categories=stores.categories,
         max_tools=settings.max_tools_per_tenant,
         max_schema_bytes=settings.max_tool_schema_bytes,
+        max_timeout_s=settings.tool_timeout_s,
+        max_output_chars=settings.tool_output_max_chars,
         fence=run.limits.fence,
         publish=stores.publish,
     )
@@ -264,5 +272,14 @@ async def build_services(
             outbound=run.outbound,
             deadline_s=settings.import_deadline_s,
             fetch_deadline_s=settings.import_fetch_deadline_s,
+        ),
+        categories=CategoryService(
+            categories=stores.categories,
+            tools=stores.tools,
+            catalog=run.catalog,
+            toolbox=run.toolbox,
+            max_categories=settings.max_categories_per_tenant,
+            fence=run.limits.fence,
+            publish=stores.publish,
         ),
     )

@@ -14,6 +14,7 @@ from app.limits import ConcurrencyLimiter, Fence, Limits, RateLimiter, TenantLim
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub
 from app.metrics import Metrics
+from app.repositories.categories import CategoryRepository
 from app.repositories.changes import ChangeStampRepository
 from app.repositories.database import Database
 from app.repositories.limits import LimitRepository
@@ -44,6 +45,7 @@ class Stores:
     database: Database
     tenants: TenantRepository
     tools: ToolRepository
+    categories: CategoryRepository
     mcp_servers: McpServerRepository
     secrets: SecretRepository
     runs: RunStore
@@ -73,6 +75,7 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
     database = Database.from_settings(settings)
     stack.push_async_callback(database.close)
     tools = ToolRepository(database)
+    categories = CategoryRepository(database)
     runs: RunStore = (
         MemoryRunRepository(limit=settings.run_memory_limit)
         if database.in_memory
@@ -83,12 +86,14 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
         ttl_s=settings.tool_cache_ttl_s,
         stale_if_error_s=settings.cache_stale_if_error_s,
         registry=registry,
+        categories=categories,
     )
     stack.push_async_callback(catalog.aclose)  # its reads in flight stop before the database
     return Stores(
         database=database,
         tenants=TenantRepository(database),
         tools=tools,
+        categories=categories,
         mcp_servers=McpServerRepository(database),
         secrets=SecretRepository(database),
         runs=runs,

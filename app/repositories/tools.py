@@ -26,6 +26,7 @@ class ToolRepository:
         for field in _UNIQUE_FIELDS:
             await tools.create_index([(field, ASCENDING)], unique=True)
         await tools.create_index([("tags", ASCENDING)])
+        await tools.create_index([("category", ASCENDING)])
 
     async def insert(self, document: Document, *, tenant_id: str) -> Document:
         now = utc_now()
@@ -96,6 +97,15 @@ class ToolRepository:
     async def delete(self, tool_id: str, *, tenant_id: str) -> bool:
         result = await self._tools(tenant_id).delete_one({"tool_id": tool_id})
         return bool(result.deleted_count == 1)
+
+    async def ids_in_category(self, category: str, *, tenant_id: str) -> list[str]:
+        """The ids of the tools of one category (a tool without one is in `default`)."""
+        cursor = self._tools(tenant_id).find({"category": category}, {"_id": 0, "tool_id": 1})
+        return sorted(str(doc["tool_id"]) for doc in await cursor.to_list(None))
+
+    async def delete_in_category(self, category: str, *, tenant_id: str) -> int:
+        result = await self._tools(tenant_id).delete_many({"category": category})
+        return int(result.deleted_count)
 
     async def drop_all(self, *, tenant_id: str) -> None:
         await self._tools(tenant_id).drop()

@@ -75,6 +75,11 @@ class ChatRequest(ClientModel):
     model: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
     max_iterations: Annotated[int, Field(ge=1, le=1000), WholeNumber] | None = None
     parallel_tool_calls: bool = True
+    category_hints: bool = Field(
+        default=True,
+        description="Send the usage hints of the offered tools' categories as one system "
+        "message (`GET /categories/hints` shows it); false: send none.",
+    )
     stream: bool = Field(
         default=False,
         description="Answer with server-sent events (also: Accept: text/event-stream).",
@@ -88,6 +93,9 @@ class ToolCallResult(BaseModel):
     status: Literal["ok", "error"]
     error: str | None = None
     duration_ms: float
+    note: str | None = Field(
+        default=None, description="Why the tool's `output.select` did not apply, if it did not."
+    )
 
 
 class SkippedServer(BaseModel):

@@ -223,3 +223,32 @@ INVOKE: Examples = {
         "value": {"arguments": {"city": "Lisbon"}, "context_arguments": {"user_id": "u-42"}},
     },
 }
+
+CATEGORY_CREATE: Examples = {
+    "charts": {
+        "summary": "A category with usage hints for the model",
+        "value": {
+            "name": "charts",
+            "description": "Charts and plots",
+            "usage_hints": "Use these when you need to create charts; one chart per answer.",
+        },
+    },
+}
+
+CATEGORY_UPDATE: Examples = {
+    "default": {
+        "summary": "Hints for the default category (it stays enabled)",
+        "value": {
+            "description": "Everyday tools",
+            "enabled": True,
+            "usage_hints": "Prefer these for arithmetic and dates.",
+        },
+    },
+}
+
+CATEGORY_TOGGLE: Examples = {
+    "disable": {
+        "summary": "Disable one category, enable another, in one request",
+        "value": {"enabled": {"charts": False, "default": True}},
+    },
+}

@@ -57,3 +57,6 @@ class InvokeResult(BaseModel):
     )
     error: InvokeError | None
     duration_ms: float
+    note: str | None = Field(
+        default=None, description="Why the tool's `output.select` did not apply, if it did not."
+    )

@@ -20,6 +20,11 @@ class RunToolCall(BaseModel):
     status: Literal["ok", "error"]
     duration_ms: float
     arguments: Any  # as the model sent them; never context values
+    note: str | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="Why the tool's `output.select` did not apply, if it did not.",
+    )
 
 
 class Usage(BaseModel):

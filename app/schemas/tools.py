@@ -98,6 +98,19 @@ class FunctionSpec(ClientModel):
         return value.upper() if isinstance(value, str) else value
 
 
+# A preset's value: scalars and string lists, each bounded (BSON holds 64-bit integers at most).
+PresetValue = (
+    Annotated[str, StringConstraints(max_length=4096)]
+    | Annotated[int, Field(ge=-(2**53), le=2**53)]
+    | Annotated[float, Field(allow_inf_nan=False)]
+    | bool
+    | Annotated[list[Annotated[str, StringConstraints(max_length=4096)]], Field(max_length=256)]
+)
+# Outputs a tool may ask for: far above any sane ceiling, so a typo is a 422, not a giant row.
+MAX_OUTPUT_CHARS = 1_000_000
+MAX_TOOL_TIMEOUT_S = 600.0
+
+
 class ContextParameter(ClientModel):
     """A value the server supplies at run time; the model never sees it."""
 
@@ -110,6 +123,11 @@ class ContextParameter(ClientModel):
         default=None,
         description="Take the value from this tenant secret when the tool runs (never from the "
         "caller's context_arguments); the parameter's type must be string.",
+    )
+    value: PresetValue | None = Field(
+        default=None,
+        description="A preset: this fixed value, set here, is the argument on every call (never "
+        "the caller's context_arguments, never shown to the model); it must be of `type`.",
     )
     in_: Placement | None = Field(default=None, alias="in", description=PLACEMENT_DOC)
 
@@ -159,6 +177,20 @@ class ToolAnnotations(ClientModel):
     )
 
 
+class ToolOutput(ClientModel):
+    """What of a tool's result the model sees: `select` (a JMESPath expression) is applied to a
+    JSON result, then the text is cut at `max_chars` (under TOOL_OUTPUT_MAX_CHARS)."""
+
+    select: Annotated[str, StringConstraints(min_length=1, max_length=1024)] | None = Field(
+        default=None,
+        description="A JMESPath expression applied to a JSON result (`items[].{id: id}`); a "
+        "result it does not apply to is left as it is, and the run record says so.",
+    )
+    max_chars: Annotated[int, Field(ge=1, le=MAX_OUTPUT_CHARS)] | None = Field(
+        default=None, description="Cut the output here (at most TOOL_OUTPUT_MAX_CHARS)."
+    )
+
+
 class ToolFields(ClientModel):
     model_config = ConfigDict(json_schema_extra=_TYPE_RULES)
 
@@ -166,6 +198,14 @@ class ToolFields(ClientModel):
     function: FunctionSpec
     context_parameters: list[ContextParameter] = Field(default_factory=list, max_length=32)
     tags: list[Tag] = Field(default_factory=list, max_length=32)
+    category: Name = Field(
+        default="default",
+        description="The tool's category (`/categories`): offered to chats while it is enabled.",
+    )
+    output: ToolOutput | None = None
+    timeout_s: Annotated[float, Field(gt=0, le=MAX_TOOL_TIMEOUT_S)] | None = Field(
+        default=None, description="This tool's timeout (at most TOOL_TIMEOUT_S, the default)."
+    )
     enabled: bool = True
     title: Title | None = Field(default=None, description="A name for people (MCP `title`).")
     annotations: ToolAnnotations | None = None
@@ -202,6 +242,9 @@ class Tool(BaseModel):
     function: FunctionSpec
     context_parameters: list[ContextParameter]
     tags: list[str]
+    category: str = "default"
+    output: ToolOutput | None = None
+    timeout_s: float | None = None
     enabled: bool
     title: str | None = None
     annotations: ToolAnnotations | None = None

@@ -1,4 +1,5 @@
-"""Each tenant's tools, loaded once and kept ready: parsed into typed tools, API JSON built once.
+"""Each tenant's tools, loaded once and kept ready: parsed into typed tools, API JSON built once;
+with them, the tenant's categories (which of them are enabled decides which tools chats get).
 
 Loading a tenant's tools, validating them and building their schemas on every request was the
 largest cost after the model call (profile in the performance issue). A snapshot is reused for
@@ -15,10 +16,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from app.cache import LoadingCache
+from app.repositories.categories import CategoryRepository
 from app.repositories.tools import ToolRepository
 from app.schemas.tools import StoredTool, Tool, UnreadableTool
 from app.tools.registry import FunctionRegistry
@@ -51,23 +54,61 @@ class CatalogEntry:
         return self.tool.name if self.tool else None
 
 
+@dataclass(frozen=True, slots=True)
+class CategoryState:
+    """One stored category, as chats and the category routes read it."""
+
+    name: str
+    description: str = ""
+    enabled: bool = False
+    usage_hints: str = ""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @classmethod
+    def of(cls, doc: dict[str, Any]) -> CategoryState | None:
+        """The stored document's state; None for one this version cannot read."""
+        name, description = doc.get("name"), doc.get("description", "")
+        enabled, hints = doc.get("enabled"), doc.get("usage_hints", "")
+        if not (isinstance(name, str) and isinstance(description, str)):
+            return None
+        if not (isinstance(enabled, bool) and isinstance(hints, str)):
+            return None
+        made, changed = doc.get("created_at"), doc.get("updated_at")
+        return cls(
+            name,
+            description,
+            enabled,
+            hints,
+            made if isinstance(made, datetime) else None,
+            changed if isinstance(changed, datetime) else None,
+        )
+
+
 @dataclass(frozen=True)
 class ToolSnapshot:
-    """One tenant's tools, ordered by tool_id."""
+    """One tenant's tools, ordered by tool_id, and its categories by name."""
 
     entries: list[CatalogEntry]
     by_id: dict[str, CatalogEntry]
     enabled: list[FunctionTool | ExternalTool]
+    categories: dict[str, CategoryState] = field(default_factory=dict)
 
     @classmethod
     def build(
-        cls, docs: list[dict[str, Any]], *, defaults_of: DefaultsOf | None = None
+        cls,
+        docs: list[dict[str, Any]],
+        *,
+        defaults_of: DefaultsOf | None = None,
+        category_docs: list[dict[str, Any]] | None = None,
     ) -> ToolSnapshot:
         entries = [entry for doc in docs if (entry := catalog_entry(doc, defaults_of))]
+        states = [CategoryState.of(doc) for doc in category_docs or []]
         return cls(
             entries=entries,
             by_id={entry.tool_id: entry for entry in entries},
             enabled=[e.tool for e in entries if e.tool is not None and e.tool.enabled],
+            categories={state.name: state for state in states if state is not None},
         )
 
     @property
@@ -128,11 +169,13 @@ class ToolCatalog:
         tools: ToolRepository,
         ttl_s: float,
         registry: FunctionRegistry | None = None,
+        categories: CategoryRepository | None = None,
         stale_if_error_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._tools = tools
         self._registry = registry
+        self._categories = categories
         self._snapshots: LoadingCache[str, ToolSnapshot] = LoadingCache(
             self._read,
             ttl_s=ttl_s,
@@ -152,7 +195,8 @@ class ToolCatalog:
 
     async def _read(self, tenant_id: str) -> ToolSnapshot:
         docs = await self._tools.all(tenant_id=tenant_id)
-        snapshot = ToolSnapshot.build(docs, defaults_of=self._defaults_of)
+        categories = await self._categories.all(tenant_id=tenant_id) if self._categories else None
+        snapshot = ToolSnapshot.build(docs, defaults_of=self._defaults_of, category_docs=categories)
         self._warn_unreadable(snapshot, tenant_id)
         return snapshot
 

@@ -89,8 +89,11 @@ class ChatService:
         toolset = await self._toolbox.open(
             tenant_id, selection, token=token, context=request.context_arguments
         )
+        messages = [m.model_dump(exclude_none=True) for m in request.messages]
+        if request.category_hints and toolset.hints.content is not None:
+            messages = with_instructions(messages, toolset.hints.content)
         chat = ChatRun(
-            messages=[m.model_dump(exclude_none=True) for m in request.messages],
+            messages=messages,
             tools=toolset.tools,
             model=chosen.model,
             max_iterations=max_iterations,
@@ -159,6 +162,15 @@ def _token_allows(token: ClientToken, chosen: ChosenModel) -> None:
         raise ForbiddenError(f"this client token may not use model '{chosen.model}'")
 
 
+def with_instructions(messages: list[dict[str, Any]], content: str) -> list[dict[str, Any]]:
+    """`messages` with a system message of `content` after the caller's leading system and
+    developer messages (the caller's own instructions stay first)."""
+    at = 0
+    while at < len(messages) and messages[at].get("role") in ("system", "developer"):
+        at += 1
+    return [*messages[:at], {"role": "system", "content": content}, *messages[at:]]
+
+
 def usage_document(usage: Usage) -> dict[str, int]:
     return {
         "prompt_tokens": usage.prompt_tokens,
@@ -187,6 +199,7 @@ def _fill_record(
             "status": call.status,
             "duration_ms": call.duration_ms,
             "arguments": call.arguments,
+            **({"note": call.note} if call.note else {}),
         }
         for call in progress.tool_calls
     ]

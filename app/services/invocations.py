@@ -42,6 +42,7 @@ class ToolRun:
     content: str | None  # None on errors
     error: ToolRunError | None
     duration_ms: float
+    note: str | None = None  # why the tool's `output.select` did not apply
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +148,7 @@ def _fill_record(
             "status": result.status if result else "error",
             "duration_ms": result.duration_ms if result else 0.0,
             "arguments": arguments,
+            **({"note": result.note} if result and result.note else {}),
         }
     ]
 
@@ -160,5 +162,6 @@ def _tool_run(run_id: str, tool: TypedTool, result: Invocation, *, native: bool)
         "content": None if failed else result.content,
         "error": ToolRunError(result.kind or "exception", result.content) if failed else None,
         "duration_ms": result.duration_ms,
+        "note": result.note,
     }
     return McpToolRun(**fields, mcp=result.mcp) if native else ToolRun(**fields)

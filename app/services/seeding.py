@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from app.repositories.categories import CategoryRepository
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
+from app.schemas.categories import DEFAULT_CATEGORY
 from app.tools.registry import FunctionRegistry
 
 logger = logging.getLogger(__name__)
@@ -25,16 +27,37 @@ class Seeder:
     """
 
     def __init__(
-        self, *, registry: FunctionRegistry, tenants: TenantRepository, tools: ToolRepository
+        self,
+        *,
+        registry: FunctionRegistry,
+        tenants: TenantRepository,
+        tools: ToolRepository,
+        categories: CategoryRepository | None = None,
     ) -> None:
         self._registry = registry
         self._tenants = tenants
         self._tools = tools
+        self._categories = categories
+
+    async def prepare_categories(self, tenant_id: str, seeding: set[str]) -> None:
+        """`default`, and the categories of the function tools being seeded (`seeding`: tool
+        ids), each created enabled if absent: a tenant's edits are kept, and a category it
+        deleted (with its tools, which are not seeded again) does not come back."""
+        if self._categories is None:
+            return
+        await self._categories.ensure_indexes(tenant_id=tenant_id)
+        declared = {entry.category for entry in self._registry if entry.tool_id in seeding}
+        for name in sorted({DEFAULT_CATEGORY, *declared}):
+            document = {"name": name, "description": "", "enabled": True, "usage_hints": ""}
+            await self._categories.insert_if_absent(document, tenant_id=tenant_id)
 
     async def prepare_tenant(self, tenant_id: str) -> dict[str, int]:
         await self._tools.ensure_indexes(tenant_id=tenant_id)
         counts = {"inserted": 0, "present": 0, "conflict": 0, "skipped": 0}
         already = await self._tenants.seeded_tool_ids(tenant_id=tenant_id)
+        await self.prepare_categories(
+            tenant_id, {e.tool_id for e in self._registry if e.tool_id not in already}
+        )
         seeded: list[str] = []
         for entry in self._registry:
             if entry.tool_id in already:

@@ -13,6 +13,7 @@ from typing import Any
 from app.cache import LoadingCache
 from app.crypto import key_hash
 from app.errors import NotFoundError
+from app.repositories.categories import CategoryRepository
 from app.repositories.mcp_servers import McpServerRepository
 from app.repositories.model_providers import ModelProviderRepository
 from app.repositories.runs import RunStore
@@ -50,6 +51,7 @@ class TenantService:
         tenants: TenantRepository,
         tools: ToolRepository,
         seeder: Seeder,
+        categories: CategoryRepository | None = None,
         catalog: ToolCatalog,
         runs: RunStore,
         mcp_servers: McpServerRepository,
@@ -69,6 +71,7 @@ class TenantService:
         self._client_tokens = client_tokens
         self._tenants = tenants
         self._tools = tools
+        self._categories = categories
         self._seeder = seeder
         self._catalog = catalog
         self._runs = runs
@@ -182,6 +185,8 @@ class TenantService:
         if self._client_tokens is not None:
             await self._client_tokens.drop_all(tenant_id=tenant_id)
         await self._tools.drop_all(tenant_id=tenant_id)
+        if self._categories is not None:
+            await self._categories.drop_all(tenant_id=tenant_id)
         await self._runs.drop_all(tenant_id=tenant_id)
         await self._mcp_servers.drop_all(tenant_id=tenant_id)
         await self._secrets.drop_all(tenant_id=tenant_id)

@@ -5,16 +5,24 @@ Every entry point that runs tools opens a `Toolset` here: `POST /chat` (the requ
 selection), `POST /tools/{tool_id}/invoke` (one tool, disabled ones too) and `/mcp` (`tools/list`:
 everything the caller may use; `tools/call`: one tool by name). The rules it applies, once:
 
-- **Selection.** Stored tools (enabled ones, or any readable one for invoke), filtered by ids
-  and tags; MCP tools of the servers named in `mcp_servers`, or picked one by one as
-  `{server}__{tool}` ids (`server_of`, the one parser of that shape). A requested id that is not
-  there is `UnavailableToolsError` (422 in a chat, 404 for invoke and `/mcp`).
+- **Selection.** Stored tools (enabled ones of enabled categories, `default` always on; or
+  any readable one for invoke), filtered by ids and tags; categories win over `tool_ids`: an id
+  of a disabled category's tool is unavailable like a disabled tool's. MCP tools of the
+  servers named in `mcp_servers`, or picked one by one as `{server}__{tool}` ids (`server_of`,
+  the one parser of that shape). A requested id that is not there is `UnavailableToolsError`
+  (422 in a chat, 404 for invoke and `/mcp`).
 - **A client token** is one filter: only the tools it selects exist for its caller, and it
   cannot add MCP servers to a chat (403).
 - **The context contract.** Without a token, the caller's `context_arguments` are the context.
   With a token, hidden values come from the token: a request value for a name the token binds
   is ignored (the token's wins), a name the token lists in `settable_context` is taken from the
   request, and any other name is refused (422 naming the field) before anything runs.
+  Whatever the caller: a secret-backed parameter takes the tenant's secret, and a preset (a
+  context parameter's `value` in the tool document) takes that value on every call, never the
+  caller's or the token's (`merge_context` applies it per tool).
+- **Usage hints.** The categories of the stored tools offered (`usage_hints`) become one
+  instruction block, a `## {name} tools` section each: what a chat sends, and what
+  `GET /categories/hints` shows.
 - **One name-clash rule.** Two tools offered under one name are refused, on every entry point:
   422 in a chat, a JSON-RPC error on `/mcp` (`tools/list` and `tools/call`). Nothing is silently
   left out: a model or client would otherwise call a different tool than the one it was shown.
@@ -37,7 +45,8 @@ from app.mcp.config import McpServer, server_of
 from app.mcp.hub import McpHub
 from app.mcp.sessions import McpSessions
 from app.mcp.tools import mcp_server_tool
-from app.services.catalog import CatalogEntry, ToolCatalog
+from app.schemas.categories import DEFAULT_CATEGORY
+from app.services.catalog import CatalogEntry, CategoryState, ToolCatalog
 from app.services.client_tokens import ClientToken
 from app.services.mcp_servers import McpServerService
 from app.services.outbound import TenantOutbound
@@ -50,13 +59,13 @@ CONTEXT_PATH = "$.context_arguments"
 
 
 class UnavailableToolsError(UnprocessableError):
-    """Requested tools the caller cannot use: unknown, disabled, outside its token's selection,
-    of an unknown server, or not listed by their MCP server."""
+    """Requested tools the caller cannot use: unknown, disabled (or of a disabled category),
+    outside its token's selection, of an unknown server, or not listed by their MCP server."""
 
     @classmethod
     def of(cls, missing: Sequence[str]) -> UnavailableToolsError:
         return cls(
-            "Some requested tools do not exist or are disabled.",
+            "Some requested tools do not exist or are disabled (the tool or its category).",
             errors=[field_error("$.tool_ids", f"unavailable: {', '.join(missing)}")],
         )
 
@@ -88,6 +97,14 @@ class Selection:
     strict: bool = False  # an unreachable server is an error, not a skip (one-tool calls)
 
 
+@dataclass(frozen=True, slots=True)
+class UsageHints:
+    """The instruction block of a run's categories: None when none has hints."""
+
+    categories: list[str]
+    content: str | None
+
+
 class Toolset:
     """The tools of one run, by name, with the `CallScope` their calls share. Leaving it (or
     `aclose()`) closes the MCP sessions the run opened."""
@@ -99,8 +116,10 @@ class Toolset:
         *,
         skipped_servers: dict[str, str],
         sessions: McpSessions | None,
+        hints: UsageHints | None = None,
     ) -> None:
         self.tools = tools
+        self.hints = hints or UsageHints([], None)
         self.by_name = {tool.name: tool for tool in tools}
         self.call = call
         self.skipped_servers = skipped_servers
@@ -150,11 +169,13 @@ def hidden_values(
     context: Mapping[str, Any],
     secrets: Mapping[str, str | None],
     servers: Iterable[McpServer] = (),
+    tools: Iterable[TypedTool] = (),
 ) -> list[Any]:
-    """What a run must never show or log: its context values, the secrets its tools read and
-    the header values of its MCP servers (tokens, keys: a server may echo its headers)."""
+    """What a run must never show or log: its context values, its tools' presets, the secrets
+    its tools read and the header values of its MCP servers (a server may echo its headers)."""
     return [
         *context.values(),
+        *(slot.preset for tool in tools for slot in tool.context if slot.preset is not None),
         *(value for value in secrets.values() if value),
         *(value for server in servers for value in server.headers.values()),
     ]
@@ -192,7 +213,7 @@ class Toolbox:
                 "A client token cannot add MCP servers to a chat; it offers its own tools only."
             )
         merged = caller_context(context or {}, token)
-        stored, picked = await self._stored_tools(tenant_id, selection, token)
+        stored, picked, categories = await self._stored_tools(tenant_id, selection, token)
         servers = await self._servers(tenant_id, selection, picked)
         found, skipped = await self._server_tools(
             tenant_id, servers, picked, merged, selection, token
@@ -202,23 +223,33 @@ class Toolbox:
         if selection.by_name:
             await self._check_served_names(tenant_id, stored, merged, token)
         used = [s for s in servers if s.name not in skipped]
-        return await self._toolset(tenant_id, tools, merged, used, skipped)
+        toolset = await self._toolset(tenant_id, tools, merged, used, skipped)
+        toolset.hints = usage_hints(stored, categories)
+        return toolset
+
+    async def hints(
+        self, tenant_id: str, selection: Selection, *, token: ClientToken | None = None
+    ) -> UsageHints:
+        """The instruction block a chat of this selection sends (its stored tools' categories)."""
+        stored, _, categories = await self._stored_tools(tenant_id, selection, token)
+        return usage_hints(stored, categories)
 
     async def _stored_tools(
         self, tenant_id: str, selection: Selection, token: ClientToken | None
-    ) -> tuple[list[TypedTool], dict[str, set[str]]]:
-        """The stored tools selected, and the `{server}__{tool}` ids picked by server name (an
-        id or name of a stored tool is always that tool)."""
+    ) -> tuple[list[TypedTool], dict[str, set[str]], dict[str, CategoryState]]:
+        """The stored tools selected, the `{server}__{tool}` ids picked by server name (an id or
+        name of a stored tool is always that tool), and the tenant's categories."""
         snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
+        categories = snapshot.categories
         pool: list[TypedTool] = (
             [entry.tool for entry in snapshot.entries if entry.tool is not None]
             if selection.admin
-            else list(snapshot.enabled)
+            else [tool for tool in snapshot.enabled if category_on(tool.category, categories)]
         )
         if token is not None:
             pool = [tool for tool in pool if token.selects(tool)]
         if selection.tool_ids is None:
-            return _tagged(pool, selection.tags), {}
+            return _tagged(pool, selection.tags), {}, categories
         key = _name if selection.by_name else _tool_id
         known = {key(tool) for tool in pool}
         wanted: list[str] = []
@@ -236,7 +267,7 @@ class Toolbox:
             _refuse_unreadable(missing, snapshot.by_id)
         if missing:
             raise UnavailableToolsError.of(missing)
-        return _tagged(chosen, selection.tags), picked
+        return _tagged(chosen, selection.tags), picked, categories
 
     async def _servers(
         self, tenant_id: str, selection: Selection, picked: dict[str, set[str]]
@@ -348,10 +379,34 @@ class Toolbox:
             context=context,
             secrets=secrets,
             mcp=sessions,
-            scrub=Scrubber(hidden_values(context, secrets, servers)),
+            scrub=Scrubber(hidden_values(context, secrets, servers, tools)),
             http=http,
         )
         return Toolset(tools, scope, skipped_servers=skipped, sessions=sessions)
+
+
+def category_on(name: str, categories: Mapping[str, CategoryState]) -> bool:
+    """Chats offer a category's tools while it is enabled; `default` is always on, and a
+    category the tenant does not have (deleted meanwhile, written by hand) is off."""
+    if name == DEFAULT_CATEGORY:
+        return True
+    state = categories.get(name)
+    return state is not None and state.enabled
+
+
+def usage_hints(tools: Sequence[TypedTool], categories: Mapping[str, CategoryState]) -> UsageHints:
+    """The one instruction block of the categories in play: a `## {name} tools` section for
+    each category of `tools` with usage hints, `default` first, then by name."""
+    names = sorted({tool.category for tool in tools}, key=lambda n: (n != DEFAULT_CATEGORY, n))
+    sections = [
+        (name, hints)
+        for name in names
+        if (state := categories.get(name)) is not None and (hints := state.usage_hints.strip())
+    ]
+    if not sections:
+        return UsageHints([], None)
+    content = "\n\n".join(f"## {name} tools\n{hints}" for name, hints in sections)
+    return UsageHints([name for name, _ in sections], content)
 
 
 def _check_names(tools: list[TypedTool]) -> None:

@@ -8,7 +8,9 @@ import orjson
 
 from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
 from app.limits import Fence, local_fence
+from app.repositories.categories import CategoryRepository
 from app.repositories.tools import ToolRepository
+from app.schemas.categories import DEFAULT_CATEGORY
 from app.schemas.fields import Provider
 from app.schemas.tools import Tool, ToolCreate, ToolFields, ToolUpdate
 from app.services.catalog import CatalogEntry, ToolCatalog, shown_tool, tools_stamp
@@ -31,8 +33,11 @@ class ToolService:
         registry: FunctionRegistry,
         outbound: TenantOutbound,
         catalog: ToolCatalog,
+        categories: CategoryRepository | None = None,
         max_tools: int = 500,
         max_schema_bytes: int = 32_768,
+        max_timeout_s: float = 30.0,
+        max_output_chars: int = 16_000,
         fence: Fence | None = None,
         publish: Publish = unpublished,
     ) -> None:
@@ -40,14 +45,21 @@ class ToolService:
         self._registry = registry
         self._outbound = outbound
         self._catalog = catalog
+        self._categories = categories
         self._max_tools = max_tools
         self._max_schema_bytes = max_schema_bytes
+        self._max_timeout_s = max_timeout_s
+        self._max_output_chars = max_output_chars
         self._fence = fence or local_fence()
         self._publish = publish
 
     async def check(self, tool: ToolFields, *, tenant_id: str) -> None:
         """Raise a 422 listing every rule `tool` breaks, each with its JSON path."""
         problems = self.problems(tool, await self._outbound.policy(tenant_id))
+        if await self._category_missing(tool.category, tenant_id):
+            problems.append(
+                ("$.category", f"the tenant has no category '{tool.category}' (POST /categories)")
+            )
         if problems:
             raise UnprocessableError(
                 "The tool definition is invalid.",
@@ -65,6 +77,7 @@ class ToolService:
                 )
             ]
         problems = definition_problems(tool, policy=policy)
+        problems += self._bound_problems(tool)
         if tool.type == "function":
             entry = self._registry.get(tool.function.name)
             if entry is None:
@@ -78,6 +91,28 @@ class ToolService:
                 )
             else:
                 problems += signature_problems(entry.func, tool.function, tool.context_parameters)
+        return problems
+
+    async def _category_missing(self, name: str, tenant_id: str) -> bool:
+        """A tool names a category the tenant has (one query; `default` always exists)."""
+        if name == DEFAULT_CATEGORY or self._categories is None:
+            return False
+        return not await self._categories.exists(name, tenant_id=tenant_id)
+
+    def _bound_problems(self, tool: ToolFields) -> list[Problem]:
+        """A tool's own bounds stay under the operator's (TOOL_TIMEOUT_S,
+        TOOL_OUTPUT_MAX_CHARS)."""
+        problems: list[Problem] = []
+        if tool.timeout_s is not None and tool.timeout_s > self._max_timeout_s:
+            problems.append(("$.timeout_s", f"at most {self._max_timeout_s:g} s (TOOL_TIMEOUT_S)"))
+        max_chars = tool.output.max_chars if tool.output else None
+        if max_chars is not None and max_chars > self._max_output_chars:
+            problems.append(
+                (
+                    "$.output.max_chars",
+                    f"at most {self._max_output_chars} (TOOL_OUTPUT_MAX_CHARS)",
+                )
+            )
         return problems
 
     async def create(self, tool: ToolCreate, *, tenant_id: str) -> Tool:

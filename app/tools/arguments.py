@@ -6,10 +6,12 @@ Messages name parameters and types but never echo context values: they go back t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.tools.outcome import unset_secret
-from app.tools.typed import ContextSlot
+
+if TYPE_CHECKING:  # typed.py reads the definition rules, which check values with this module
+    from app.tools.typed import ContextSlot
 
 _SCALAR_CHECKS = {
     "string": lambda v: isinstance(v, str),
@@ -67,11 +69,15 @@ def merge_context(
     """The call's arguments with context values merged in, and the context problems.
 
     The server's value always wins: a caller-supplied key with a context parameter's name was
-    already dropped. A secret-backed slot takes its secret's value, never the caller's.
+    already dropped. A secret-backed slot takes its secret's value and a preset slot the value
+    of the tool document (checked when it was written), never the caller's.
     """
     merged = dict(arguments)
     problems = []
     for slot in slots:
+        if slot.preset is not None:
+            merged[slot.argument] = slot.preset
+            continue
         if slot.secret is not None:
             value = secrets.get(slot.secret)
             if value is None:

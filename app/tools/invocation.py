@@ -1,8 +1,9 @@
 """The one path every tool call takes, from a chat, POST /tools/{id}/invoke or an MCP client.
 
-Check the arguments against the schema, merge context values and secrets (the server's value
-wins), run the kind's executor under the tool timeout, turn anything it lets through into an
-error result, cap and scrub the output, and count it.
+Check the arguments against the schema, merge context values, presets and secrets (the server's
+value wins), run the kind's executor under the tool's timeout (never above the operator's), turn
+anything it lets through into an error result, shape the output (`output.select`, `max_chars`),
+cap and scrub it (redaction last), and count it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from app.metrics import Metrics
 from app.tools.arguments import argument_problems, merge_context
 from app.tools.executors import CallScope, ToolExecutor
 from app.tools.outcome import ErrorKind, ToolOutcome
+from app.tools.shaping import selected
 from app.tools.typed import ToolKind, TypedTool
 
 logger = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ class Invocation:
     kind: ErrorKind | None
     duration_ms: float
     mcp: dict[str, Any] | None = None  # an MCP result's own parts, scrubbed (`ToolOutcome.mcp`)
+    note: str | None = None  # why the tool's `output.select` did not apply (the run record)
 
 
 def visible_arguments(tool: TypedTool | None, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -86,12 +89,14 @@ class ToolInvoker:
         outcome = await self._checked_run(tool, arguments, call)
         elapsed = time.perf_counter() - started
         self._metrics.tool_done(tool.kind, elapsed, outcome.kind)
-        if len(outcome.content) > OFF_LOOP_CHARS:  # decoding a large echo is CPU: off the loop
-            content = await asyncio.to_thread(self._capped, outcome.content, call)
+        # Decoding a large echo is CPU, and so is a tenant's JMESPath expression: off the loop.
+        if len(outcome.content) > OFF_LOOP_CHARS or tool.output_select is not None:
+            content, note = await asyncio.to_thread(self._shaped, tool, outcome, call)
         else:
-            content = self._capped(outcome.content, call)
+            content, note = self._shaped(tool, outcome, call)
         native = await _scrubbed_native(outcome.mcp, call) if outcome.mcp is not None else None
-        return Invocation(outcome.status, content, outcome.kind, round(elapsed * 1000, 3), native)
+        elapsed_ms = round(elapsed * 1000, 3)
+        return Invocation(outcome.status, content, outcome.kind, elapsed_ms, mcp=native, note=note)
 
     def refused(
         self, message: str, kind: ErrorKind, call: CallScope, tool: TypedTool | None = None
@@ -113,26 +118,38 @@ class ToolInvoker:
         if problems:
             return ToolOutcome.error("; ".join(problems), "missing_context")
         executor = self._executors[tool.kind]
+        timeout_s = min(tool.timeout_s or self._limits.timeout_s, self._limits.timeout_s)
         try:
             if executor.inline(tool):
                 return await executor.run(tool, merged, call)
-            async with asyncio.timeout(self._limits.timeout_s):
+            async with asyncio.timeout(timeout_s):
                 return await executor.run(tool, merged, call)
         except TimeoutError:  # asyncio.timeout's, or a tool's own: both are "did not finish"
-            return ToolOutcome.error(
-                f"the tool did not finish within {self._limits.timeout_s:g} s", "timeout"
-            )
+            return ToolOutcome.error(f"the tool did not finish within {timeout_s:g} s", "timeout")
         except Exception as exc:  # an executor's bug or an unforeseen library error
             logger.warning("tool %s failed unexpectedly", tool.tool_id, exc_info=True)
             return ToolOutcome.error(
                 f"the tool failed unexpectedly ({type(exc).__name__})", "exception"
             )
 
-    def _capped(self, text: str, call: CallScope) -> str:
+    def _shaped(
+        self, tool: TypedTool, outcome: ToolOutcome, call: CallScope
+    ) -> tuple[str, str | None]:
+        """The tool's own shaping (`output.select`, then its `max_chars` under the operator's
+        cap) on a result; redaction runs last, in `_capped`."""
+        content, note = outcome.content, None
+        if outcome.status == "ok" and tool.output_select is not None:
+            content, note = selected(tool.output_select, content)
+        limit = min(
+            tool.output_max_chars or self._limits.output_max_chars, self._limits.output_max_chars
+        )
+        return self._capped(content, call, limit), note
+
+    def _capped(self, text: str, call: CallScope, limit: int | None = None) -> str:
         """Scrubbed, then cut at the limit. Scrubbed before it is cut (a cut could leave half
         a hidden value nothing would match), but only as far as the cut keeps: the scrubber's
         work is bounded by the limit, not by the upstream's answer."""
-        limit = self._limits.output_max_chars
+        limit = limit or self._limits.output_max_chars
         shown = call.scrub.head(text, limit) if call.scrub else text
         if len(text) <= limit and len(shown) <= limit:
             return shown

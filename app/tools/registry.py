@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -16,11 +17,26 @@ from typing import Any, TypedDict, TypeVar, Unpack, overload
 
 from pydantic import ValidationError
 
+from app.schemas.fields import NAME_PATTERN
 from app.schemas.tools import ContextParameter, FunctionSpec, ToolFields
 from app.tools.rules import definition_problems, signature_problems
 from app.tools.signature import build_parameters, parse_docstring, with_signature_type
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRequest:
+    """What a post-processor is told of the call whose result it shapes."""
+
+    tool_id: str
+    name: str
+    arguments: dict[str, Any]  # as the function got them (context values and presets merged)
+
+
+# `(request, result) -> result`: runs right after the function, where it ran (a worker thread
+# for blocking functions), before the result becomes text; redaction still runs after it.
+PostProcessor = Callable[[ToolRequest, Any], Any]
 
 
 @dataclass(frozen=True)
@@ -32,6 +48,8 @@ class RegisteredFunction:
     function: FunctionSpec
     context_parameters: tuple[ContextParameter, ...] = ()
     tags: tuple[str, ...] = ()
+    category: str = "default"
+    postprocess: PostProcessor | None = None
     build_problems: tuple[str, ...] = field(default=())
     # A plain function runs in the tool thread pool unless it says it never blocks: then it runs
     # on the event loop, which saves a thread hand-off (~0.4 ms of CPU a call, measured).
@@ -61,6 +79,7 @@ class RegisteredFunction:
                 c.model_dump(exclude_none=True) for c in self.context_parameters
             ],
             "tags": list(self.tags),
+            "category": self.category,
             "enabled": True,
         }
 
@@ -73,6 +92,8 @@ class RegisterOptions(TypedDict, total=False):
     context_parameters: Sequence[str | dict[str, Any]]
     tags: Sequence[str]
     blocking: bool
+    category: str
+    postprocess: PostProcessor
 
 
 class FunctionRegistry:
@@ -99,6 +120,8 @@ class FunctionRegistry:
         the signature. Names in `context_parameters` are filled in by the server, never the model.
         A plain (non-async) function runs in the tool thread pool; `blocking=False` runs it on
         the event loop instead: only for quick functions that never wait on anything.
+        `category` is the category its tool is seeded in (created in each tenant, enabled, if
+        absent); `postprocess(request, result) -> result` shapes each result (a plain function).
         """
 
         def decorator(target: F) -> F:
@@ -111,6 +134,8 @@ class FunctionRegistry:
                 options.get("context_parameters", ()),
                 options.get("tags", ()),
                 options.get("blocking", True),
+                category=options.get("category", "default"),
+                postprocess=options.get("postprocess"),
             )
             return target
 
@@ -126,6 +151,9 @@ class FunctionRegistry:
         context_parameters: Sequence[str | dict[str, Any]],
         tags: Sequence[str],
         blocking: bool = True,
+        *,
+        category: str = "default",
+        postprocess: PostProcessor | None = None,
     ) -> None:
         fname = name or func.__name__
         if fname in self._functions:
@@ -135,6 +163,12 @@ class FunctionRegistry:
         context_specs = [c if isinstance(c, dict) else {"name": c} for c in context_parameters]
         context_names = {str(c.get("name")) for c in context_specs}
         problems: list[str] = []
+        if postprocess is not None and (
+            not callable(postprocess) or inspect.iscoroutinefunction(postprocess)
+        ):
+            problems.append("postprocess must be a plain function (request, result) -> result")
+        if not isinstance(category, str) or not re.fullmatch(NAME_PATTERN, category):
+            problems.append(f"category {category!r} is not a valid name ({NAME_PATTERN})")
         if parameters is None:
             parameters, built_problems = build_parameters(func, arg_docs, exclude=context_names)
             problems += built_problems
@@ -155,6 +189,8 @@ class FunctionRegistry:
             context_parameters=contexts,
             tags=tuple(tags),
             blocking=blocking,
+            category=category,
+            postprocess=postprocess,
             build_problems=tuple(problems),
         )
 

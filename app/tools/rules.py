@@ -16,8 +16,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+import jmespath
+from jmespath.parser import ParsedResult
+
 from app.outbound import reserved_header_problems
 from app.schemas.tools import ContextParameter, FunctionSpec, ParameterSchema, ToolFields
+from app.tools.arguments import value_problems
 from app.tools.netguard import OutboundPolicy, url_problems
 
 Problem = tuple[str, str]
@@ -35,7 +39,51 @@ def definition_problems(tool: ToolFields, *, policy: OutboundPolicy | None) -> l
     problems += endpoint_problems(tool.type, function, policy)
     problems += secret_problems(tool.type, function, context)
     problems += placement_problems(tool.type, function, context)
+    problems += preset_problems(context)
+    problems += output_problems(tool)
     return problems
+
+
+def preset_problems(context_parameters: Sequence[ContextParameter]) -> list[Problem]:
+    """A preset `value` has its parameter's type (strictly: `"5"` is not an integer) and is
+    not also read from a secret."""
+    problems: list[Problem] = []
+    for index, context in enumerate(context_parameters):
+        if context.value is None:
+            continue
+        path = f"$.context_parameters[{index}].value"
+        if context.secret is not None:
+            problems.append((path, "a parameter takes a preset value or a secret, not both"))
+        elif value_problems(context.name, context.value, {"type": context.type}):
+            problems.append(
+                (path, f"the preset value is not of the parameter's type, {context.type}")
+            )
+    return problems
+
+
+def compiled_select(expression: str) -> ParsedResult:
+    """`output.select` compiled, or ValueError saying why it is not a JMESPath expression."""
+    try:
+        return jmespath.compile(expression)
+    except RecursionError:
+        raise ValueError("the expression nests too deeply") from None
+    except Exception as exc:  # the parser's errors: lexer, parse, incomplete expression
+        raise ValueError(f"not a JMESPath expression: {_first_line(exc)}") from None
+
+
+def output_problems(tool: ToolFields) -> list[Problem]:
+    """`output.select` is a JMESPath expression."""
+    if tool.output is None or tool.output.select is None:
+        return []
+    try:
+        compiled_select(tool.output.select)
+    except ValueError as exc:
+        return [("$.output.select", str(exc))]
+    return []
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
 def parameter_problems(

@@ -11,12 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from jmespath.parser import ParsedResult
 from pydantic import ValidationError
 
 from app.schemas.fields import Provider, name_problems, problem_lines
 from app.schemas.tools import StoredTool
 from app.tools.providers import shaped
-from app.tools.rules import SECRET_REFERENCE, definition_problems
+from app.tools.rules import SECRET_REFERENCE, compiled_select, definition_problems
 from app.tools.schema import parameters_json_schema
 
 ToolKind = Literal["function", "external", "mcp"]
@@ -31,6 +32,7 @@ class ContextSlot:
     required: bool
     schema: dict[str, Any] | None = None  # checks the value; None: the tool's server checks
     secret: str | None = None  # the value comes from this tenant secret, never the caller
+    preset: Any = None  # the value set in the tool document (never None when set), never the caller
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +58,12 @@ class TypedTool:
     incompatible_providers: dict[str, list[str]] = field(default_factory=dict)
     title: str | None = None
     annotations: dict[str, bool] | None = None  # MCP tool annotations, snake_case names
+    category: str = "default"  # stored tools: its category (`/categories`); MCP tools: default
+    # Output shaping (`output` in the tool document): a JMESPath expression for JSON results and
+    # a cut under the operator's cap; `timeout_s` under the operator's timeout.
+    output_select: ParsedResult | None = None
+    output_max_chars: int | None = None
+    timeout_s: float | None = None
     schema: dict[str, Any] = field(init=False)  # the chat-completions `tools` entry
     hidden_names: frozenset[str] = field(init=False)  # arguments a caller's model may not set
 
@@ -136,7 +144,7 @@ def parse_stored_tool(
         stored = StoredTool.model_validate(doc)
     except ValidationError as exc:
         raise UnreadableToolError(problem_lines(exc)) from None
-    function = stored.function
+    function, output = stored.function, stored.output
     found = definition_problems(stored, policy=None)  # the connection is guarded at call time
     if found:
         raise UnreadableToolError([f"{path}: {message}" for path, message in found])
@@ -147,9 +155,10 @@ def parse_stored_tool(
             argument=c.name,
             required=optional is None or c.name not in optional,
             schema=c.model_dump(
-                exclude_none=True, exclude={"name", "description", "secret", "in_"}
+                exclude_none=True, exclude={"name", "description", "secret", "value", "in_"}
             ),
             secret=c.secret,
+            preset=c.value,
         )
         for c in stored.context_parameters
     )
@@ -172,6 +181,10 @@ def parse_stored_tool(
         "annotations": (
             stored.annotations.model_dump(exclude_none=True) if stored.annotations else None
         ),
+        "category": stored.category,
+        "output_select": compiled_select(output.select) if output and output.select else None,
+        "output_max_chars": output.max_chars if output else None,
+        "timeout_s": stored.timeout_s,
     }
     if stored.type == "function":
         return stored, FunctionTool(**common)

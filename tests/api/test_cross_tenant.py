@@ -50,3 +50,30 @@ async def test_body_and_query_cannot_choose_the_tenant(
     assert response.status_code == 422  # unknown field, never a tenant selector
     response = await client.get("/tools/acme-only?tenant_id=acme", headers=globex.headers)
     assert response.status_code == 404
+
+
+async def test_categories_are_the_tenants_own(
+    client: httpx.AsyncClient, acme: TenantCredentials, globex: TenantCredentials
+) -> None:
+    """Every category route, on every store: B reaches none of A's categories, and A's
+    writes (PATCH several, DELETE with its tools) act on A's documents only."""
+    a, b = acme.headers, globex.headers
+    for headers in (a, b):
+        made = await client.post("/categories", json={"name": "charts"}, headers=headers)
+        assert made.status_code == 201, made.text
+    await client.post("/categories", json={"name": "acme-only"}, headers=a)
+    tool = external_tool("plot", category="charts")
+    assert (await client.post("/tools/create", json=tool, headers=a)).status_code == 201
+    assert (await client.get("/categories/acme-only", headers=b)).status_code == 404
+    assert (await client.put("/categories/acme-only", json={}, headers=b)).status_code == 404
+    patch = {"enabled": {"acme-only": False}}
+    assert (await client.patch("/categories", json=patch, headers=b)).status_code == 404
+    assert (await client.delete("/categories/acme-only", headers=b)).status_code == 404
+    both = {"enabled": {"charts": False, "acme-only": False}}
+    assert (await client.patch("/categories", json=both, headers=a)).status_code == 200
+    theirs = (await client.get("/categories/charts", headers=b)).json()
+    assert theirs["enabled"] is True and theirs["tools"] == 0
+    gone = await client.delete("/categories/charts?confirm=true", headers=a)
+    assert gone.json()["deleted_tools"] == ["plot"]
+    assert (await client.get("/tools/plot", headers=a)).status_code == 404
+    assert (await client.get("/categories/charts", headers=b)).status_code == 200

@@ -26,7 +26,10 @@ PROBLEM = "application/problem+json"
 # A first step is only ever an example shown earlier on the page: on a fresh tenant, each
 # example works as sent, or after the one before it (never after an undocumented step).
 PATH_VALUES = {"tool_id": "rolldice", "name": "helpdesk_token", "tenant_id": "contract"}
-EXAMPLE_PATHS = {("/tools/{tool_id}/invoke", "with_context"): {"tool_id": "weather-api"}}
+EXAMPLE_PATHS = {
+    ("/tools/{tool_id}/invoke", "with_context"): {"tool_id": "weather-api"},
+    ("/categories/{name}", "default"): {"name": "default"},
+}
 FIRST_STEPS: dict[tuple[str, str], tuple[str, str, Any]] = {
     ("/tools/{tool_id}/invoke", "with_context"): (
         "POST",
@@ -34,6 +37,7 @@ FIRST_STEPS: dict[tuple[str, str], tuple[str, str, Any]] = {
         examples.TOOL_CREATE["external"]["value"],
     ),
     ("/model-providers/{name}", "anthropic"): ("PUT", "/secrets/anthropic_key", {"value": "k"}),
+    ("/categories", "disable"): ("POST", "/categories", {"name": "charts"}),
 }
 _fresh = itertools.count(1)
 # Rules that relate one field to another, which JSON Schema cannot state for names chosen by
@@ -98,7 +102,12 @@ async def _tenant(client: httpx.AsyncClient) -> dict[str, str]:
 
 def _with_fresh_ids(path: str, body: Any) -> Any:
     """Creates would collide with the previous one: each gets its own id."""
-    field = {"/tools/create": "tool_id", "/mcp-servers": "name", "/tenants": "tenant_id"}.get(path)
+    field = {
+        "/tools/create": "tool_id",
+        "/mcp-servers": "name",
+        "/tenants": "tenant_id",
+        "/categories": "name",
+    }.get(path)
     if isinstance(body, dict):
         body = dict(body)
         if field and isinstance(body.get(field), str):

@@ -7,12 +7,14 @@ import asyncio
 import pytest
 
 from app.config import Settings
+from app.repositories.categories import CategoryRepository
 from app.repositories.database import Database
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
 from app.services.seeding import Seeder
 from app.tools.builtin import registry
 from tests.support.apps import make_settings
+from tests.support.toolkit import registry as toolkit_registry
 
 pytestmark = pytest.mark.all_stores
 
@@ -92,6 +94,34 @@ async def test_seeding_keeps_tenant_edits_and_skips_name_clashes(mongo_url: str 
         late = await seeder.prepare_tenant("old")
         assert late == {"inserted": len(registry) - 1, "present": 0, "conflict": 1, "skipped": 0}
         assert (await tools.get("my-calc", tenant_id="old"))["type"] == "external"  # type: ignore[index]
+    finally:
+        if not database.in_memory:
+            await database._client.drop_database(settings.mongodb_database)
+        await database.close()
+
+
+async def test_declared_categories_are_seeded_once_and_stay_deleted(mongo_url: str | None) -> None:
+    settings = make_settings(mongo_url)
+    database = Database.from_settings(settings)
+    try:
+        tools, categories = ToolRepository(database), CategoryRepository(database)
+        tenants = TenantRepository(database)
+        seeder = Seeder(
+            registry=toolkit_registry, tenants=tenants, tools=tools, categories=categories
+        )
+        await tenants.insert(tenant_id="acme", key_hash="h")
+        await asyncio.gather(*(seeder.prepare_tenant("acme") for _ in range(5)))  # replicas
+        names = [doc["name"] for doc in await categories.all(tenant_id="acme")]
+        assert names == ["default", "reports"]
+        await categories.replace("reports", {"usage_hints": "kept"}, tenant_id="acme")
+        await seeder.prepare_tenant("acme")  # a restart keeps the tenant's edit
+        [reports] = [d for d in await categories.all(tenant_id="acme") if d["name"] == "reports"]
+        assert reports["usage_hints"] == "kept" and reports["enabled"] is True
+        await tools.delete_in_category("reports", tenant_id="acme")  # DELETE /categories/reports
+        await categories.delete("reports", tenant_id="acme")
+        await seeder.prepare_tenant("acme")  # neither it nor its tools come back
+        assert [d["name"] for d in await categories.all(tenant_id="acme")] == ["default"]
+        assert await tools.ids_in_category("reports", tenant_id="acme") == []
     finally:
         if not database.in_memory:
             await database._client.drop_database(settings.mongodb_database)

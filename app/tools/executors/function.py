@@ -12,7 +12,7 @@ import orjson
 
 from app.tools.executors import CallScope
 from app.tools.outcome import ToolOutcome
-from app.tools.registry import FunctionRegistry
+from app.tools.registry import FunctionRegistry, RegisteredFunction, ToolRequest
 from app.tools.typed import FunctionTool
 
 
@@ -45,18 +45,39 @@ class FunctionExecutor:
             return ToolOutcome.error(
                 f"the server no longer has a function called '{tool.name}'", "unknown_tool"
             )
+        request = ToolRequest(tool.tool_id, tool.name, arguments)
         try:
             if entry.is_async:
-                result = await entry.func(**arguments)
+                result = _post(entry, request, await entry.func(**arguments))
             elif not entry.blocking:  # registered as quick and non-blocking: no thread hop
-                result = entry.func(**arguments)
+                result = _called(entry, request)
             else:
                 # A plain function runs in a worker thread so it never blocks the event loop,
                 # in the caller's context: its log lines keep the request id, tenant and the
                 # call's hidden values (run_in_executor alone would drop them).
                 loop = asyncio.get_running_loop()
-                run = partial(contextvars.copy_context().run, entry.func, **arguments)
+                run = partial(contextvars.copy_context().run, _called, entry, request)
                 result = await loop.run_in_executor(self._threads, run)
+        except PostProcessorError as exc:
+            return ToolOutcome.error(str(exc), "exception")
         except Exception as exc:
             return ToolOutcome.error(f"{type(exc).__name__}: {exc}", "exception")
         return ToolOutcome("ok", as_text(result))
+
+
+class PostProcessorError(Exception):
+    """The operator's post-processor failed (its message names it, not the tool)."""
+
+
+def _called(entry: RegisteredFunction, request: ToolRequest) -> Any:
+    return _post(entry, request, entry.func(**request.arguments))
+
+
+def _post(entry: RegisteredFunction, request: ToolRequest, result: Any) -> Any:
+    """The result through the function's post-processor, if it registered one."""
+    if entry.postprocess is None:
+        return result
+    try:
+        return entry.postprocess(request, result)
+    except Exception as exc:
+        raise PostProcessorError(f"the post-processor failed: {type(exc).__name__}: {exc}") from exc
