@@ -141,6 +141,9 @@ class Settings(BaseSettings):
     chat_token_budget: int = Field(default=200_000, ge=0, le=100_000_000)
 
     tool_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # Chats: whether tools marked destructive_hint and external DELETE tools wait for a person's
+    # approval when their own `approval` is unset (docs/chat.md, "Approval before risky calls").
+    risky_tool_approval: Literal["always", "never"] = "always"
     tool_output_max_chars: int = Field(default=16_000, ge=100, le=1_000_000)
     tool_response_max_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
     tool_threads: int = Field(default=32, ge=1, le=512)

@@ -16,6 +16,7 @@ EVENT_NAMES = (
     "message.delta",
     "tool_call",
     "tool_result",
+    "approval_required",
     "done",
     "error",
 )
@@ -24,7 +25,8 @@ EVENT_NAMES = (
 STREAM_DOC = {
     "description": "With `stream: true` or `Accept: text/event-stream`: server-sent events "
     "`mcp_server_skipped` (first, one per MCP server that could not be reached), `iteration`, "
-    "`message.delta`, `tool_call`, `tool_result`, then `done` (the same body as without "
+    "`message.delta`, `tool_call`, `tool_result`, `approval_required` (the calls waiting for "
+    "a person), then `done` (the same body as without "
     "streaming) or `error` (the same problem body).",
     "content": {
         "text/event-stream": {

@@ -17,6 +17,7 @@ from app.config import Settings
 from app.mcp.hub import McpHub, McpLimits
 from app.metrics import Metrics
 from app.services.outbound import TenantOutbound
+from app.tools.approval import ApprovalPolicy
 from app.tools.executors.external import ExternalExecutor
 from app.tools.executors.function import FunctionExecutor
 from app.tools.executors.mcp import McpExecutor
@@ -93,7 +94,10 @@ def build_chat_loop(
     limits = LoopLimits(
         deadline_s=settings.chat_deadline_s, token_budget=settings.chat_token_budget
     )
-    return ChatLoop(model=model, invoker=invoker, limits=limits, metrics=metrics)
+    approvals = ApprovalPolicy(risky_default=settings.risky_tool_approval)
+    return ChatLoop(
+        model=model, invoker=invoker, limits=limits, metrics=metrics, approvals=approvals
+    )
 
 
 def build_mcp_hub(settings: Settings, outbound: TenantOutbound, stack: AsyncExitStack) -> McpHub:

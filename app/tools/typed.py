@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import ValidationError
 
 from app.schemas.fields import Provider, name_problems, problem_lines
-from app.schemas.tools import StoredTool
+from app.schemas.tools import ApprovalMode, StoredTool
 from app.tools.providers import shaped
 from app.tools.rules import SECRET_REFERENCE, definition_problems
 from app.tools.schema import parameters_json_schema
@@ -56,6 +56,7 @@ class TypedTool:
     incompatible_providers: dict[str, list[str]] = field(default_factory=dict)
     title: str | None = None
     annotations: dict[str, bool] | None = None  # MCP tool annotations, snake_case names
+    approval: ApprovalMode | None = None  # None: decided by `risky` and the operator's default
     schema: dict[str, Any] = field(init=False)  # the chat-completions `tools` entry
     hidden_names: frozenset[str] = field(init=False)  # arguments a caller's model may not set
 
@@ -68,6 +69,11 @@ class TypedTool:
         object.__setattr__(self, "schema", schema)
         hidden = {c.name for c in self.context} | {c.argument for c in self.context}
         object.__setattr__(self, "hidden_names", frozenset(hidden))
+
+    @property
+    def risky(self) -> bool:
+        """It says it may destroy data: without its own `approval`, a person approves it."""
+        return _marked_destructive(self.annotations)
 
     def in_format(self, provider: Provider) -> dict[str, Any]:
         """This tool in `provider`'s tool format (for Gemini, converted where it can be)."""
@@ -102,6 +108,10 @@ class ExternalTool(TypedTool):
     kind: ClassVar[ToolKind] = "external"
     uses_http: ClassVar[bool] = True
 
+    @property
+    def risky(self) -> bool:
+        return self.method == "DELETE" or _marked_destructive(self.annotations)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class McpServerTool(TypedTool):
@@ -112,6 +122,10 @@ class McpServerTool(TypedTool):
     mcp_tool: str  # its name on the server
 
     kind: ClassVar[ToolKind] = "mcp"
+
+
+def _marked_destructive(annotations: dict[str, bool] | None) -> bool:
+    return bool(annotations and annotations.get("destructive_hint") is True)
 
 
 class UnreadableToolError(Exception):
@@ -170,6 +184,7 @@ def parse_stored_tool(
         "annotations": (
             stored.annotations.model_dump(exclude_none=True) if stored.annotations else None
         ),
+        "approval": stored.approval,
     }
     if stored.type == "function":
         return stored, FunctionTool(**common)

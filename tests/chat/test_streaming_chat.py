@@ -128,6 +128,7 @@ async def test_tool_calls_in_fragments_then_an_answer(streamer: Streamer, fake: 
         "tool_calls",
         "usage",
         "skipped_mcp_servers",
+        "pending_approvals",
     }
     assert set(done) == non_streamed_keys and done["iterations"] == 2
 
