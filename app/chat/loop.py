@@ -25,6 +25,7 @@ from app.metrics import Metrics
 from app.tools.approval import ApprovalPolicy
 from app.tools.executors import CallScope
 from app.tools.invocation import Invocation, ToolInvoker
+from app.tools.progress import Progress, ProgressSink
 from app.tools.typed import TypedTool
 
 StopReason = Literal["completed", "max_iterations", "token_budget", "approval_required"]
@@ -261,7 +262,8 @@ class ChatLoop:
             refusal = f"a person refused this call{why}"
             result = self._invoker.refused(refusal, "refused", scope, tool)
         else:
-            result = await self._invoker.invoke(tool, arguments, scope)
+            watcher = _progress_events(run.emit, call.id) if run.emit else None
+            result = await self._invoker.invoke(tool, arguments, scope, progress=watcher)
         record, content = _recorded(call, shown, result, time.perf_counter() - started)
         if decision is not None:
             record.approval = decision.shown()
@@ -292,6 +294,17 @@ def _recorded(
         duration_ms=round(seconds * 1000, 3),
     )
     return record, content
+
+
+def _progress_events(emit: EventSink, call_id: str) -> ProgressSink:
+    """A call's progress reports as `tool_progress` events (the model never sees them)."""
+
+    async def report(step: Progress) -> None:
+        await emit(
+            "tool_progress", {"id": call_id, "message": step.message, "fraction": step.fraction}
+        )
+
+    return report
 
 
 def _recorded_pending(call: PendingCall) -> dict[str, Any]:

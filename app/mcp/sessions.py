@@ -13,6 +13,7 @@ from app.mcp.client import call_outcome, failure_reason
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub
 from app.tools.outcome import ToolOutcome
+from app.tools.progress import Progress, ProgressSink
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,15 @@ class McpSessions:
         self._retired: list[asyncio.Task[None]] = []
         self._closing = False
 
-    async def call(self, server_name: str, tool: str, arguments: dict[str, Any]) -> ToolOutcome:
+    async def call(
+        self,
+        server_name: str,
+        tool: str,
+        arguments: dict[str, Any],
+        progress: ProgressSink | None = None,
+    ) -> ToolOutcome:
+        """Call `tool` on the server's session; with `progress`, the server is asked for
+        progress notifications (a progress token) and each is passed on."""
         try:
             session = await self._session(server_name)
         except Exception as exc:
@@ -47,7 +56,8 @@ class McpSessions:
                 "unreachable",
             )
         try:
-            result = await session.call_tool(tool, arguments)
+            forward = _forwarding(progress) if progress is not None else None
+            result = await session.call_tool(tool, arguments, progress_callback=forward)
         except Exception as exc:
             if not isinstance(exc, MCPError) or exc.code == CONNECTION_CLOSED:
                 self._retire(server_name)  # the session is gone: the next call reconnects
@@ -110,3 +120,13 @@ class McpSessions:
                     await asyncio.wait(pending, timeout=CLOSE_TIMEOUT_S)
         finally:
             self._hub.runs.discard(self)
+
+
+def _forwarding(sink: ProgressSink) -> Any:
+    """An SDK progress callback passing each notification on as a `Progress`."""
+
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        fraction = progress / total if total else None
+        await sink(Progress(message or "", fraction))
+
+    return forward

@@ -46,6 +46,11 @@ class RegisteredFunction:
         return inspect.iscoroutinefunction(self.func)
 
     @cached_property
+    def is_generator(self) -> bool:
+        """It yields `Progress` before its result (app/tools/progress.py), plain or async."""
+        return inspect.isgeneratorfunction(self.func) or inspect.isasyncgenfunction(self.func)
+
+    @cached_property
     def defaulted_parameters(self) -> frozenset[str]:
         """Parameters the function gives a default: context ones among them may be absent."""
         signature = inspect.signature(self.func)

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from app.tools.executors import CallScope
+from app.tools.executors.stepping import run_generator
 from app.tools.outcome import ToolOutcome
 from app.tools.registry import FunctionRegistry
 from app.tools.typed import FunctionTool
@@ -35,7 +36,12 @@ class FunctionExecutor:
 
     def inline(self, tool: FunctionTool) -> bool:
         entry = self._registry.get(tool.name)
-        return entry is not None and not entry.blocking and not entry.is_async
+        return (
+            entry is not None
+            and not entry.blocking
+            and not entry.is_async
+            and not entry.is_generator  # it awaits its watcher: it may wait
+        )
 
     async def run(
         self, tool: FunctionTool, arguments: dict[str, Any], call: CallScope
@@ -46,7 +52,12 @@ class FunctionExecutor:
                 f"the server no longer has a function called '{tool.name}'", "unknown_tool"
             )
         try:
-            if entry.is_async:
+            if entry.is_generator:  # progress reports, then the result
+                steps = entry.func(**arguments)
+                result = await run_generator(
+                    steps, sink=call.progress, threads=self._threads, blocking=entry.blocking
+                )
+            elif entry.is_async:
                 result = await entry.func(**arguments)
             elif not entry.blocking:  # registered as quick and non-blocking: no thread hop
                 result = entry.func(**arguments)
