@@ -81,6 +81,7 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
         ttl_s=settings.tool_cache_ttl_s,
         stale_if_error_s=settings.cache_stale_if_error_s,
         registry=registry,
+        capabilities=settings.capabilities,
     )
     stack.push_async_callback(catalog.aclose)  # its reads in flight stop before the database
     return Stores(

@@ -61,9 +61,13 @@ class ToolSnapshot:
 
     @classmethod
     def build(
-        cls, docs: list[dict[str, Any]], *, defaults_of: DefaultsOf | None = None
+        cls,
+        docs: list[dict[str, Any]],
+        *,
+        defaults_of: DefaultsOf | None = None,
+        unavailable: Callable[[str], bool] | None = None,
     ) -> ToolSnapshot:
-        entries = [entry for doc in docs if (entry := catalog_entry(doc, defaults_of))]
+        entries = [entry for doc in docs if (entry := catalog_entry(doc, defaults_of, unavailable))]
         return cls(
             entries=entries,
             by_id={entry.tool_id: entry for entry in entries},
@@ -75,14 +79,18 @@ class ToolSnapshot:
         return [entry for entry in self.entries if entry.tool is None]
 
 
-def catalog_entry(doc: dict[str, Any], defaults_of: DefaultsOf | None) -> CatalogEntry | None:
+def catalog_entry(
+    doc: dict[str, Any],
+    defaults_of: DefaultsOf | None,
+    unavailable: Callable[[str], bool] | None = None,
+) -> CatalogEntry | None:
     """The entry for a stored document; None for one without a usable tool_id (no route could
     reach it)."""
     tool_id = doc.get("tool_id")
     if not isinstance(tool_id, str):
         return None
     try:
-        stored, tool = parse_stored_tool(doc, defaults_of=defaults_of)
+        stored, tool = parse_stored_tool(doc, defaults_of=defaults_of, unavailable=unavailable)
     except UnreadableToolError as exc:
         enabled = doc.get("enabled") is True
         stored_type = doc.get("type")
@@ -130,9 +138,11 @@ class ToolCatalog:
         registry: FunctionRegistry | None = None,
         stale_if_error_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        capabilities: frozenset[str] | None = None,
     ) -> None:
         self._tools = tools
         self._registry = registry
+        self._capabilities = capabilities  # None: every capability a function may require
         self._snapshots: LoadingCache[str, ToolSnapshot] = LoadingCache(
             self._read,
             ttl_s=ttl_s,
@@ -147,12 +157,21 @@ class ToolCatalog:
         entry = self._registry.get(name) if self._registry is not None else None
         return frozenset() if entry is None else entry.defaulted_parameters
 
+    def _unavailable(self, name: str) -> bool:
+        """A function needing a capability the server lacks: its tool is never offered."""
+        entry = self._registry.get(name) if self._registry is not None else None
+        if entry is None or entry.requires is None or self._capabilities is None:
+            return False
+        return entry.requires not in self._capabilities
+
     async def snapshot(self, *, tenant_id: str) -> ToolSnapshot:
         return await self._snapshots.get(tenant_id)
 
     async def _read(self, tenant_id: str) -> ToolSnapshot:
         docs = await self._tools.all(tenant_id=tenant_id)
-        snapshot = ToolSnapshot.build(docs, defaults_of=self._defaults_of)
+        snapshot = ToolSnapshot.build(
+            docs, defaults_of=self._defaults_of, unavailable=self._unavailable
+        )
         self._warn_unreadable(snapshot, tenant_id)
         return snapshot
 

@@ -36,6 +36,9 @@ class RegisteredFunction:
     # A plain function runs in the tool thread pool unless it says it never blocks: then it runs
     # on the event loop, which saves a thread hand-off (~0.4 ms of CPU a call, measured).
     blocking: bool = True
+    # A capability of the server it needs (`web_search`, `web_fetch`): without it, the tool is
+    # seeded like the others but never offered (`Settings.capabilities`).
+    requires: str | None = None
 
     @property
     def name(self) -> str:
@@ -78,6 +81,7 @@ class RegisterOptions(TypedDict, total=False):
     context_parameters: Sequence[str | dict[str, Any]]
     tags: Sequence[str]
     blocking: bool
+    requires: str
 
 
 class FunctionRegistry:
@@ -116,6 +120,7 @@ class FunctionRegistry:
                 options.get("context_parameters", ()),
                 options.get("tags", ()),
                 options.get("blocking", True),
+                options.get("requires"),
             )
             return target
 
@@ -131,6 +136,7 @@ class FunctionRegistry:
         context_parameters: Sequence[str | dict[str, Any]],
         tags: Sequence[str],
         blocking: bool = True,
+        requires: str | None = None,
     ) -> None:
         fname = name or func.__name__
         if fname in self._functions:
@@ -160,6 +166,7 @@ class FunctionRegistry:
             context_parameters=contexts,
             tags=tuple(tags),
             blocking=blocking,
+            requires=requires,
             build_problems=tuple(problems),
         )
 

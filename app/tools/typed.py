@@ -92,6 +92,8 @@ class FunctionTool(TypedTool):
     """A function of the server's function dictionary, looked up by `name` when it runs."""
 
     kind: ClassVar[ToolKind] = "function"
+    # A function may reach the web (web_fetch) through the tenant's client (its allow list).
+    uses_http: ClassVar[bool] = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,10 +142,14 @@ DefaultsOf = Callable[[str], frozenset[str]]
 
 
 def parse_stored_tool(
-    doc: dict[str, Any], *, defaults_of: DefaultsOf | None = None
+    doc: dict[str, Any],
+    *,
+    defaults_of: DefaultsOf | None = None,
+    unavailable: Callable[[str], bool] | None = None,
 ) -> tuple[StoredTool, FunctionTool | ExternalTool]:
     """The stored document checked and typed; `defaults_of(function name)` names the parameters
-    a server function gives a default (its context ones may be absent)."""
+    a server function gives a default (its context ones may be absent); a function tool whose
+    function is `unavailable(name)` (a capability the server lacks) is typed as disabled."""
     try:
         stored = StoredTool.model_validate(doc)
     except ValidationError as exc:
@@ -173,7 +179,8 @@ def parse_stored_tool(
         "tool_id": stored.tool_id,
         "name": function.name,
         "description": function.description,
-        "enabled": stored.enabled,
+        "enabled": stored.enabled
+        and not (unavailable and stored.type == "function" and unavailable(function.name)),
         "tags": frozenset(stored.tags),
         "parameters": parameters,
         "json_parameters": parameters_json_schema(parameters),

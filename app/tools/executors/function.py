@@ -8,13 +8,16 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
+import httpx
 import orjson
 
+from app.tools.calls import CURRENT, FunctionContext
 from app.tools.executors import CallScope
 from app.tools.executors.stepping import run_generator
 from app.tools.outcome import ToolOutcome
 from app.tools.registry import FunctionRegistry
 from app.tools.typed import FunctionTool
+from app.tools.web import WebAccess
 
 
 def as_text(result: Any) -> str:
@@ -30,9 +33,18 @@ class FunctionExecutor:
     pool (so a slow function never stalls other requests). A raised exception becomes an error
     outcome; the return value is the result (JSON for anything but a string)."""
 
-    def __init__(self, *, registry: FunctionRegistry, threads: ThreadPoolExecutor) -> None:
+    def __init__(
+        self,
+        *,
+        registry: FunctionRegistry,
+        threads: ThreadPoolExecutor,
+        http: httpx.AsyncClient | None = None,
+        web: WebAccess | None = None,
+    ) -> None:
         self._registry = registry
         self._threads = threads
+        self._http = http  # the shared guarded client, for calls without a tenant client
+        self._web = web
 
     def inline(self, tool: FunctionTool) -> bool:
         entry = self._registry.get(tool.name)
@@ -51,6 +63,8 @@ class FunctionExecutor:
             return ToolOutcome.error(
                 f"the server no longer has a function called '{tool.name}'", "unknown_tool"
             )
+        # What the function may reach: read by `function_context()` (the web built-ins).
+        reset = CURRENT.set(FunctionContext(call.http or self._http, self._web))
         try:
             if entry.is_generator:  # progress reports, then the result
                 steps = entry.func(**arguments)
@@ -70,4 +84,6 @@ class FunctionExecutor:
                 result = await loop.run_in_executor(self._threads, run)
         except Exception as exc:
             return ToolOutcome.error(f"{type(exc).__name__}: {exc}", "exception")
+        finally:
+            CURRENT.reset(reset)
         return ToolOutcome("ok", as_text(result))
