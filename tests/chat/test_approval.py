@@ -232,7 +232,7 @@ async def test_streamed_chats_emit_approval_required(
     chat: ChatClient, fake: FakeModel, upstream: ThreadedServer
 ) -> None:
     await chat.add_tool(_deleter(upstream))
-    fake.reset(script.tool_calls(("delete_everything", {"scope": "x"})))
+    fake.reset(script.streamed_tool_calls(("call_a", "delete_everything", '{"scope": "x"}')))
     response = await chat.chat(stream=True)
     events = [
         (block.split("\n")[0].removeprefix("event: "), orjson.loads(block.split("data: ", 1)[1]))
@@ -323,3 +323,21 @@ async def test_another_tenant_cannot_approve_with_the_first_tenants_conversation
     )
     assert _problem_paths(response) == ["$.approvals[0].call_id"]
     assert _deletes() == []
+
+
+async def test_a_streamed_continuation_runs_the_approved_call(
+    chat: ChatClient, fake: FakeModel, upstream: ThreadedServer
+) -> None:
+    await chat.add_tool(_deleter(upstream))
+    RECEIVED.clear()
+    answer = await _stopped(chat, fake, ("delete_everything", {"scope": "tmp"}))
+    call_id = answer["pending_approvals"][0]["id"]
+    fake.reset(script.streamed_text("deleted"))
+    decision = {"call_id": call_id, "approved": True}
+    response = await chat.chat(stream=True, **_continued(answer, decision))
+    blocks = [b for b in response.text.strip().split("\n\n") if b.startswith("event:")]
+    names = [b.split("\n")[0].removeprefix("event: ") for b in blocks]
+    assert names[:2] == ["tool_call", "tool_result"] and names[-1] == "done"
+    done = orjson.loads(blocks[-1].split("data: ", 1)[1])
+    assert done["stop_reason"] == "completed" and done["tool_calls"][0]["approval"]["approved"]
+    assert len(_deletes()) == 1
