@@ -13,7 +13,7 @@ import pytest
 from app.tools.builtin import registry as builtin_registry
 from tests.support import fake_model as script
 from tests.support import search_services
-from tests.support.apps import create_tenant, http_client, make_settings, running_app
+from tests.support.apps import ADMIN, create_tenant, http_client, make_settings, running_app
 from tests.support.chat_clients import ChatClient
 from tests.support.fake_model import FakeModel
 from tests.support.search_services import KEY
@@ -209,3 +209,21 @@ async def test_a_streamed_invoke_of_fetch_reports_progress(
     assert (
         "IGNORE ALL PREVIOUS INSTRUCTIONS" in done["content"] and "tracking" not in done["content"]
     )
+
+
+@pytest.mark.settings(web_fetch_enabled=True, outbound_allow=[])
+async def test_fetch_follows_each_tenants_own_outbound_policy(
+    web_chat: ChatClient, fake: FakeModel, upstream: ThreadedServer
+) -> None:
+    """The operator allows nothing local; one tenant's own allow list opens the local site to
+    that tenant's fetches only."""
+    url = f"{upstream.url}/pages/article"
+    blocked = await _call(web_chat, fake, "web_fetch", {"url": url})
+    assert blocked.startswith("Error:") and "blocked" in blocked.lower()
+    allow = {"allow": [f"127.0.0.1:{upstream.port}"], "force": True}
+    opened = await web_chat.http.put("/tenants/acme/outbound", json=allow, headers=ADMIN)
+    assert opened.status_code == 200, opened.text
+    assert "Paragraph 1:" in await _call(web_chat, fake, "web_fetch", {"url": url})
+    globex = await create_tenant(web_chat.http, "globex")
+    other = ChatClient(web_chat.app, web_chat.http, globex)
+    assert "blocked" in (await _call(other, fake, "web_fetch", {"url": url})).lower()
