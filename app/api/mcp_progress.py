@@ -42,7 +42,7 @@ async def answer_with_progress(
     """Run `answer` (which takes a progress callback and gives the JSON-RPC `result` or
     `error` member), streaming each report as `notifications/progress` (`progress`: the
     fraction with `total` 1 when the tool gives one, else the report's number)."""
-    started, count = False, 0
+    started, finished, count = False, False, 0
 
     async def start() -> None:
         nonlocal started
@@ -53,6 +53,8 @@ async def answer_with_progress(
 
     async def report(step: ProgressReport) -> None:
         nonlocal count
+        if finished:  # a server's notification that arrives after its answer: too late
+            return
         count += 1
         params: dict[str, Any] = {"progressToken": token, "progress": count}
         if step.fraction is not None:
@@ -71,6 +73,7 @@ async def answer_with_progress(
         member = {"error": {"code": REQUEST_CANCELLED, "message": "Request cancelled"}}
     except AppError as exc:  # never expected here: the handler turns these into results
         member = {"error": {"code": mcp_types.INTERNAL_ERROR, "message": exc.message}}
+    finished = True
     await start()
     final = _event({"jsonrpc": "2.0", "id": request_id, **member})
     with contextlib.suppress(OSError):  # a client that already left

@@ -56,8 +56,12 @@ class McpSessions:
                 "unreachable",
             )
         try:
-            forward = _forwarding(progress) if progress is not None else None
-            result = await session.call_tool(tool, arguments, progress_callback=forward)
+            done: list[bool] = []  # a notification arriving after the answer is dropped
+            forward = _forwarding(progress, done) if progress is not None else None
+            try:
+                result = await session.call_tool(tool, arguments, progress_callback=forward)
+            finally:
+                done.append(True)
         except Exception as exc:
             if not isinstance(exc, MCPError) or exc.code == CONNECTION_CLOSED:
                 self._retire(server_name)  # the session is gone: the next call reconnects
@@ -122,10 +126,12 @@ class McpSessions:
             self._hub.runs.discard(self)
 
 
-def _forwarding(sink: ProgressSink) -> Any:
-    """An SDK progress callback passing each notification on as a `Progress`."""
+def _forwarding(sink: ProgressSink, done: list[bool]) -> Any:
+    """An SDK progress callback passing each notification on as a `Progress`, until `done`."""
 
     async def forward(progress: float, total: float | None, message: str | None) -> None:
+        if done:
+            return
         fraction = progress / total if total else None
         await sink(Progress(message or "", fraction))
 
