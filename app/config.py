@@ -153,6 +153,18 @@ class Settings(BaseSettings):
     chat_token_budget: int = Field(default=200_000, ge=0, le=100_000_000)
 
     tool_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # The web built-ins (docs/tools.md, "Web search and fetch"), off until configured: the
+    # search service (SearXNG's base URL; Tavily's or Brave's API, default their public host)
+    # and its key; whether web_fetch may fetch pages (through each tenant's outbound policy).
+    web_search_backend: Literal["searxng", "tavily", "brave"] = "searxng"
+    web_search_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
+    web_search_api_key: SecretStr | None = None
+    web_search_timeout_s: float = Field(default=10.0, gt=0, le=120)
+    web_fetch_enabled: bool = False
+    web_fetch_max_chars: int = Field(default=20_000, ge=100, le=1_000_000)
+    # Chats: whether tools marked destructive_hint and external DELETE tools wait for a person's
+    # approval when their own `approval` is unset (docs/chat.md, "Approval before risky calls").
+    risky_tool_approval: Literal["always", "never"] = "always"
     tool_output_max_chars: int = Field(default=16_000, ge=100, le=1_000_000)
     tool_response_max_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
     tool_threads: int = Field(default=32, ge=1, le=512)
@@ -301,6 +313,17 @@ class Settings(BaseSettings):
     @property
     def mcp_servers_json(self) -> str | None:
         return self.mcp_servers.get_secret_value() if self.mcp_servers else None
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """What the configuration makes available to functions that require it."""
+        found = set()
+        key = self.web_search_api_key is not None
+        if self.web_search_url if self.web_search_backend == "searxng" else key:
+            found.add("web_search")
+        if self.web_fetch_enabled:
+            found.add("web_fetch")
+        return frozenset(found)
 
     @property
     def model_configured(self) -> bool:

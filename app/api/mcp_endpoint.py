@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import mcp.types as mcp_types
@@ -30,6 +31,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.api.mcp_messages import answer_batch, batch_allowed, method_label
 from app.api.mcp_metadata import www_authenticate
+from app.api.mcp_progress import answer_with_progress, progress_token
 from app.api.problems import problem_response
 from app.deps import TenantContext, authenticate, presented_bearer
 from app.errors import AppError, NotFoundError, UnauthorizedError, UnprocessableError
@@ -288,6 +290,10 @@ class McpGateway:
                     call = mcp_types.CallToolRequestParams.model_validate(params)
                 except ValidationError:
                     return False
+                token = progress_token(call, scope)
+                if token is not None:  # progress notifications, then the answer, on SSE
+                    answer = partial(self._call_member, ctx, call)
+                    return await answer_with_progress(send, request_id, token, answer)
                 result: mcp_types.Result = await self._call_tool(ctx, call)
             elif method == "tools/list" and (params is None or isinstance(params, dict)):
                 result = await self._list_tools(ctx, None)
@@ -296,18 +302,23 @@ class McpGateway:
             payload: dict[str, Any] = {
                 "jsonrpc": "2.0",
                 "id": request_id,
-                "result": result.model_dump(
-                    by_alias=True,
-                    mode="json",
-                    exclude_none=True,
-                    exclude={"result_type", "ttl_ms", "cache_scope"},  # not in these versions
-                ),
+                "result": _dumped(result),
             }
         except MCPError as exc:
             error = exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)
             payload = {"jsonrpc": "2.0", "id": request_id, "error": error}
         await Response(orjson.dumps(payload), media_type="application/json")(scope, _no_body, send)
         return True
+
+    async def _call_member(
+        self, ctx: Any, call: mcp_types.CallToolRequestParams, progress: Any
+    ) -> dict[str, Any]:
+        """The JSON-RPC `result` (or `error`) member of a call whose progress goes on."""
+        try:
+            result = await self._call_tool(ctx, call, progress=progress)
+        except MCPError as exc:
+            return {"error": exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)}
+        return {"result": _dumped(result)}
 
     async def _list_tools(
         self, ctx: Any, params: mcp_types.PaginatedRequestParams | None
@@ -322,12 +333,16 @@ class McpGateway:
         return mcp_types.ListToolsResult(tools=tools)
 
     async def _call_tool(
-        self, ctx: Any, params: mcp_types.CallToolRequestParams
+        self, ctx: Any, params: mcp_types.CallToolRequestParams, *, progress: Any = None
     ) -> mcp_types.CallToolResult:
         caller = _caller(ctx)
         try:
             result = await caller.services.mcp_gateway.call_tool(
-                params.name, dict(params.arguments or {}), tenant_id=caller.id, token=caller.token
+                params.name,
+                dict(params.arguments or {}),
+                tenant_id=caller.id,
+                token=caller.token,
+                progress=progress,
             )
         except NotFoundError:
             raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown tool: {params.name}") from None
@@ -342,6 +357,15 @@ class McpGateway:
                 content=[mcp_types.TextContent(type="text", text=result.content or "")]
             )
         return _error_result(result.error.message if result.error else "the tool failed")
+
+
+def _dumped(result: mcp_types.Result) -> dict[str, Any]:
+    return result.model_dump(
+        by_alias=True,
+        mode="json",
+        exclude_none=True,
+        exclude={"result_type", "ttl_ms", "cache_scope"},  # not in these versions
+    )
 
 
 def _problem_text(exc: AppError) -> str:

@@ -15,7 +15,9 @@ EVENT_NAMES = (
     "iteration",
     "message.delta",
     "tool_call",
+    "tool_progress",
     "tool_result",
+    "approval_required",
     "done",
     "error",
 )
@@ -24,7 +26,9 @@ EVENT_NAMES = (
 STREAM_DOC = {
     "description": "With `stream: true` or `Accept: text/event-stream`: server-sent events "
     "`mcp_server_skipped` (first, one per MCP server that could not be reached), `iteration`, "
-    "`message.delta`, `tool_call`, `tool_result`, then `done` (the same body as without "
+    "`message.delta`, `tool_call`, `tool_progress` (a long tool's report: id, message, "
+    "fraction), `tool_result`, `approval_required` (the calls waiting for "
+    "a person), then `done` (the same body as without "
     "streaming) or `error` (the same problem body).",
     "content": {
         "text/event-stream": {
@@ -64,3 +68,11 @@ def event_stream(events: AsyncGenerator[ChatEvent, None], *, run_id: str) -> Str
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "X-Run-ID": run_id},
     )
+
+
+INVOKE_STREAM_DOC = {
+    "description": "With `Accept: text/event-stream`: server-sent events `tool_progress` "
+    "(`message`, `fraction` from 0 to 1 or null) as a long tool reports, then `done` (the same "
+    "body as without streaming) or `error` (a problem body).",
+    "content": {"text/event-stream": STREAM_DOC["content"]["text/event-stream"]},  # type: ignore[index]
+}

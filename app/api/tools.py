@@ -8,6 +8,7 @@ import orjson
 from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 
 from app.api.routing import StrictJSONRoute, parsed_body
+from app.api.sse import INVOKE_STREAM_DOC, event_stream
 from app.deps import TenantDep, WriteLimit
 from app.schemas import examples
 from app.schemas.fields import NAME_PATTERN, TAG_PATTERN, Provider
@@ -37,7 +38,10 @@ ToolIdPath = Annotated[str, Path(pattern=NAME_PATTERN, description="The tool's i
 @router.post(
     "/{tool_id}/invoke",
     response_model=InvokeResult,
-    responses=problem_responses(400, 404, 409, 413, 422, 429, 502, 504),
+    responses={
+        **problem_responses(400, 404, 409, 413, 422, 429, 502, 504),
+        200: INVOKE_STREAM_DOC,
+    },
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -54,7 +58,14 @@ async def invoke_tool(tool_id: ToolIdPath, tenant: TenantDep, request: Request) 
     """Run one tool as a model would, without a model; disabled tools run too (test before
     enabling). Tool failures are answered 200 with `status: "error"`; every call is a run."""
     body = await parsed_body(request, InvokeRequest)
-    result = await tenant.services.invocations.invoke(
+    invocations = tenant.services.invocations
+    if "text/event-stream" in request.headers.get("accept", ""):  # progress, then the result
+        prepared = await invocations.prepare_invoke(
+            tool_id, body.arguments, body.context_arguments, tenant_id=tenant.id
+        )  # every 4xx before the stream starts
+        keepalive_s = tenant.services.settings.chat_stream_keepalive_s
+        return event_stream(prepared.events(keepalive_s=keepalive_s), run_id=prepared.run_id)
+    result = await invocations.invoke(
         tool_id, body.arguments, body.context_arguments, tenant_id=tenant.id
     )
     return Response(orjson.dumps(result), media_type="application/json")  # a dataclass

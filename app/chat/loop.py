@@ -12,8 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import orjson
-
+from app.chat.approval import Decision, PendingCall, parsed_arguments, waiting_calls
 from app.chat.model import (
     TOOL_ERROR_PREFIX,
     ModelClient,
@@ -24,12 +23,13 @@ from app.chat.model import (
     malformed_answer,
 )
 from app.metrics import Metrics
-from app.schemas.fields import arguments_problem
+from app.tools.approval import ApprovalPolicy
 from app.tools.executors import CallScope
-from app.tools.invocation import Invocation, ToolInvoker, visible_arguments
+from app.tools.invocation import Invocation, ToolInvoker
+from app.tools.progress import Progress, ProgressSink
 from app.tools.typed import TypedTool
 
-StopReason = Literal["completed", "max_iterations", "token_budget"]
+StopReason = Literal["completed", "max_iterations", "token_budget", "approval_required"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class ToolCallRecord:
     error: str | None
     duration_ms: float
     note: str | None = None  # why the tool's output shaping did not apply
+    approval: dict[str, Any] | None = None  # the person's decision, for a call that waited
 
 
 @dataclass
@@ -58,6 +59,9 @@ class ChatResult:
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     finish_reason: str | None = None  # the model's own, for its last turn (`model.finished`)
+    pending: list[PendingCall] = field(default_factory=list)  # with approval_required
+    # Every approval of the run: waiting calls and decisions on them (the run record keeps it).
+    approvals: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,10 @@ class ChatRun:
     # The tenant provider's client the model calls go to (None: the loop's own), and its name.
     client: ModelClient | None = None
     provider: str | None = None
+    # A conversation sent back after `approval_required`: its last turn's unanswered calls run
+    # first, those that waited as the person decided (by call id).
+    resume: tuple[ModelToolCall, ...] = ()
+    decisions: dict[str, Decision] = field(default_factory=dict)
 
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -99,11 +107,20 @@ class ChatLoop:
         invoker: ToolInvoker,
         limits: LoopLimits,
         metrics: Metrics | None = None,
+        approvals: ApprovalPolicy | None = None,
     ) -> None:
         self._model = model
         self._invoker = invoker
         self._limits = limits
         self._metrics = metrics or Metrics()
+        self._approvals = approvals or ApprovalPolicy()
+
+    def waiting(
+        self, calls: list[ModelToolCall], tools: list[TypedTool] | dict[str, TypedTool]
+    ) -> list[PendingCall]:
+        """The calls among `calls` that wait for a person's approval before they run."""
+        by_name = tools if isinstance(tools, dict) else {tool.name: tool for tool in tools}
+        return waiting_calls(calls, by_name, self._approvals.requires)
 
     async def run(
         self,
@@ -131,6 +148,8 @@ class ChatLoop:
         run = _Run(chat, {tool.name: tool for tool in chat.tools}, events)
         messages = result.messages
         messages.extend(chat.messages)
+        if chat.resume:
+            await self._resume(run, result)
         for iteration in range(1, chat.max_iterations + 1):
             last = iteration == chat.max_iterations
             if events:
@@ -153,11 +172,45 @@ class ChatLoop:
                 messages.append(result.message)
                 return result
             messages.append(_assistant_tool_message(turn.content, turn.tool_calls))
-            records = await self._run_calls(turn.tool_calls, run)
-            for call, (record, content) in zip(turn.tool_calls, records, strict=True):
-                result.tool_calls.append(record)
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+            pending = self.waiting(turn.tool_calls, run.by_name)
+            if pending:  # none of the turn's calls runs before a person decides
+                return await self._stop_for_approval(run, result, pending)
+            await self._answer_calls(turn.tool_calls, run, result, {})
         raise AssertionError("unreachable: the last iteration always returns")
+
+    async def _answer_calls(
+        self,
+        calls: list[ModelToolCall],
+        run: _Run,
+        result: ChatResult,
+        decisions: dict[str, Decision],
+    ) -> None:
+        records = await self._run_calls(calls, run, decisions)
+        for call, (record, content) in zip(calls, records, strict=True):
+            result.tool_calls.append(record)
+            result.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+
+    async def _resume(self, run: _Run, result: ChatResult) -> None:
+        """Run the unanswered calls of the conversation sent back, as the person decided."""
+        calls, decisions = list(run.chat.resume), run.chat.decisions
+        for pending in self.waiting(calls, run.by_name):
+            decision = decisions[pending.id]  # the service refused a conversation without it
+            verdict = "approved" if decision.approved else "refused"
+            result.approvals.append(
+                {**_recorded_pending(pending), "decision": verdict, "reason": decision.reason}
+            )
+        await self._answer_calls(calls, run, result, decisions)
+
+    async def _stop_for_approval(
+        self, run: _Run, result: ChatResult, pending: list[PendingCall]
+    ) -> ChatResult:
+        result.stop_reason = "approval_required"
+        result.message = result.messages[-1]
+        result.pending = pending
+        result.approvals += [{**_recorded_pending(p), "decision": "pending"} for p in pending]
+        if run.emit:
+            await run.emit("approval_required", {"pending": [p.shown() for p in pending]})
+        return result
 
     async def _call_model(
         self, run: _Run, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
@@ -182,16 +235,22 @@ class ChatLoop:
         return turn
 
     async def _run_calls(
-        self, calls: list[ModelToolCall], run: _Run
+        self, calls: list[ModelToolCall], run: _Run, decisions: dict[str, Decision]
     ) -> list[tuple[ToolCallRecord, str]]:
         if run.chat.parallel_tool_calls and len(calls) > 1:
-            return list(await asyncio.gather(*(self._run_call(call, run) for call in calls)))
-        return [await self._run_call(call, run) for call in calls]
+            return list(
+                await asyncio.gather(
+                    *(self._run_call(call, run, decisions.get(call.id)) for call in calls)
+                )
+            )
+        return [await self._run_call(call, run, decisions.get(call.id)) for call in calls]
 
-    async def _run_call(self, call: ModelToolCall, run: _Run) -> tuple[ToolCallRecord, str]:
+    async def _run_call(
+        self, call: ModelToolCall, run: _Run, decision: Decision | None = None
+    ) -> tuple[ToolCallRecord, str]:
         started = time.perf_counter()
         tool = run.by_name.get(call.name)
-        arguments, parse_error = _parsed(call, tool)
+        arguments, parse_error = parsed_arguments(call, tool)
         shown = arguments if parse_error is None else call.arguments
         if run.emit:
             await run.emit("tool_call", {"id": call.id, "name": call.name, "arguments": shown})
@@ -206,9 +265,16 @@ class ChatLoop:
             result = self._invoker.refused(problem, "unknown_tool", scope)
         elif parse_error is not None:
             result = self._invoker.refused(parse_error, "invalid_arguments", scope, tool)
+        elif decision is not None and not decision.approved:
+            why = f": {decision.reason}" if decision.reason else ""
+            refusal = f"a person refused this call{why}"
+            result = self._invoker.refused(refusal, "refused", scope, tool)
         else:
-            result = await self._invoker.invoke(tool, arguments, scope)
+            watcher = _progress_events(run.emit, call.id) if run.emit else None
+            result = await self._invoker.invoke(tool, arguments, scope, progress=watcher)
         record, content = _recorded(call, shown, result, time.perf_counter() - started)
+        if decision is not None:
+            record.approval = decision.shown()
         if run.emit:
             await run.emit(
                 "tool_result",
@@ -239,19 +305,19 @@ def _recorded(
     return record, content
 
 
-def _parsed(call: ModelToolCall, tool: TypedTool | None) -> tuple[dict[str, Any], str | None]:
-    """The call's arguments (without any named like a context parameter: the server's value
-    wins, and nothing named like one is ever shown), and why they are unusable (or None)."""
-    try:
-        arguments = orjson.loads(call.arguments or "{}")
-    except orjson.JSONDecodeError as exc:
-        return {}, f"the arguments are not valid JSON: {exc}"
-    if not isinstance(arguments, dict):
-        return {}, "the arguments must be a JSON object"
-    problem = arguments_problem(arguments)  # every copy (answer, stream, record) is writable
-    if problem is not None:
-        return {}, f"the arguments are not acceptable: {problem}"
-    return visible_arguments(tool, arguments), None
+def _progress_events(emit: EventSink, call_id: str) -> ProgressSink:
+    """A call's progress reports as `tool_progress` events (the model never sees them)."""
+
+    async def report(step: Progress) -> None:
+        await emit(
+            "tool_progress", {"id": call_id, "message": step.message, "fraction": step.fraction}
+        )
+
+    return report
+
+
+def _recorded_pending(call: PendingCall) -> dict[str, Any]:
+    return {"call_id": call.id, "tool": call.tool, "arguments": call.arguments}
 
 
 def _assistant_tool_message(content: str | None, calls: list[ModelToolCall]) -> dict[str, Any]:

@@ -19,12 +19,14 @@ from app.mcp.hub import McpHub, McpLimits
 from app.mcp.pool import PoolLimits
 from app.metrics import Metrics
 from app.services.outbound import TenantOutbound
+from app.tools.approval import ApprovalPolicy
 from app.tools.executors.external import ExternalExecutor
 from app.tools.executors.function import FunctionExecutor
 from app.tools.executors.mcp import McpExecutor
 from app.tools.invocation import InvocationLimits, ToolInvoker
 from app.tools.netguard import OutboundPolicy, guarded_transport
 from app.tools.registry import FunctionRegistry
+from app.tools.web import WebAccess, WebConfig
 
 logger = logging.getLogger("app")
 
@@ -66,6 +68,32 @@ def build_tool_http_client(settings: Settings, policy: OutboundPolicy) -> httpx.
     )
 
 
+def build_web_access(settings: Settings, stack: AsyncExitStack) -> WebAccess | None:
+    """The web built-ins' search service client and settings; None when neither is configured.
+    The search service is the operator's (it may be on a private network): its client is not
+    guarded; pages go through each tenant's guarded client instead."""
+    if not settings.capabilities & {"web_search", "web_fetch"}:
+        return None
+    timeout = settings.web_search_timeout_s
+    search_http = httpx.AsyncClient(
+        timeout=httpx.Timeout(timeout, connect=min(5.0, timeout)),
+        follow_redirects=False,
+        trust_env=False,
+        headers={"User-Agent": "toolgate/0.1"},
+    )
+    stack.push_async_callback(search_http.aclose)
+    key = settings.web_search_api_key
+    config = WebConfig(
+        search_backend=settings.web_search_backend,
+        search_url=settings.web_search_url,
+        search_api_key=key.get_secret_value() if key else None,
+        fetch_enabled=settings.web_fetch_enabled,
+        response_max_bytes=settings.tool_response_max_bytes,
+        max_chars=settings.web_fetch_max_chars,
+    )
+    return WebAccess(config, search_http=search_http)
+
+
 def build_invoker(
     settings: Settings,
     registry: FunctionRegistry,
@@ -78,9 +106,10 @@ def build_invoker(
     stack.push_async_callback(http.aclose)
     threads = ThreadPoolExecutor(max_workers=settings.tool_threads, thread_name_prefix="tool")
     stack.callback(threads.shutdown, wait=False, cancel_futures=True)
+    web = build_web_access(settings, stack)
     return ToolInvoker(
         executors={
-            "function": FunctionExecutor(registry=registry, threads=threads),
+            "function": FunctionExecutor(registry=registry, threads=threads, http=http, web=web),
             "external": ExternalExecutor(
                 http=http, response_max_bytes=settings.tool_response_max_bytes
             ),
@@ -109,7 +138,10 @@ def build_chat_loop(
     limits = LoopLimits(
         deadline_s=settings.chat_deadline_s, token_budget=settings.chat_token_budget
     )
-    return ChatLoop(model=model, invoker=invoker, limits=limits, metrics=metrics)
+    approvals = ApprovalPolicy(risky_default=settings.risky_tool_approval)
+    return ChatLoop(
+        model=model, invoker=invoker, limits=limits, metrics=metrics, approvals=approvals
+    )
 
 
 def build_mcp_hub(

@@ -87,6 +87,7 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
         stale_if_error_s=settings.cache_stale_if_error_s,
         registry=registry,
         categories=categories,
+        capabilities=settings.capabilities,
     )
     stack.push_async_callback(catalog.aclose)  # its reads in flight stop before the database
     return Stores(

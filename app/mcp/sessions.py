@@ -15,6 +15,7 @@ from app.mcp.config import McpServer
 from app.mcp.hub import McpHub
 from app.mcp.pool import PooledSession, hold
 from app.tools.outcome import ToolOutcome
+from app.tools.progress import Progress, ProgressSink
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,15 @@ class McpSessions:
         self._retired: list[asyncio.Task[None]] = []
         self._closing = False
 
-    async def call(self, server_name: str, tool: str, arguments: dict[str, Any]) -> ToolOutcome:
+    async def call(
+        self,
+        server_name: str,
+        tool: str,
+        arguments: dict[str, Any],
+        progress: ProgressSink | None = None,
+    ) -> ToolOutcome:
+        """Call `tool` on the server's session; with `progress`, the server is asked for
+        progress notifications (a progress token) and each is passed on."""
         try:
             session = await self._session(server_name)
         except Exception as exc:
@@ -63,7 +72,12 @@ class McpSessions:
         started = time.perf_counter()
         server = self._servers[server_name]
         try:
-            result = await session.call_tool(tool, arguments)
+            done: list[bool] = []  # a notification arriving after the answer is dropped
+            forward = _forwarding(progress, done) if progress is not None else None
+            try:
+                result = await session.call_tool(tool, arguments, progress_callback=forward)
+            finally:
+                done.append(True)
         except asyncio.CancelledError:
             # Timed out or abandoned: the server may still be busy with it (a stdio server
             # stuck in a tool serves nobody), so the session is not used again.
@@ -153,3 +167,15 @@ class McpSessions:
                     await asyncio.wait(pending, timeout=CLOSE_TIMEOUT_S)
         finally:
             self._hub.runs.discard(self)
+
+
+def _forwarding(sink: ProgressSink, done: list[bool]) -> Any:
+    """An SDK progress callback passing each notification on as a `Progress`, until `done`."""
+
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        if done:
+            return
+        fraction = progress / total if total else None
+        await sink(Progress(message or "", fraction))
+
+    return forward

@@ -50,6 +50,28 @@ class ChatMessage(ClientModel):
     tool_call_id: str | None = None
 
 
+CallId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+class ApprovalDecision(ClientModel):
+    """A person's decision on a call the chat stopped for (`stop_reason: approval_required`)."""
+
+    call_id: CallId = Field(description="The `id` of a call in `pending_approvals`.")
+    approved: bool
+    reason: Annotated[str, StringConstraints(max_length=2000)] | None = Field(
+        default=None, description="Why; a refusal's reason is what the model reads."
+    )
+    tool: Annotated[str, StringConstraints(max_length=256)] | None = Field(
+        default=None, description="If given, must be the pending call's tool (a check)."
+    )
+    arguments: dict[str, BoundedJSON] | None = Field(
+        default=None,
+        max_length=128,
+        description="If given, must equal the pending call's arguments, as the decision was "
+        "shown them (a check that the conversation was not changed in between).",
+    )
+
+
 class ChatRequest(ClientModel):
     messages: list[ChatMessage] = Field(min_length=1, max_length=1000)
     context_arguments: ContextArguments = Field(
@@ -84,6 +106,17 @@ class ChatRequest(ClientModel):
         default=False,
         description="Answer with server-sent events (also: Accept: text/event-stream).",
     )
+    approvals: list[ApprovalDecision] = Field(
+        default_factory=list,
+        max_length=128,
+        description="Decisions on the calls a previous answer stopped for: send the "
+        "conversation back (its `messages`) with one decision per pending call.",
+    )
+
+
+class GivenApproval(BaseModel):
+    approved: bool
+    reason: str | None = None
 
 
 class ToolCallResult(BaseModel):
@@ -96,6 +129,17 @@ class ToolCallResult(BaseModel):
     note: str | None = Field(
         default=None, description="Why the tool's `output.select` did not apply, if it did not."
     )
+    approval: GivenApproval | None = Field(
+        default=None, description="The person's decision, for a call that waited for one."
+    )
+
+
+class PendingApproval(BaseModel):
+    """A call the chat stopped before running: it waits for a person's decision."""
+
+    id: str
+    tool: str
+    arguments: Any = Field(description="As the model sent them (context values never shown).")
 
 
 class SkippedServer(BaseModel):
@@ -107,9 +151,13 @@ class ChatResponse(BaseModel):
     run_id: str
     message: dict[str, Any]
     messages: list[dict[str, Any]]
-    stop_reason: Literal["completed", "max_iterations", "token_budget"] = Field(
-        description="`token_budget`: the model's reported usage passed CHAT_TOKEN_BUDGET, so "
-        "the tool calls of its last turn were not run."
+    stop_reason: Literal["completed", "max_iterations", "token_budget", "approval_required"] = (
+        Field(
+            description="`token_budget`: the model's reported usage passed CHAT_TOKEN_BUDGET, so "
+            "the tool calls of its last turn were not run. `approval_required`: the model called "
+            "a tool that waits for a person's approval; none of that turn's calls ran "
+            "(`pending_approvals`); continue with `approvals`."
+        )
     )
     iterations: int
     tool_calls: list[ToolCallResult]
@@ -124,4 +172,7 @@ class ChatResponse(BaseModel):
         default_factory=list,
         description="MCP servers of the chat that could not be reached: their tools were left "
         "out, and the chat went on without them.",
+    )
+    pending_approvals: list[PendingApproval] = Field(
+        default_factory=list, description="With `approval_required`: the calls waiting."
     )

@@ -20,6 +20,7 @@ ErrorKind = Literal[
     "unreachable",
     "upstream_status",
     "tool_error",
+    "refused",  # a person refused the call (chats, approval before risky calls)
 ]
 
 

@@ -10,7 +10,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
 RunKind = Literal["chat", "invoke", "mcp"]
-RunStatus = Literal["completed", "max_iterations", "token_budget", "cancelled", "error"]
+RunStatus = Literal[
+    "completed", "max_iterations", "token_budget", "approval_required", "cancelled", "error"
+]
 
 
 class RunToolCall(BaseModel):
@@ -25,6 +27,21 @@ class RunToolCall(BaseModel):
         exclude_if=lambda value: value is None,
         description="Why the tool's `output.select` did not apply, if it did not.",
     )
+    approval: dict[str, Any] | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="The person's decision (`approved`, `reason`), for a call that waited.",
+    )
+
+
+class RunApproval(BaseModel):
+    """An approval of a chat: a call that waited, and what a person decided."""
+
+    call_id: str
+    tool: str
+    arguments: Any
+    decision: Literal["pending", "approved", "refused"]
+    reason: str | None = None
 
 
 class Usage(BaseModel):
@@ -64,6 +81,12 @@ class Run(BaseModel):
         default=None,
         exclude_if=lambda value: value is None,
         description="Only when RUN_STORE_MESSAGES is on.",
+    )
+    approvals: list[RunApproval] | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="Chats: each call that waited for a person's approval (`pending` when the "
+        "chat stopped for it) and each decision taken on one.",
     )
 
 

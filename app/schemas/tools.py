@@ -30,6 +30,13 @@ EnumValue = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 ParameterType = Literal["string", "integer", "number", "boolean", "array"]
 ItemType = Literal["string", "integer", "number", "boolean"]
 ToolType = Literal["function", "external"]
+ApprovalMode = Literal["always", "never"]
+APPROVAL_DOC = (
+    "Chats: `always` stops the chat for a person's approval before each call of this tool "
+    "(`stop_reason: approval_required`); `never` runs it at once. Unset: `always` for tools "
+    "marked `destructive_hint` and external `DELETE` tools (the operator's "
+    "RISKY_TOOL_APPROVAL changes that), `never` for the others."
+)
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 Placement = Literal["path", "query", "header", "body"]
 PLACEMENT_DOC = (
@@ -209,6 +216,7 @@ class ToolFields(ClientModel):
     enabled: bool = True
     title: Title | None = Field(default=None, description="A name for people (MCP `title`).")
     annotations: ToolAnnotations | None = None
+    approval: ApprovalMode | None = Field(default=None, description=APPROVAL_DOC)
 
 
 class ToolCreate(ToolFields):
@@ -248,6 +256,7 @@ class Tool(BaseModel):
     enabled: bool
     title: str | None = None
     annotations: ToolAnnotations | None = None
+    approval: ApprovalMode | None = Field(default=None, description=APPROVAL_DOC)
     created_at: datetime
     updated_at: datetime
     incompatible_providers: dict[str, list[str]] | None = Field(

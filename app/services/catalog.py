@@ -101,8 +101,9 @@ class ToolSnapshot:
         *,
         defaults_of: DefaultsOf | None = None,
         category_docs: list[dict[str, Any]] | None = None,
+        unavailable: Callable[[str], bool] | None = None,
     ) -> ToolSnapshot:
-        entries = [entry for doc in docs if (entry := catalog_entry(doc, defaults_of))]
+        entries = [entry for doc in docs if (entry := catalog_entry(doc, defaults_of, unavailable))]
         states = [CategoryState.of(doc) for doc in category_docs or []]
         return cls(
             entries=entries,
@@ -116,14 +117,18 @@ class ToolSnapshot:
         return [entry for entry in self.entries if entry.tool is None]
 
 
-def catalog_entry(doc: dict[str, Any], defaults_of: DefaultsOf | None) -> CatalogEntry | None:
+def catalog_entry(
+    doc: dict[str, Any],
+    defaults_of: DefaultsOf | None,
+    unavailable: Callable[[str], bool] | None = None,
+) -> CatalogEntry | None:
     """The entry for a stored document; None for one without a usable tool_id (no route could
     reach it)."""
     tool_id = doc.get("tool_id")
     if not isinstance(tool_id, str):
         return None
     try:
-        stored, tool = parse_stored_tool(doc, defaults_of=defaults_of)
+        stored, tool = parse_stored_tool(doc, defaults_of=defaults_of, unavailable=unavailable)
     except UnreadableToolError as exc:
         enabled = doc.get("enabled") is True
         stored_type = doc.get("type")
@@ -172,10 +177,12 @@ class ToolCatalog:
         categories: CategoryRepository | None = None,
         stale_if_error_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        capabilities: frozenset[str] | None = None,
     ) -> None:
         self._tools = tools
         self._registry = registry
         self._categories = categories
+        self._capabilities = capabilities  # None: every capability a function may require
         self._snapshots: LoadingCache[str, ToolSnapshot] = LoadingCache(
             self._read,
             ttl_s=ttl_s,
@@ -190,13 +197,25 @@ class ToolCatalog:
         entry = self._registry.get(name) if self._registry is not None else None
         return frozenset() if entry is None else entry.defaulted_parameters
 
+    def _unavailable(self, name: str) -> bool:
+        """A function needing a capability the server lacks: its tool is never offered."""
+        entry = self._registry.get(name) if self._registry is not None else None
+        if entry is None or entry.requires is None or self._capabilities is None:
+            return False
+        return entry.requires not in self._capabilities
+
     async def snapshot(self, *, tenant_id: str) -> ToolSnapshot:
         return await self._snapshots.get(tenant_id)
 
     async def _read(self, tenant_id: str) -> ToolSnapshot:
         docs = await self._tools.all(tenant_id=tenant_id)
         categories = await self._categories.all(tenant_id=tenant_id) if self._categories else None
-        snapshot = ToolSnapshot.build(docs, defaults_of=self._defaults_of, category_docs=categories)
+        snapshot = ToolSnapshot.build(
+            docs,
+            defaults_of=self._defaults_of,
+            category_docs=categories,
+            unavailable=self._unavailable,
+        )
         self._warn_unreadable(snapshot, tenant_id)
         return snapshot
 

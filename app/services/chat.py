@@ -9,8 +9,9 @@ import weakref
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from app.chat.approval import Decision, decision_problems, unanswered_calls
 from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
-from app.chat.model import ModelNotConfiguredError, Usage
+from app.chat.model import ModelNotConfiguredError, ModelToolCall, Usage
 from app.errors import AppError, ForbiddenError, UnprocessableError, field_error, problem_body
 from app.limits import Limits, Release
 from app.logs import hiding_forms
@@ -20,6 +21,7 @@ from app.services.client_tokens import ClientToken
 from app.services.model_providers import ChosenModel, ModelProviderService
 from app.services.runs import RunRecorder, RunRecording, new_run_id, recording
 from app.services.toolbox import Selection, Toolbox, Toolset
+from app.tools.typed import TypedTool
 
 logger = logging.getLogger(__name__)
 # One server-sent event (name, data), or None for a keep-alive comment.
@@ -89,7 +91,12 @@ class ChatService:
         toolset = await self._toolbox.open(
             tenant_id, selection, token=token, context=request.context_arguments
         )
-        messages = [m.model_dump(exclude_none=True) for m in request.messages]
+        try:
+            messages = [m.model_dump(exclude_none=True) for m in request.messages]
+            resume, decisions = self._decided(request, messages, toolset.tools)
+        except BaseException:
+            await toolset.aclose()
+            raise
         if request.category_hints and toolset.hints.content is not None:
             messages = with_instructions(messages, toolset.hints.content)
         chat = ChatRun(
@@ -102,6 +109,8 @@ class ChatService:
             call=toolset.call,
             client=chosen.client,
             provider=chosen.provider,
+            resume=tuple(resume),
+            decisions=decisions,
         )
         return chat, toolset
 
@@ -118,6 +127,26 @@ class ChatService:
                 "or register a model provider (/model-providers)."
             )
         return chosen
+
+    def _decided(
+        self, request: ChatRequest, messages: list[dict[str, Any]], tools: list[TypedTool]
+    ) -> tuple[list[ModelToolCall], dict[str, Decision]]:
+        """The unanswered calls a conversation sent back ends with, and the person's decisions
+        on those that wait for one: 422 unless each decision matches a waiting call (id, tool,
+        arguments) and each waiting call has one."""
+        assert self._loop is not None
+        calls = unanswered_calls(messages)
+        pending = self._loop.waiting(calls, tools)
+        problems = decision_problems(request.approvals, pending)
+        if problems:
+            raise UnprocessableError(
+                "The approvals do not match the calls this conversation waits on.",
+                errors=[field_error(path, message) for path, message in problems],
+            )
+        if not pending:  # nothing waited: the conversation goes to the model as it is
+            return [], {}
+        decisions = {d.call_id: Decision(d.approved, d.reason) for d in request.approvals}
+        return calls, decisions
 
     async def run(
         self,
@@ -200,9 +229,12 @@ def _fill_record(
             "duration_ms": call.duration_ms,
             "arguments": call.arguments,
             **({"note": call.note} if call.note else {}),
+            **({"approval": call.approval} if call.approval is not None else {}),
         }
         for call in progress.tool_calls
     ]
+    if progress.approvals:
+        run.extra["approvals"] = progress.approvals
     if keep_messages:
         run.extra["messages"] = progress.messages
 
@@ -218,6 +250,7 @@ def _answer(result: ChatResult, chat: ChatRun, *, run_id: str) -> ChatResponse:
             "tool_calls": [vars(record) for record in result.tool_calls],
             "usage": usage_document(result.usage),
             "finish_reason": result.finish_reason,
+            "pending_approvals": [call.shown() for call in result.pending],
             "skipped_mcp_servers": [
                 {"name": name, "reason": reason} for name, reason in chat.skipped_servers.items()
             ],
@@ -254,7 +287,8 @@ class StartedChat:
             await self._release()  # every replica sees the slot free before the answer
 
     def events(self, *, keepalive_s: float) -> AsyncGenerator[ChatEvent, None]:
-        """The run as events: `iteration`, `message.delta`, `tool_call`, `tool_result`, then
+        """The run as events: `iteration`, `message.delta`, `tool_call`, `tool_result`,
+        `approval_required` (the calls waiting), then
         `done` (the whole answer) or `error` (a problem body); None while nothing happens for
         `keepalive_s`. If the consumer stops early (the client left), the run is cancelled."""
         events = self._events(keepalive_s)

@@ -9,21 +9,31 @@ context merged with the server's value winning, timeout, output cap and redactio
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import weakref
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.errors import NotFoundError, UnprocessableError, field_error
-from app.limits import Limits
+from app.errors import AppError, NotFoundError, UnprocessableError, field_error, problem_body
+from app.limits import Limits, Release
 from app.logs import hiding_forms
 from app.schemas.fields import arguments_problem
 from app.schemas.runs import RunKind
 from app.services.client_tokens import ClientToken
-from app.services.runs import RunRecorder, RunRecording, recording
-from app.services.toolbox import Selection, Toolbox, UnavailableToolsError
+from app.services.runs import RunRecorder, RunRecording, new_run_id, recording
+from app.services.toolbox import Selection, Toolbox, Toolset, UnavailableToolsError
 from app.tools.invocation import Invocation, ToolInvoker, visible_arguments
 from app.tools.outcome import ErrorKind
+from app.tools.progress import Progress, ProgressSink
 from app.tools.typed import TypedTool
+
+logger = logging.getLogger(__name__)
+# One server-sent event (name, data), or None for a keep-alive comment.
+RunEvent = tuple[str, dict[str, Any]] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +91,24 @@ class InvocationService:
     ) -> ToolRun:
         """`POST /tools/{tool_id}/invoke`: 404 for an id the tenant does not have (or an MCP
         tool its server does not list), 429 past its limits."""
+        prepared = await self.prepare_invoke(
+            tool_id, arguments, context, tenant_id=tenant_id, token=token
+        )
+        return await prepared.run()
+
+    async def prepare_invoke(
+        self,
+        tool_id: str,
+        arguments: dict[str, Any],
+        context: Mapping[str, Any],
+        *,
+        tenant_id: str,
+        token: ClientToken | None = None,
+    ) -> PreparedRun:
+        """`invoke`, every 4xx raised here and the run left to `PreparedRun.run` (a streamed
+        invoke answers its errors before the stream starts)."""
         selection = Selection(tool_ids=[tool_id], admin=True, strict=True)
-        return await self._call(selection, arguments, context, tenant_id, token, "invoke")
+        return await self._prepare(selection, arguments, context, tenant_id, token, "invoke")
 
     async def call_by_name(
         self,
@@ -91,12 +117,14 @@ class InvocationService:
         *,
         tenant_id: str,
         token: ClientToken | None = None,
+        progress: ProgressSink | None = None,
     ) -> ToolRun:
         """MCP `tools/call`: the enabled tool (or MCP server tool) offered under `name`."""
         selection = Selection(tool_ids=[name], by_name=True, strict=True)
-        return await self._call(selection, arguments, {}, tenant_id, token, "mcp")
+        prepared = await self._prepare(selection, arguments, {}, tenant_id, token, "mcp")
+        return await prepared.run(progress)
 
-    async def _call(
+    async def _prepare(
         self,
         selection: Selection,
         arguments: dict[str, Any],
@@ -104,7 +132,7 @@ class InvocationService:
         tenant_id: str,
         token: ClientToken | None,
         kind: RunKind,
-    ) -> ToolRun:
+    ) -> PreparedRun:
         problem = arguments_problem(arguments)  # before anything runs or is recorded
         if problem is not None:
             raise UnprocessableError(
@@ -120,17 +148,99 @@ class InvocationService:
             except UnavailableToolsError:
                 [wanted] = selection.tool_ids or ["?"]
                 raise NotFoundError(f"tool '{wanted}' does not exist") from None
+        except BaseException:
+            await release()
+            raise
+        return PreparedRun(
+            self, toolset, arguments, tenant_id=tenant_id, kind=kind, release=release
+        )
+
+
+class PreparedRun:
+    """One tool run, checked, holding a run slot and its toolset until `run()` ends (or the
+    object is dropped unrun: collecting it frees the slot)."""
+
+    def __init__(
+        self,
+        service: InvocationService,
+        toolset: Toolset,
+        arguments: dict[str, Any],
+        *,
+        tenant_id: str,
+        kind: RunKind,
+        release: Release,
+    ) -> None:
+        self._service = service
+        self._toolset = toolset
+        self._arguments = arguments
+        self._tenant_id = tenant_id
+        self._kind: RunKind = kind
+        self._release = release
+        self.run_id = new_run_id()
+        weakref.finalize(self, release)
+
+    async def run(self, progress: ProgressSink | None = None) -> ToolRun:
+        """Run the tool (its progress reports to `progress`) and record the run."""
+        service, toolset = self._service, self._toolset
+        try:
             async with toolset:
                 tool = toolset.only()
-                visible = visible_arguments(tool, arguments)
-                with hiding_forms(toolset.call.scrub.values):
-                    with recording(self._recorder, tenant_id=tenant_id, kind=kind) as run:
-                        _fill_record(run, tool, visible, None)  # a caller that leaves: cancelled
-                        result = await self._invoker.invoke(tool, visible, toolset.call)
-                        _fill_record(run, tool, visible, result)
-                        return _tool_run(run.run_id, tool, result, native=kind == "mcp")
+                visible = visible_arguments(tool, self._arguments)
+                with (
+                    hiding_forms(toolset.call.scrub.values),
+                    recording(
+                        service._recorder,
+                        tenant_id=self._tenant_id,
+                        kind=self._kind,
+                        run_id=self.run_id,
+                    ) as run,
+                ):
+                    _fill_record(run, tool, visible, None)  # a caller that leaves: cancelled
+                    result = await service._invoker.invoke(
+                        tool, visible, toolset.call, progress=progress
+                    )
+                    _fill_record(run, tool, visible, result)
+                    return _tool_run(run.run_id, tool, result, native=self._kind == "mcp")
         finally:
-            await release()  # every replica sees the slot free before the answer
+            await self._release()  # every replica sees the slot free before the answer
+
+    async def events(self, *, keepalive_s: float) -> AsyncGenerator[RunEvent, None]:
+        """The run as server-sent events: `tool_progress` (message, fraction) as the tool
+        reports, then `done` (the `ToolRun`) or `error` (a problem body); None while nothing
+        happens for `keepalive_s`. A consumer that stops early cancels the run."""
+        queue: asyncio.Queue[RunEvent | StopAsyncIteration] = asyncio.Queue()
+
+        async def report(step: Progress) -> None:
+            await queue.put(("tool_progress", {"message": step.message, "fraction": step.fraction}))
+
+        async def work() -> None:
+            try:
+                await queue.put(("done", dataclasses.asdict(await self.run(report))))
+            except AppError as exc:
+                await queue.put(("error", exc.body()))
+            except Exception:
+                logger.exception("invoke stream failed")
+                await queue.put(("error", problem_body(500, "An unexpected error occurred.")))
+            finally:
+                await queue.put(StopAsyncIteration())
+
+        task = asyncio.create_task(work())
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), keepalive_s)
+                except TimeoutError:
+                    yield None
+                    continue
+                if isinstance(item, StopAsyncIteration):
+                    return
+                yield item
+        finally:
+            if not task.done():  # the client left: the tool stops, the run is `cancelled`
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self._release()
 
 
 def _fill_record(

@@ -17,6 +17,7 @@ from app.mcp.tools import served_tool
 from app.services.client_tokens import ClientToken
 from app.services.invocations import InvocationService, McpToolRun
 from app.services.toolbox import Selection, Toolbox
+from app.tools.progress import ProgressSink
 
 
 class McpGatewayService:
@@ -40,12 +41,14 @@ class McpGatewayService:
         *,
         tenant_id: str,
         token: ClientToken | None,
+        progress: ProgressSink | None = None,
     ) -> McpToolRun:
-        """Run the tool offered as `name`; 404 when the caller has none by that name. An MCP
-        server's result keeps its own parts (`McpToolRun.mcp`: structured content, images,
-        audio, resources, links), scrubbed of the run's hidden values."""
+        """Run the tool offered as `name` (its progress reports to `progress`); 404 when the
+        caller has none by that name. An MCP server's result keeps its own parts
+        (`McpToolRun.mcp`: structured content, images, audio, resources, links), scrubbed of the
+        run's hidden values."""
         run = await self._invocations.call_by_name(
-            name, arguments, tenant_id=tenant_id, token=token
+            name, arguments, tenant_id=tenant_id, token=token, progress=progress
         )
         assert isinstance(run, McpToolRun)
         return run

@@ -1,16 +1,21 @@
-"""The built-in function dictionary: small, real, side-effect-free functions."""
+"""The built-in function dictionary: small, real, side-effect-free functions, and the web
+built-ins (`web_search`, `web_fetch`), seeded like the others but offered only once the operator
+configures them (app/tools/web.py)."""
 
 from __future__ import annotations
 
 import ast
 import operator
 import secrets
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from app.tools.calls import function_context
+from app.tools.progress import Progress
 from app.tools.registry import FunctionRegistry
+from app.tools.web import WebAccess, WebError
 
 registry = FunctionRegistry()
 
@@ -60,6 +65,51 @@ def calculate(expression: str) -> float | int:
     except SyntaxError as exc:
         raise ValueError(f"not an arithmetic expression: {exc.msg}") from None
     return _evaluate(tree.body)
+
+
+MAX_SEARCH_RESULTS = 20
+MAX_QUERY_LENGTH = 400
+
+
+@registry.register(tool_id="web-search", tags=["web"], requires="web_search")
+async def web_search(query: str, max_results: int = 5) -> list[dict[str, str]]:
+    """Search the web; returns the title, URL and snippet of each result.
+
+    Args:
+        query: What to search for.
+        max_results: How many results (1 to 20).
+    """
+    if not 1 <= max_results <= MAX_SEARCH_RESULTS:
+        raise ValueError(f"max_results must be between 1 and {MAX_SEARCH_RESULTS}")
+    if not query.strip() or len(query) > MAX_QUERY_LENGTH:
+        raise ValueError(f"the query must have 1 to {MAX_QUERY_LENGTH} characters")
+    return await _web().search(query, max_results)
+
+
+@registry.register(tool_id="web-fetch", tags=["web"], requires="web_fetch")
+async def web_fetch(url: str, max_chars: int = 8000) -> AsyncIterator[Progress | str]:
+    """Fetch a web page and return its readable text (menus, scripts and ads left out).
+
+    Args:
+        url: The page's http or https URL.
+        max_chars: The most characters of text to return.
+    """
+    if max_chars < 1:
+        raise ValueError("max_chars must be 1 or more")
+    web, http = _web(), function_context().http
+    if http is None:
+        raise WebError("no HTTP client is available for this call")
+    yield Progress("fetching the page", 0.0)
+    kind, page = await web.fetch(url, http)
+    yield Progress("extracting the readable text", 0.5)
+    yield await web.readable(kind, page, max_chars)
+
+
+def _web() -> WebAccess:
+    web = function_context().web
+    if web is None:
+        raise WebError("the web built-ins are not configured on this server")
+    return web
 
 
 _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {

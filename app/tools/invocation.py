@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import orjson
@@ -21,6 +21,7 @@ from app.metrics import Metrics
 from app.tools.arguments import argument_problems, merge_context
 from app.tools.executors import CallScope, ToolExecutor
 from app.tools.outcome import ErrorKind, ToolOutcome
+from app.tools.progress import PROGRESS_MAX_CHARS, Progress, ProgressSink
 from app.tools.shaping import selected
 from app.tools.typed import ToolKind, TypedTool
 
@@ -31,6 +32,9 @@ OFF_LOOP_CHARS = 32_768
 # An MCP result passed on to `/mcp` clients as it is (images, structured content) up to this;
 # beyond it they get the text (capped at TOOL_OUTPUT_MAX_CHARS) like a model does.
 NATIVE_MAX_BYTES = 4 * 1_048_576
+# Progress reports one call passes on; past this they are dropped (a watcher's queue stays
+# bounded whatever a tool yields).
+PROGRESS_MAX_REPORTS = 1000
 
 
 @dataclass(frozen=True)
@@ -82,9 +86,17 @@ class ToolInvoker:
         self._metrics = metrics
 
     async def invoke(
-        self, tool: TypedTool, arguments: dict[str, Any], call: CallScope
+        self,
+        tool: TypedTool,
+        arguments: dict[str, Any],
+        call: CallScope,
+        *,
+        progress: ProgressSink | None = None,
     ) -> Invocation:
-        """Run one call; `arguments` are the caller's, already without hidden names."""
+        """Run one call; `arguments` are the caller's, already without hidden names. With
+        `progress`, the tool's progress reports go there, scrubbed and cut like its output."""
+        if progress is not None:
+            call = replace(call, progress=self._reporting(progress, call))
         started = time.perf_counter()
         outcome = await self._checked_run(tool, arguments, call)
         elapsed = time.perf_counter() - started
@@ -144,6 +156,24 @@ class ToolInvoker:
             tool.output_max_chars or self._limits.output_max_chars, self._limits.output_max_chars
         )
         return self._capped(content, call, limit), note
+
+    def _reporting(self, sink: ProgressSink, call: CallScope) -> ProgressSink:
+        """`sink`, fed only what may leave the call: each message scrubbed and cut, the
+        fraction in [0, 1], at most PROGRESS_MAX_REPORTS reports."""
+        sent = 0
+
+        async def report(step: Progress) -> None:
+            nonlocal sent
+            if sent >= PROGRESS_MAX_REPORTS:
+                return
+            sent += 1
+            step = step.bounded()
+            message = step.message
+            if call.scrub:  # reads no further into the message than the cut needs
+                message = call.scrub.head(message, PROGRESS_MAX_CHARS)
+            await sink(Progress(message[:PROGRESS_MAX_CHARS], step.fraction))
+
+        return report
 
     def _capped(self, text: str, call: CallScope, limit: int | None = None) -> str:
         """Scrubbed, then cut at the limit. Scrubbed before it is cut (a cut could leave half

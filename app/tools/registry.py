@@ -54,6 +54,9 @@ class RegisteredFunction:
     # A plain function runs in the tool thread pool unless it says it never blocks: then it runs
     # on the event loop, which saves a thread hand-off (~0.4 ms of CPU a call, measured).
     blocking: bool = True
+    # A capability of the server it needs (`web_search`, `web_fetch`): without it, the tool is
+    # seeded like the others but never offered (`Settings.capabilities`).
+    requires: str | None = None
 
     @property
     def name(self) -> str:
@@ -62,6 +65,11 @@ class RegisteredFunction:
     @cached_property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.func)
+
+    @cached_property
+    def is_generator(self) -> bool:
+        """It yields `Progress` before its result (app/tools/progress.py), plain or async."""
+        return inspect.isgeneratorfunction(self.func) or inspect.isasyncgenfunction(self.func)
 
     @cached_property
     def defaulted_parameters(self) -> frozenset[str]:
@@ -94,6 +102,7 @@ class RegisterOptions(TypedDict, total=False):
     blocking: bool
     category: str
     postprocess: PostProcessor
+    requires: str
 
 
 class FunctionRegistry:
@@ -136,6 +145,7 @@ class FunctionRegistry:
                 options.get("blocking", True),
                 category=options.get("category", "default"),
                 postprocess=options.get("postprocess"),
+                requires=options.get("requires"),
             )
             return target
 
@@ -154,6 +164,7 @@ class FunctionRegistry:
         *,
         category: str = "default",
         postprocess: PostProcessor | None = None,
+        requires: str | None = None,
     ) -> None:
         fname = name or func.__name__
         if fname in self._functions:
@@ -191,6 +202,7 @@ class FunctionRegistry:
             blocking=blocking,
             category=category,
             postprocess=postprocess,
+            requires=requires,
             build_problems=tuple(problems),
         )
 

@@ -15,7 +15,7 @@ from jmespath.parser import ParsedResult
 from pydantic import ValidationError
 
 from app.schemas.fields import Provider, name_problems, problem_lines
-from app.schemas.tools import StoredTool
+from app.schemas.tools import ApprovalMode, StoredTool
 from app.tools.providers import shaped
 from app.tools.rules import SECRET_REFERENCE, compiled_select, definition_problems
 from app.tools.schema import parameters_json_schema
@@ -64,6 +64,7 @@ class TypedTool:
     output_select: ParsedResult | None = None
     output_max_chars: int | None = None
     timeout_s: float | None = None
+    approval: ApprovalMode | None = None  # None: decided by `risky` and the operator's default
     schema: dict[str, Any] = field(init=False)  # the chat-completions `tools` entry
     hidden_names: frozenset[str] = field(init=False)  # arguments a caller's model may not set
 
@@ -76,6 +77,11 @@ class TypedTool:
         object.__setattr__(self, "schema", schema)
         hidden = {c.name for c in self.context} | {c.argument for c in self.context}
         object.__setattr__(self, "hidden_names", frozenset(hidden))
+
+    @property
+    def risky(self) -> bool:
+        """It says it may destroy data: without its own `approval`, a person approves it."""
+        return _marked_destructive(self.annotations)
 
     def in_format(self, provider: Provider) -> dict[str, Any]:
         """This tool in `provider`'s tool format (for Gemini, converted where it can be)."""
@@ -94,6 +100,8 @@ class FunctionTool(TypedTool):
     """A function of the server's function dictionary, looked up by `name` when it runs."""
 
     kind: ClassVar[ToolKind] = "function"
+    # A function may reach the web (web_fetch) through the tenant's client (its allow list).
+    uses_http: ClassVar[bool] = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +118,10 @@ class ExternalTool(TypedTool):
     kind: ClassVar[ToolKind] = "external"
     uses_http: ClassVar[bool] = True
 
+    @property
+    def risky(self) -> bool:
+        return self.method == "DELETE" or _marked_destructive(self.annotations)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class McpServerTool(TypedTool):
@@ -124,6 +136,10 @@ class McpServerTool(TypedTool):
     kind: ClassVar[ToolKind] = "mcp"
 
 
+def _marked_destructive(annotations: dict[str, bool] | None) -> bool:
+    return bool(annotations and annotations.get("destructive_hint") is True)
+
+
 class UnreadableToolError(Exception):
     """A stored document this version cannot run; `problems` says why, field by field."""
 
@@ -136,10 +152,14 @@ DefaultsOf = Callable[[str], frozenset[str]]
 
 
 def parse_stored_tool(
-    doc: dict[str, Any], *, defaults_of: DefaultsOf | None = None
+    doc: dict[str, Any],
+    *,
+    defaults_of: DefaultsOf | None = None,
+    unavailable: Callable[[str], bool] | None = None,
 ) -> tuple[StoredTool, FunctionTool | ExternalTool]:
     """The stored document checked and typed; `defaults_of(function name)` names the parameters
-    a server function gives a default (its context ones may be absent)."""
+    a server function gives a default (its context ones may be absent); a function tool whose
+    function is `unavailable(name)` (a capability the server lacks) is typed as disabled."""
     try:
         stored = StoredTool.model_validate(doc)
     except ValidationError as exc:
@@ -170,7 +190,8 @@ def parse_stored_tool(
         "tool_id": stored.tool_id,
         "name": function.name,
         "description": function.description,
-        "enabled": stored.enabled,
+        "enabled": stored.enabled
+        and not (unavailable and stored.type == "function" and unavailable(function.name)),
         "tags": frozenset(stored.tags),
         "parameters": parameters,
         "json_parameters": parameters_json_schema(parameters),
@@ -185,6 +206,7 @@ def parse_stored_tool(
         "output_select": compiled_select(output.select) if output and output.select else None,
         "output_max_chars": output.max_chars if output else None,
         "timeout_s": stored.timeout_s,
+        "approval": stored.approval,
     }
     if stored.type == "function":
         return stored, FunctionTool(**common)

@@ -14,7 +14,7 @@ from tests.support.documents import external_tool
 
 pytestmark = pytest.mark.all_stores
 
-SEEDED = {"calculator", "current-time", "rolldice"}
+SEEDED = {"calculator", "current-time", "rolldice", "web-fetch", "web-search"}
 
 
 async def test_new_tenant_has_the_seeded_function_tools(
@@ -69,7 +69,7 @@ async def test_list_paginates_and_filters(
             await client.post("/tools/create", json=tool, headers=acme.headers)
         ).status_code == 201
     page = (await client.get("/tools/?limit=3&offset=2", headers=acme.headers)).json()
-    assert page["total"] == 8 and page["limit"] == 3 and page["offset"] == 2
+    assert page["total"] == 10 and page["limit"] == 3 and page["offset"] == 2
     all_ids = sorted(SEEDED | {f"ext-{i}" for i in range(5)})
     assert [t["tool_id"] for t in page["items"]] == all_ids[2:5]
 

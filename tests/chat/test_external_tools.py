@@ -27,9 +27,10 @@ async def _call(chat: ChatClient, fake: FakeModel, name: str, args: Any, **body:
 async def test_query_methods_send_arguments_as_query_parameters(
     chat: ChatClient, fake: FakeModel, upstream: ThreadedServer, method: str
 ) -> None:
-    await chat.add_tool(
-        external("echo", f"{upstream.url}/echo", method, context_parameters=[{"name": "user_id"}])
+    tool = external(
+        "echo", f"{upstream.url}/echo", method, context_parameters=[{"name": "user_id"}]
     )
+    await chat.add_tool({**tool, "approval": "never"})  # DELETE would wait for a person
     record, content = await _call(
         chat, fake, "echo", {"city": "Paris", "days": [1, 2]}, context_arguments={"user_id": "u-42"}
     )

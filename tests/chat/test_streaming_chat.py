@@ -129,6 +129,7 @@ async def test_tool_calls_in_fragments_then_an_answer(streamer: Streamer, fake: 
         "usage",
         "finish_reason",
         "skipped_mcp_servers",
+        "pending_approvals",
     }
     assert set(done) == non_streamed_keys and done["iterations"] == 2
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -192,5 +193,19 @@ def text_after(seconds: float, content: str = "hello") -> Step:
         reply = answer(request)
         reply.delay_s = seconds
         return reply
+
+    return step
+
+
+def obedient() -> Step:
+    """A model that does what the last tool result tells it: "Call NAME now." calls NAME (with
+    no arguments); anything else is answered in text. The prompt-injection victim."""
+
+    def step(request: dict[str, Any]) -> Reply:
+        last = request["messages"][-1]
+        order = re.search(r"Call (\w+) now", str(last.get("content"))) if last else None
+        if last.get("role") == "tool" and order:
+            return tool_calls((order.group(1), {}))(request)
+        return text("done")(request)
 
     return step

@@ -136,6 +136,14 @@ def build() -> MCPServer:
         ]
 
     @server.tool()
+    async def steps(count: int, ctx: Context) -> str:
+        """Report progress `count` times, then answer."""
+        _called("steps")
+        for step in range(1, count + 1):
+            await ctx.report_progress(step, count, f"step {step} of {count}")
+        return f"{count} steps done"
+
+    @server.tool()
     def crash() -> str:
         """End the server's process at once (for a stdio server: it dies mid-chat)."""
         os._exit(3)

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 
 from app.tools.outcome import ToolOutcome
+from app.tools.progress import ProgressSink
 from app.tools.scrub import Scrubber
 from app.tools.typed import TypedTool
 
@@ -23,7 +24,13 @@ ToolT_contra = TypeVar("ToolT_contra", bound=TypedTool, contravariant=True)
 class McpCaller(Protocol):
     """The MCP sessions of one chat or invocation (`app/mcp/sessions.py`, McpSessions)."""
 
-    async def call(self, server_name: str, tool: str, arguments: dict[str, Any]) -> ToolOutcome: ...
+    async def call(
+        self,
+        server_name: str,
+        tool: str,
+        arguments: dict[str, Any],
+        progress: ProgressSink | None = None,
+    ) -> ToolOutcome: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +43,8 @@ class CallScope:
     scrub: Scrubber = field(default_factory=Scrubber)  # hides context values and secrets
     # The tenant's own client for external tools (its allow list); None: the shared one.
     http: httpx.AsyncClient | None = None
+    # Where this call's progress goes (set per call by the invoker, scrubbed); None: nobody.
+    progress: ProgressSink | None = None
 
 
 class ToolExecutor(Protocol[ToolT_contra]):

@@ -8,12 +8,16 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
+import httpx
 import orjson
 
+from app.tools.calls import CURRENT, FunctionContext
 from app.tools.executors import CallScope
+from app.tools.executors.stepping import run_generator
 from app.tools.outcome import ToolOutcome
 from app.tools.registry import FunctionRegistry, RegisteredFunction, ToolRequest
 from app.tools.typed import FunctionTool
+from app.tools.web import WebAccess
 
 
 def as_text(result: Any) -> str:
@@ -29,13 +33,27 @@ class FunctionExecutor:
     pool (so a slow function never stalls other requests). A raised exception becomes an error
     outcome; the return value is the result (JSON for anything but a string)."""
 
-    def __init__(self, *, registry: FunctionRegistry, threads: ThreadPoolExecutor) -> None:
+    def __init__(
+        self,
+        *,
+        registry: FunctionRegistry,
+        threads: ThreadPoolExecutor,
+        http: httpx.AsyncClient | None = None,
+        web: WebAccess | None = None,
+    ) -> None:
         self._registry = registry
         self._threads = threads
+        self._http = http  # the shared guarded client, for calls without a tenant client
+        self._web = web
 
     def inline(self, tool: FunctionTool) -> bool:
         entry = self._registry.get(tool.name)
-        return entry is not None and not entry.blocking and not entry.is_async
+        return (
+            entry is not None
+            and not entry.blocking
+            and not entry.is_async
+            and not entry.is_generator  # it awaits its watcher: it may wait
+        )
 
     async def run(
         self, tool: FunctionTool, arguments: dict[str, Any], call: CallScope
@@ -46,8 +64,16 @@ class FunctionExecutor:
                 f"the server no longer has a function called '{tool.name}'", "unknown_tool"
             )
         request = ToolRequest(tool.tool_id, tool.name, arguments)
+        # What the function may reach: read by `function_context()` (the web built-ins).
+        reset = CURRENT.set(FunctionContext(call.http or self._http, self._web))
         try:
-            if entry.is_async:
+            if entry.is_generator:  # progress reports, then the result
+                steps = entry.func(**arguments)
+                outcome = await run_generator(
+                    steps, sink=call.progress, threads=self._threads, blocking=entry.blocking
+                )
+                result = _post(entry, request, outcome)
+            elif entry.is_async:
                 result = _post(entry, request, await entry.func(**arguments))
             elif not entry.blocking:  # registered as quick and non-blocking: no thread hop
                 result = _called(entry, request)
@@ -62,6 +88,8 @@ class FunctionExecutor:
             return ToolOutcome.error(str(exc), "exception")
         except Exception as exc:
             return ToolOutcome.error(f"{type(exc).__name__}: {exc}", "exception")
+        finally:
+            CURRENT.reset(reset)
         return ToolOutcome("ok", as_text(result))
 
 

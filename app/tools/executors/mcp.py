@@ -21,4 +21,4 @@ class McpExecutor:
                 f"no session with MCP server '{tool.server}' was opened for this call",
                 "unreachable",
             )
-        return await call.mcp.call(tool.server, tool.mcp_tool, arguments)
+        return await call.mcp.call(tool.server, tool.mcp_tool, arguments, call.progress)

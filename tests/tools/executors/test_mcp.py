@@ -29,7 +29,9 @@ class Sessions:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
 
-    async def call(self, server_name: str, tool: str, arguments: dict[str, Any]) -> ToolOutcome:
+    async def call(
+        self, server_name: str, tool: str, arguments: dict[str, Any], progress: Any = None
+    ) -> ToolOutcome:
         self.calls.append((server_name, tool, arguments))
         return ToolOutcome("ok", "42")
 

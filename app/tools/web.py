@@ -1,0 +1,162 @@
+"""The web built-ins' reach: the operator's search service (SearXNG's JSON API, or Tavily or
+Brave with a key) and page fetching through the tenant's guarded client, with the page's
+readable text extracted by trafilatura (boilerplate, scripts and menus left out).
+
+Search goes to the service the operator configured (it may live on a private network, so its
+client is the operator's, not the tenants'); a fetched URL is the model's choice, so it goes
+through the tenant's outbound policy like any external tool, and every redirect hop is checked
+again at connect time (`app/tools/netguard.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+import orjson
+import trafilatura
+
+SearchBackend = Literal["searxng", "tavily", "brave"]
+DEFAULT_URLS = {"tavily": "https://api.tavily.com", "brave": "https://api.search.brave.com"}
+MAX_REDIRECTS = 5
+EXTRACT_DEADLINE_S = 10.0
+TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain", "application/json", "text/")
+
+
+class WebError(Exception):
+    """What the model reads when a search or fetch fails (the function's error result)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WebConfig:
+    search_backend: SearchBackend = "searxng"
+    search_url: str | None = None
+    search_api_key: str | None = None
+    fetch_enabled: bool = False
+    response_max_bytes: int = 2_000_000
+    max_chars: int = 20_000  # the most text web_fetch returns, whatever the model asks
+
+    @property
+    def search_enabled(self) -> bool:
+        if self.search_backend == "searxng":
+            return self.search_url is not None
+        return self.search_api_key is not None
+
+
+class WebAccess:
+    """Search and fetch for the `web_search` and `web_fetch` functions (app/tools/builtin.py)."""
+
+    def __init__(self, config: WebConfig, *, search_http: httpx.AsyncClient) -> None:
+        self.config = config
+        self._search_http = search_http
+
+    async def search(self, query: str, max_results: int) -> list[dict[str, str]]:
+        """Title, URL and snippet of the first `max_results` results."""
+        if not self.config.search_enabled:
+            raise WebError("web search is not configured on this server (WEB_SEARCH_URL)")
+        request = self._search_request(query, max_results)
+        try:
+            response = await self._search_http.send(request)
+        except httpx.HTTPError as exc:
+            raise WebError(f"the search service cannot be reached ({type(exc).__name__})") from None
+        if response.status_code != 200:
+            raise WebError(f"the search service answered HTTP {response.status_code}")
+        try:
+            found = _results(self.config.search_backend, response.json())
+        except (ValueError, TypeError, AttributeError):
+            raise WebError("the search service sent an answer in an unknown format") from None
+        return found[:max_results]
+
+    def _search_request(self, query: str, max_results: int) -> httpx.Request:
+        backend, key = self.config.search_backend, self.config.search_api_key
+        base = (self.config.search_url or DEFAULT_URLS.get(backend, "")).rstrip("/")
+        if backend == "tavily":
+            body = {"query": query, "max_results": max_results}
+            headers = {"Authorization": f"Bearer {key}"}
+            return self._search_http.build_request(
+                "POST", f"{base}/search", json=body, headers=headers
+            )
+        if backend == "brave":
+            headers = {"X-Subscription-Token": key or "", "Accept": "application/json"}
+            params: dict[str, Any] = {"q": query, "count": max_results}
+            return self._search_http.build_request(
+                "GET", f"{base}/res/v1/web/search", params=params, headers=headers
+            )
+        params = {"q": query, "format": "json"}
+        return self._search_http.build_request("GET", f"{base}/search", params=params)
+
+    async def fetch(self, url: str, http: httpx.AsyncClient) -> tuple[str, str]:
+        """The page's (content type, text), read up to the byte cap; redirects followed
+        through the same guarded client, each hop checked."""
+        if not self.config.fetch_enabled:
+            raise WebError("web fetch is not enabled on this server (WEB_FETCH_ENABLED)")
+        if not url.startswith(("http://", "https://")):
+            raise WebError("the URL must start with http:// or https://")
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                request = http.build_request("GET", url, headers={"Accept": "text/html, */*"})
+                response = await http.send(request, stream=True, follow_redirects=False)
+            except httpx.InvalidURL:
+                raise WebError("the URL is not valid") from None
+            try:
+                if response.is_redirect and "location" in response.headers:
+                    url = str(response.url.join(response.headers["location"]))
+                    continue
+                return await self._page(response)
+            finally:
+                await response.aclose()
+        raise WebError(f"more than {MAX_REDIRECTS} redirects")
+
+    async def _page(self, response: httpx.Response) -> tuple[str, str]:
+        if response.status_code >= 400:
+            raise WebError(f"the page answered HTTP {response.status_code}")
+        kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind and not kind.startswith(TEXT_TYPES):
+            raise WebError(f"the page is not text ({kind})")
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) >= self.config.response_max_bytes:
+                break
+        encoding = response.encoding or "utf-8"
+        return kind, bytes(body[: self.config.response_max_bytes]).decode(encoding, "replace")
+
+    async def readable(self, kind: str, text: str, max_chars: int) -> str:
+        """The page's readable text (HTML through trafilatura, off the event loop), capped."""
+        limit = min(max_chars, self.config.max_chars)
+        if "html" in kind or (not kind and text.lstrip().startswith("<")):
+            async with asyncio.timeout(EXTRACT_DEADLINE_S):
+                extracted = await asyncio.to_thread(_extract, text)
+            text = extracted or ""
+        if len(text) > limit:
+            return f"{text[:limit]}\n[truncated: {len(text) - limit} more characters]"
+        return text
+
+
+def _extract(html: str) -> str | None:
+    return trafilatura.extract(html, include_comments=False, include_tables=True, favor_recall=True)
+
+
+def _results(backend: SearchBackend, answer: Any) -> list[dict[str, str]]:
+    """Each backend's results as title, URL and snippet (missing fields as empty text)."""
+    if backend == "brave":
+        items, snippet = answer["web"]["results"], "description"
+    else:
+        items, snippet = answer["results"], "content"
+    return [
+        {
+            "title": _text(item.get("title")),
+            "url": _text(item.get("url")),
+            "snippet": _text(item.get(snippet)),
+        }
+        for item in items
+        if isinstance(item, dict)
+    ]
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value[:1000]
+    return "" if value is None else orjson.dumps(value).decode()[:1000]
