@@ -124,15 +124,27 @@ async def test_pathological_nesting_is_refused_without_holding_the_loop(
 
 
 async def test_a_document_that_outlasts_the_deadline_is_422_naming_it() -> None:
-    # 400 operations: tens of milliseconds of conversion, far past a 1 ms deadline however the
-    # loop is scheduled (a small document could finish before the loop saw the deadline pass).
+    # 400 operations, each with a 60-member body: far more than 1 ms of conversion however the
+    # loop is scheduled (the small Petstore could finish before the loop saw the deadline pass).
+    members = {f"field{n}": {"type": "string", "description": "x" * 40} for n in range(60)}
+    body_schema = {"type": "object", "properties": members}
+    content = {"application/json": {"schema": {"$ref": "#/components/schemas/Body"}}}
     paths = {
         f"/items{n}": {
-            "get": {"operationId": f"get{n}", "responses": {"200": {"description": "ok"}}}
+            "post": {
+                "operationId": f"post{n}",
+                "requestBody": {"content": content},
+                "responses": {"200": {"description": "ok"}},
+            }
         }
         for n in range(400)
     }
-    document = {"openapi": "3.0.3", "info": {"title": "t", "version": "1"}, "paths": paths}
+    document = {
+        "openapi": "3.0.3",
+        "info": {"title": "t", "version": "1"},
+        "paths": paths,
+        "components": {"schemas": {"Body": body_schema}},
+    }
     async for client in _client(import_deadline_s=0.001):
         acme = await create_tenant(client, "acme")
         body = {"document_text": json.dumps(document), "server_url": SERVER, "dry_run": True}
