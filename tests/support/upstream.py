@@ -109,6 +109,13 @@ async def redirect(request: Request) -> Response:
     return RedirectResponse("http://169.254.169.254/latest/meta-data/", status_code=302)
 
 
+async def cookie(request: Request) -> Response:
+    """A session cookie for whoever calls: a client must not send it on its next call."""
+    response = PlainTextResponse("here is a cookie")
+    response.set_cookie("session", "tenant-a-secret", path="/")
+    return response
+
+
 async def anywhere(request: Request) -> JSONResponse:
     """Any path under /p/: what arrived, exactly (the raw path, before any decoding)."""
     body = await request.body()
@@ -146,5 +153,6 @@ upstream_app = Starlette(
         Route("/big", big, methods=["GET"]),
         Route("/bomb", bomb, methods=["GET"]),
         Route("/redirect", redirect, methods=["GET"]),
+        Route("/cookie", cookie, methods=["GET"]),
     ]
 )
