@@ -116,6 +116,11 @@ async def cookie(request: Request) -> Response:
     return response
 
 
+async def huge_header(request: Request) -> Response:
+    """A header line of 100 KB: more than any client should buffer for one line."""
+    return PlainTextResponse("hi", headers={"x-padding": "p" * 100_000})
+
+
 async def anywhere(request: Request) -> JSONResponse:
     """Any path under /p/: what arrived, exactly (the raw path, before any decoding)."""
     body = await request.body()
@@ -154,5 +159,6 @@ upstream_app = Starlette(
         Route("/bomb", bomb, methods=["GET"]),
         Route("/redirect", redirect, methods=["GET"]),
         Route("/cookie", cookie, methods=["GET"]),
+        Route("/huge-header", huge_header, methods=["GET"]),
     ]
 )

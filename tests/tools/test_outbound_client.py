@@ -159,6 +159,15 @@ async def test_a_compression_bomb_stops_at_the_cap(local_api: ThreadedServer) ->
     assert truncated and data == b"\0" * 10_000
 
 
+async def test_a_header_line_past_the_limit_is_unreachable_not_a_crash(
+    local_api: ThreadedServer,
+) -> None:
+    async with _client(OutboundPolicy(["127.0.0.1"])) as client:
+        with pytest.raises(OutboundUnreachableError):
+            await _get(client, f"{local_api.url}/huge-header")
+        assert (await _get(client, f"{local_api.url}/echo"))[0] == 200  # the client still works
+
+
 async def test_a_slow_answer_is_a_timeout(local_api: ThreadedServer) -> None:
     async with _client(OutboundPolicy(["127.0.0.1"])) as client:
         with pytest.raises(OutboundTimeoutError):
