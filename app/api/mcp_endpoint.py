@@ -31,6 +31,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.api.mcp_messages import answer_batch, batch_allowed, method_label
 from app.api.mcp_metadata import www_authenticate
+from app.api.mcp_modern import ModernAnswers, modern_version
 from app.api.mcp_progress import answer_with_progress, progress_token
 from app.api.problems import problem_response
 from app.deps import TenantContext, authenticate, presented_bearer
@@ -144,6 +145,12 @@ class McpGateway:
             on_call_tool=self._call_tool,
         )
         self._manager: StreamableHTTPSessionManager | None = None
+        self._modern = ModernAnswers(
+            self.server,
+            list_tools=self._list_tools,
+            call_tool=self._call_tool,
+            input_schema=self._input_schema,
+        )
         # Requests answered here, by (tenant, client token, JSON-RPC id), to cancel them.
         self._running: dict[tuple[Any, ...], list[asyncio.Future[bool]]] = {}
 
@@ -205,7 +212,9 @@ class McpGateway:
             if _bad_request_id(message):
                 await _invalid_request(scope, send)
                 return
-            if direct and await self._answered_unless_gone(scope, message, receive, send):
+            if (direct or modern_version(scope)) and await self._answered_unless_gone(
+                scope, message, receive, send
+            ):
                 return
             receive = _replay(body, receive)
         await self._manager.handle_request(scope, receive, send)
@@ -271,7 +280,9 @@ class McpGateway:
         `tools/call`, answered here with the same handlers and the SDK's types: the SDK's
         per-request transport (streams, task groups, a session) cost about 0.6 ms of CPU per
         call, twice the call itself (the performance section of docs/mcp.md). Anything else,
-        or anything unusual about these, goes to the SDK."""
+        or anything unusual about these, goes to the SDK. 2026-07-28 requests: `ModernAnswers`."""
+        if modern_version(scope):
+            return await self._modern.answer(scope, message, send)
         request_id, method = message.get("id"), message.get("method")
         if (
             method == "notifications/cancelled"
@@ -331,6 +342,13 @@ class McpGateway:
         except AppError as exc:  # a name offered twice, an unreadable server credential
             raise MCPError(mcp_types.INTERNAL_ERROR, _problem_text(exc)) from None
         return mcp_types.ListToolsResult(tools=tools)
+
+    async def _input_schema(self, request: Request, name: str) -> dict[str, Any] | None:
+        """The input schema of the caller's tool `name` as `tools/list` shows it, or None."""
+        caller: TenantContext = request.scope[CALLER]
+        return await caller.services.mcp_gateway.input_schema(
+            name, tenant_id=caller.id, token=caller.token
+        )
 
     async def _call_tool(
         self, ctx: Any, params: mcp_types.CallToolRequestParams, *, progress: Any = None

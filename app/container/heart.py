@@ -24,7 +24,8 @@ from app.tools.executors.external import ExternalExecutor
 from app.tools.executors.function import FunctionExecutor
 from app.tools.executors.mcp import McpExecutor
 from app.tools.invocation import InvocationLimits, ToolInvoker
-from app.tools.netguard import OutboundPolicy, guarded_transport
+from app.tools.netguard import OutboundPolicy
+from app.tools.outbound_client import OutboundClient
 from app.tools.registry import FunctionRegistry
 from app.tools.web import WebAccess, WebConfig
 
@@ -56,15 +57,12 @@ def build_model_client(settings: Settings) -> ModelClient | None:
     )
 
 
-def build_tool_http_client(settings: Settings, policy: OutboundPolicy) -> httpx.AsyncClient:
+def build_tool_http_client(settings: Settings, policy: OutboundPolicy) -> OutboundClient:
     """The one HTTP client of external tools: guarded connections, no redirects, no env proxies."""
-    limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
-    return httpx.AsyncClient(
-        transport=guarded_transport(policy, limits=limits),
-        timeout=httpx.Timeout(settings.tool_timeout_s, connect=min(5.0, settings.tool_timeout_s)),
-        follow_redirects=False,
-        trust_env=False,
-        headers={"User-Agent": "toolgate/0.1"},
+    return OutboundClient(
+        policy,
+        timeout_s=settings.tool_timeout_s,
+        connect_timeout_s=min(5.0, settings.tool_timeout_s),
     )
 
 

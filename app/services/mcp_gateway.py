@@ -13,6 +13,7 @@ from typing import Any
 
 import mcp_types
 
+from app.errors import AppError
 from app.mcp.tools import served_tool
 from app.services.client_tokens import ClientToken
 from app.services.invocations import InvocationService, McpToolRun
@@ -33,6 +34,18 @@ class McpGatewayService:
         selection = Selection(every_server=True)
         async with await self._toolbox.open(tenant_id, selection, token=token) as toolset:
             return [served_tool(tool) for tool in toolset.tools]
+
+    async def input_schema(
+        self, name: str, *, tenant_id: str, token: ClientToken | None
+    ) -> dict[str, Any] | None:
+        """The input schema of the tool offered as `name`, as `list_tools` shows it; None when
+        the caller has none by that name (the call then answers why)."""
+        selection = Selection(tool_ids=[name], by_name=True, strict=True)
+        try:
+            async with await self._toolbox.open(tenant_id, selection, token=token) as toolset:
+                return served_tool(toolset.only()).input_schema
+        except AppError:
+            return None
 
     async def call_tool(
         self,

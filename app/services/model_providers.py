@@ -14,8 +14,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from app.chat.apis import build_model_api
 from app.chat.http_model_client import HTTPModelClient
 from app.chat.model import ModelClient
@@ -26,7 +24,14 @@ from app.repositories.model_providers import ModelProviderRepository
 from app.schemas.model_providers import ModelProviderPut
 from app.services.outbound import TenantOutbound
 from app.services.secrets import SecretService
-from app.tools.netguard import OutboundBlockedError, OutboundPolicy, checked_addresses, url_problems
+from app.tools.netguard import (
+    OutboundBlockedError,
+    OutboundPolicy,
+    UnresolvableError,
+    system_resolver,
+    url_problems,
+    vetted_addresses,
+)
 
 MAX_CLIENTS = 256  # provider clients open at once; the least used is closed first
 CLOSE_DELAY_S = 60.0  # a replaced client is closed once the calls it carries have ended
@@ -204,8 +209,8 @@ def guarded_connector(policy: OutboundPolicy) -> Connector:
 
     async def connect(host: str, port: int) -> list[str]:
         try:
-            addresses = await checked_addresses(policy, host, port, timeout_s=10.0)
-        except (OutboundBlockedError, httpx.ConnectError) as exc:
+            addresses = await vetted_addresses(policy, system_resolver, host, port, 10.0)
+        except (OutboundBlockedError, UnresolvableError) as exc:
             raise WireError(str(exc)) from None
         return [str(address) for address in addresses]
 

@@ -13,13 +13,12 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Callable
 
-import httpx
-
 from app.cache import LoadingCache
 from app.errors import NotFoundError, UnprocessableError, field_error
 from app.repositories.tenants import TenantRepository
 from app.services.changes import Publish, unpublished
 from app.tools.netguard import OutboundPolicy, allow_entry_problem, forced_entry_problem
+from app.tools.outbound_client import OutboundClient
 
 MAX_CACHED_TENANTS = 100_000
 MAX_CLIENTS = 256  # distinct allow lists with a client open; the least used is closed first
@@ -34,7 +33,7 @@ class TenantOutbound:
         *,
         tenants: TenantRepository,
         base: OutboundPolicy,
-        client_for: Callable[[OutboundPolicy], httpx.AsyncClient],
+        client_for: Callable[[OutboundPolicy], OutboundClient],
         ttl_s: float,
         stale_if_error_s: float = 0.0,
         publish: Publish = unpublished,
@@ -51,7 +50,7 @@ class TenantOutbound:
             name="outbound allow lists",
         )
         self._policies: dict[Allow, OutboundPolicy] = {}
-        self._clients: OrderedDict[Allow, httpx.AsyncClient] = OrderedDict()
+        self._clients: OrderedDict[Allow, OutboundClient] = OrderedDict()
         self._retiring: set[asyncio.Task[None]] = set()
 
     async def _read(self, tenant_id: str) -> Allow:
@@ -71,7 +70,7 @@ class TenantOutbound:
             policy = self._policies[allow] = self.base.extended(allow)
         return policy
 
-    async def http_client(self, tenant_id: str) -> httpx.AsyncClient | None:
+    async def http_client(self, tenant_id: str) -> OutboundClient | None:
         """The tenant's own client for external tools, or None for the shared one."""
         allow = await self._lists.get(tenant_id)
         if not allow:
@@ -85,7 +84,7 @@ class TenantOutbound:
             self._retire(self._clients.popitem(last=False)[1])
         return client
 
-    def _retire(self, client: httpx.AsyncClient) -> None:
+    def _retire(self, client: OutboundClient) -> None:
         async def close_later() -> None:
             try:
                 await asyncio.sleep(CLOSE_DELAY_S)

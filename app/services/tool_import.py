@@ -17,7 +17,6 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx
 from pydantic import ValidationError
 
 from app.errors import UnprocessableError, field_error
@@ -25,9 +24,10 @@ from app.schemas.fields import problem_lines
 from app.schemas.tools import ToolCreate, ToolImport
 from app.services.outbound import TenantOutbound
 from app.services.tools import ToolService
-from app.tools.netguard import url_problems
+from app.tools.netguard import OutboundBlockedError, url_problems
 from app.tools.openapi import Converted, DocumentError, ImportOptions, convert
 from app.tools.openapi_text import TextError, parse_document
+from app.tools.outbound_client import OutboundError
 
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
 FETCH_TIMEOUT_S = 10.0  # each read of the fetch; IMPORT_FETCH_DEADLINE_S bounds the whole of it
@@ -169,15 +169,13 @@ class ToolImporter:
         client = self._outbound.client_for(policy)
         try:
             async with asyncio.timeout(self._fetch_deadline_s), client:
-                async with client.stream("GET", url, timeout=FETCH_TIMEOUT_S) as response:
-                    if response.status_code != 200:
-                        raise _fetch_failed(f"it answered HTTP {response.status_code}")
-                    data = bytearray()
-                    async for chunk in response.aiter_bytes():
-                        data += chunk
-                        if len(data) > MAX_DOCUMENT_BYTES:
-                            raise _fetch_failed(f"it is larger than {MAX_DOCUMENT_BYTES} bytes")
-        except httpx.HTTPError as exc:
+                async with client.request("GET", url, timeout_s=FETCH_TIMEOUT_S) as response:
+                    if response.status != 200:
+                        raise _fetch_failed(f"it answered HTTP {response.status}")
+                    data, too_large = await response.read_capped(MAX_DOCUMENT_BYTES)
+                    if too_large:
+                        raise _fetch_failed(f"it is larger than {MAX_DOCUMENT_BYTES} bytes")
+        except (OutboundBlockedError, OutboundError) as exc:
             raise _fetch_failed(f"cannot fetch it: {type(exc).__name__}") from None
         except TimeoutError:
             reason = f"it did not arrive within {self._fetch_deadline_s:g} s"

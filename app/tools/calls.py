@@ -10,15 +10,14 @@ from __future__ import annotations
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-import httpx
-
+from app.tools.outbound_client import OutboundClient
 from app.tools.web import WebAccess
 
 
 @dataclass(frozen=True, slots=True)
 class FunctionContext:
     # The tenant's guarded client, else the shared one under the base policy (None: neither).
-    http: httpx.AsyncClient | None
+    http: OutboundClient | None
     web: WebAccess | None  # None: no web built-in is configured
 
 

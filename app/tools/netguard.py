@@ -329,23 +329,26 @@ async def system_resolver(host: str, port: int) -> list[str]:
     return [str(info[4][0]).split("%")[0] for info in infos]
 
 
-async def checked_addresses(
+class UnresolvableError(OSError):
+    """The host has no address (or the lookup failed or timed out)."""
+
+
+async def vetted_addresses(
     policy: OutboundPolicy,
+    resolver: Resolver,
     host: str,
     port: int,
-    *,
-    resolver: Resolver = system_resolver,
-    timeout_s: float | None = None,
+    limit_s: float | None,
 ) -> list[IPAddress]:
-    """Resolve `host` and check the port and every address against `policy` (the one
-    connect-time rule: connect only to what this returns, never re-resolve). Raises
-    OutboundBlockedError, or httpx.ConnectError when the name does not resolve."""
-    addresses = await _resolve(resolver, host, port, timeout_s)
+    """The connect-time rule, for every HTTP stack: resolve `host` once, refuse
+    (`OutboundBlockedError`) unless the port and every address are allowed, and return the
+    checked addresses, which are the only ones the caller may connect to."""
+    literal = literal_address(normalize_host(host))
+    addresses = [literal] if literal is not None else await _resolve(resolver, host, port, limit_s)
     if not policy.port_allowed(host, port, addresses):
         raise OutboundBlockedError(f"refusing to connect to port {port} (OUTBOUND_PORTS)")
     if not policy.host_allowed(host, port):
-        blocked = [a for a in addresses if not policy.address_allowed(a, port)]
-        if blocked:
+        if any(not policy.address_allowed(address, port) for address in addresses):
             raise OutboundBlockedError(
                 f"refusing to connect to '{host}': it resolves to a non-public address"
             )
@@ -355,17 +358,14 @@ async def checked_addresses(
 async def _resolve(
     resolver: Resolver, host: str, port: int, limit_s: float | None
 ) -> list[IPAddress]:
-    literal = literal_address(normalize_host(host))
-    if literal is not None:
-        return [literal]
     try:
         async with asyncio.timeout(limit_s):
             answers = await resolver(host, port)
         addresses = [ipaddress.ip_address(answer) for answer in answers]
     except (OSError, TimeoutError, ValueError) as exc:
-        raise httpx.ConnectError(f"cannot resolve '{host}': {exc}") from exc
+        raise UnresolvableError(f"cannot resolve '{host}': {exc}") from exc
     if not addresses:
-        raise httpx.ConnectError(f"'{host}' has no addresses")
+        raise UnresolvableError(f"'{host}' has no addresses")
     return addresses
 
 
@@ -392,9 +392,10 @@ class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        addresses = await checked_addresses(
-            self._policy, host, port, resolver=self._resolver, timeout_s=timeout
-        )
+        try:
+            addresses = await vetted_addresses(self._policy, self._resolver, host, port, timeout)
+        except UnresolvableError as exc:
+            raise httpx.ConnectError(str(exc)) from exc
         last_error: Exception | None = None
         for address in addresses:  # every one was checked: try them in the resolver's order
             try:

@@ -17,10 +17,20 @@ from typing import Any, Literal
 import httpx
 import orjson
 import trafilatura
+from yarl import URL
+
+from app.tools.outbound_client import (
+    OutboundClient,
+    OutboundInvalidURLError,
+    OutboundResponse,
+    OutboundTimeoutError,
+    OutboundUnreachableError,
+)
 
 SearchBackend = Literal["searxng", "tavily", "brave"]
 DEFAULT_URLS = {"tavily": "https://api.tavily.com", "brave": "https://api.search.brave.com"}
 MAX_REDIRECTS = 5
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
 EXTRACT_DEADLINE_S = 10.0
 TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain", "application/json", "text/")
 
@@ -87,7 +97,7 @@ class WebAccess:
         params = {"q": query, "format": "json"}
         return self._search_http.build_request("GET", f"{base}/search", params=params)
 
-    async def fetch(self, url: str, http: httpx.AsyncClient) -> tuple[str, str]:
+    async def fetch(self, url: str, http: OutboundClient) -> tuple[str, str]:
         """The page's (content type, text), read up to the byte cap; redirects followed
         through the same guarded client, each hop checked."""
         if not self.config.fetch_enabled:
@@ -96,32 +106,30 @@ class WebAccess:
             raise WebError("the URL must start with http:// or https://")
         for _ in range(MAX_REDIRECTS + 1):
             try:
-                request = http.build_request("GET", url, headers={"Accept": "text/html, */*"})
-                response = await http.send(request, stream=True, follow_redirects=False)
-            except httpx.InvalidURL:
+                async with http.request(
+                    "GET", url, headers={"Accept": "text/html, */*"}
+                ) as response:
+                    location = response.headers.get("location")
+                    if response.status in REDIRECTS and location:
+                        url = str(URL(url).join(URL(location)))
+                        continue
+                    return await self._page(response)
+            except OutboundInvalidURLError:
                 raise WebError("the URL is not valid") from None
-            try:
-                if response.is_redirect and "location" in response.headers:
-                    url = str(response.url.join(response.headers["location"]))
-                    continue
-                return await self._page(response)
-            finally:
-                await response.aclose()
+            except OutboundTimeoutError:
+                raise WebError("the page did not answer in time") from None
+            except OutboundUnreachableError as exc:
+                raise WebError(f"the page cannot be reached ({exc.reason})") from None
         raise WebError(f"more than {MAX_REDIRECTS} redirects")
 
-    async def _page(self, response: httpx.Response) -> tuple[str, str]:
-        if response.status_code >= 400:
-            raise WebError(f"the page answered HTTP {response.status_code}")
+    async def _page(self, response: OutboundResponse) -> tuple[str, str]:
+        if response.status >= 400:
+            raise WebError(f"the page answered HTTP {response.status}")
         kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind and not kind.startswith(TEXT_TYPES):
             raise WebError(f"the page is not text ({kind})")
-        body = bytearray()
-        async for chunk in response.aiter_bytes():
-            body += chunk
-            if len(body) >= self.config.response_max_bytes:
-                break
-        encoding = response.encoding or "utf-8"
-        return kind, bytes(body[: self.config.response_max_bytes]).decode(encoding, "replace")
+        text, _ = await response.text_capped(self.config.response_max_bytes)
+        return kind, text
 
     async def readable(self, kind: str, text: str, max_chars: int) -> str:
         """The page's readable text (HTML through trafilatura, off the event loop), capped."""

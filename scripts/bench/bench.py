@@ -30,12 +30,30 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 INVOKE = "POST /tools/{tool_id}/invoke (function tool)"
 MCP_CALL = "MCP tools/call over /mcp (function tool, protocol 2025-06-18)"
 MCP_CALL_MODERN = "MCP tools/call over /mcp (function tool, protocol 2026-07-28)"
+INVOKE_REST = "POST /tools/{tool_id}/invoke (external tool, local upstream)"
+MCP_REST = "MCP tools/call over /mcp (external tool, protocol 2025-06-18)"
+MCP_REST_MODERN = "MCP tools/call over /mcp (external tool, protocol 2026-07-28)"
+OUTBOUND = "outbound client alone, c=16 (CPU ms per request)"
+REST_TOOL = {
+    "tool_id": "weather",
+    "type": "external",
+    "function": {
+        "name": "weather",
+        "description": "The weather in a city.",
+        "url": "",  # the local upstream's, set in setup
+        "method": "GET",
+        "parameters": {"properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 
 
-def mcp_call(version: str, key: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """A `tools/call` of the seeded dice roller as an MCP client sends it over streamable HTTP:
-    stateless, one POST; 2026-07-28 carries its envelope in `_meta` and two headers."""
-    params: dict[str, Any] = {"name": "roll_dice", "arguments": {"d": 6}}
+def mcp_call(
+    version: str, key: str, name: str = "roll_dice", arguments: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """A `tools/call` (of the seeded dice roller by default) as an MCP client sends it over
+    streamable HTTP: stateless, one POST; 2026-07-28 carries its envelope in `_meta` and two
+    headers."""
+    params: dict[str, Any] = {"name": name, "arguments": arguments or {"d": 6}}
     headers = {
         "Authorization": f"Bearer {key}",
         "Accept": "application/json, text/event-stream",
@@ -47,7 +65,7 @@ def mcp_call(version: str, key: str) -> tuple[dict[str, Any], dict[str, str]]:
             "io.modelcontextprotocol/clientCapabilities": {},
             "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
         }
-        headers.update({"Mcp-Method": "tools/call", "Mcp-Name": "roll_dice"})
+        headers.update({"Mcp-Method": "tools/call", "Mcp-Name": name})
     return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}, headers
 
 
@@ -75,15 +93,16 @@ class Process:
             stdout=subprocess.DEVNULL,
             stderr=stderr,
         )
-        deadline = time.monotonic() + 90  # a loaded machine takes its time to import
+        deadline = time.monotonic() + 120  # a loaded, shared machine starts slowly
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
                 return
             except OSError:
                 if self.popen.poll() is not None or time.monotonic() > deadline:
-                    if self.popen.poll() is None:  # reading a live child's stderr never ends
+                    if self.popen.poll() is None:  # its stderr ends only once it has exited
                         self.popen.kill()
+                        self.popen.wait()
                     error = self.popen.stderr.read() if self.popen.stderr else "see its log"
                     raise RuntimeError(f"{args} did not start: {error!r}") from None
                 time.sleep(0.05)
@@ -148,6 +167,12 @@ class Bench:
     def record(self, name: str, **figures: float) -> None:
         self.results.setdefault(name, []).append(figures)
 
+    def _service_log(self) -> IO[str]:
+        """The service's own log, kept next to the results (a pipe nobody reads would fill)."""
+        out = Path(self.args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        return (out / "service.log").open("a")
+
     def _start_service(self, env: dict[str, str]) -> Process:
         return Process(
             [
@@ -169,13 +194,19 @@ class Bench:
             ],
             self.service_port,
             env,
+            stderr=self._service_log(),
         )
 
     async def setup(self) -> None:
         self.model_port, self.service_port = free_port(), free_port()
+        self.upstream_port = free_port()
         self.fake = Process(
             [sys.executable, "-m", "app", "fake-model", "--port", str(self.model_port)],
             self.model_port,
+        )
+        self.upstream = Process(
+            [sys.executable, str(HERE / "upstream.py"), "--port", str(self.upstream_port)],
+            self.upstream_port,
         )
         admin = secrets.token_urlsafe(32)
         env = {
@@ -190,12 +221,14 @@ class Bench:
             "OPENAI_BASE_URL": f"http://127.0.0.1:{self.model_port}/v1",
             "OPENAI_API_KEY": "bench",
             "MONGODB_URL": "",
+            "OUTBOUND_ALLOW": f"127.0.0.1:{self.upstream_port}",
             **self.service_env,
         }
         try:
             self.service = self._start_service(env)
         except Exception:
             self.fake.stop()  # never leave the fake model behind when the service fails
+            self.upstream.stop()
             raise
         self.base = f"http://127.0.0.1:{self.service_port}"
         # Idle connections are dropped by the driver before the service's keep-alive (75 s) ends.
@@ -205,6 +238,12 @@ class Bench:
         self.key_value = await self._tenant("bench", admin_h)
         self.key = {"Authorization": f"Bearer {self.key_value}"}
         self.list_key = {"Authorization": f"Bearer {await self._tenant('bench-list', admin_h)}"}
+        rest = json.loads(json.dumps(REST_TOOL))
+        rest["function"]["url"] = f"http://127.0.0.1:{self.upstream_port}/weather"
+        async with self.session.post(
+            f"{self.base}/tools/create", json=rest, headers=self.key
+        ) as response:
+            assert response.status == 201, await response.text()
         for index in range(50 - 3):  # 3 seeded function tools + 47 external tools = 50
             tool = {
                 "tool_id": f"ext-{index:02d}",
@@ -314,7 +353,7 @@ class Bench:
         body: dict[str, Any] | None = None,
     ) -> dict[str, float]:
         count = self.args.requests
-        cpu = self.service.cpu_s()
+        cpu, upstream_cpu = self.service.cpu_s(), self.upstream.cpu_s()
         _, wall = await drive(
             self.session,
             method,
@@ -325,7 +364,12 @@ class Bench:
             body=body,
         )
         cpu = self.service.cpu_s() - cpu
-        return {"requests_per_s": count / wall, "cpu_ms_per_request": 1000 * cpu / count}
+        upstream_cpu = self.upstream.cpu_s() - upstream_cpu
+        return {
+            "requests_per_s": count / wall,
+            "cpu_ms_per_request": 1000 * cpu / count,
+            "upstream_cpu_ms_per_request": 1000 * upstream_cpu / count,
+        }
 
     async def run(self) -> None:
         args = self.args
@@ -363,7 +407,38 @@ class Bench:
             for name, version in ((MCP_CALL, "2025-06-18"), (MCP_CALL_MODERN, "2026-07-28")):
                 body, headers = mcp_call(version, self.key_value)
                 self.record(name, **await self.endpoint("/mcp", headers, method="POST", body=body))
+            await self.rest_tool_calls()
+            self.record(OUTBOUND, **self.outbound_alone())
         await self.slow_model()
+
+    async def rest_tool_calls(self) -> None:
+        """One external tool (a GET to the local upstream) through each entry point."""
+        weather = {"arguments": {"city": "Oslo"}}
+        self.record(
+            INVOKE_REST,
+            **await self.endpoint("/tools/weather/invoke", self.key, method="POST", body=weather),
+        )
+        for name, version in ((MCP_REST, "2025-06-18"), (MCP_REST_MODERN, "2026-07-28")):
+            body, headers = mcp_call(version, self.key_value, "weather", {"city": "Oslo"})
+            self.record(name, **await self.endpoint("/mcp", headers, method="POST", body=body))
+
+    def outbound_alone(self) -> dict[str, float]:
+        out = subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "outbound.py"),
+                "--url",
+                f"http://127.0.0.1:{self.upstream_port}/weather",
+                "--requests",
+                str(self.args.requests),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        return dict(json.loads(out.stdout))
 
     async def slow_model(self) -> None:
         """100 concurrent chats whose model calls take 200 ms each: throughput vs the ideal."""
@@ -390,6 +465,7 @@ class Bench:
         await self.session.close()
         self.service.stop()
         self.fake.stop()
+        self.upstream.stop()
 
 
 def summarize(results: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, list[float]]]:
@@ -426,12 +502,22 @@ def headline(summary: dict[str, dict[str, list[float]]]) -> list[str]:
         INVOKE,
         MCP_CALL,
         MCP_CALL_MODERN,
+        INVOKE_REST,
+        MCP_REST,
+        MCP_REST_MODERN,
     ):
         cpu = summary[name]["cpu_ms_per_request"][0]
+        ratio = cpu / summary["GET /ping"]["cpu_ms_per_request"][0]
         lines.append(
             f"{name}: {summary[name]['requests_per_s'][0] / ping:.2f}x of /ping requests/s, "
-            f"{cpu:.2f} ms CPU per request"
+            f"{cpu:.3f} ms CPU per request ({ratio:.2f}x /ping's), upstream's own "
+            f"{summary[name]['upstream_cpu_ms_per_request'][0]:.3f} ms"
         )
+    outbound = summary[OUTBOUND]
+    lines.append(
+        f"Outbound client alone, c=16: aiohttp {outbound['aiohttp_cpu_ms_per_request'][0]:.3f} ms, "
+        f"httpx {outbound['httpx_cpu_ms_per_request'][0]:.3f} ms CPU per request"
+    )
     c1 = summary["toolgate: 1 call, concurrency 1"]
     lines.append(
         f"Added latency per chat at c=1: p50 {c1['added_p50_ms'][0]:.2f} ms, "

@@ -22,6 +22,10 @@ SCENARIOS = {
     "GET /tools/{tool_id}",
     "GET /tools/ (50 tools)",
     "POST /tools/{tool_id}/invoke (function tool)",
+    "POST /tools/{tool_id}/invoke (external tool, local upstream)",
+    "MCP tools/call over /mcp (external tool, protocol 2025-06-18)",
+    "MCP tools/call over /mcp (external tool, protocol 2026-07-28)",
+    "outbound client alone, c=16 (CPU ms per request)",
     "200 ms model, 100 concurrent chats",
     "RSS",
 }

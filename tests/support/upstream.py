@@ -109,6 +109,18 @@ async def redirect(request: Request) -> Response:
     return RedirectResponse("http://169.254.169.254/latest/meta-data/", status_code=302)
 
 
+async def cookie(request: Request) -> Response:
+    """A session cookie for whoever calls: a client must not send it on its next call."""
+    response = PlainTextResponse("here is a cookie")
+    response.set_cookie("session", "tenant-a-secret", path="/")
+    return response
+
+
+async def huge_header(request: Request) -> Response:
+    """A header line of 100 KB: more than any client should buffer for one line."""
+    return PlainTextResponse("hi", headers={"x-padding": "p" * 100_000})
+
+
 async def anywhere(request: Request) -> JSONResponse:
     """Any path under /p/: what arrived, exactly (the raw path, before any decoding)."""
     body = await request.body()
@@ -174,5 +186,7 @@ upstream_app = Starlette(
         Route("/big", big, methods=["GET"]),
         Route("/bomb", bomb, methods=["GET"]),
         Route("/redirect", redirect, methods=["GET"]),
+        Route("/cookie", cookie, methods=["GET"]),
+        Route("/huge-header", huge_header, methods=["GET"]),
     ]
 )

@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-import httpx
-
+from app.tools.outbound_client import OutboundClient
 from app.tools.outcome import ToolOutcome
 from app.tools.progress import ProgressSink
 from app.tools.scrub import Scrubber
@@ -42,7 +41,7 @@ class CallScope:
     mcp: McpCaller | None = None
     scrub: Scrubber = field(default_factory=Scrubber)  # hides context values and secrets
     # The tenant's own client for external tools (its allow list); None: the shared one.
-    http: httpx.AsyncClient | None = None
+    http: OutboundClient | None = None
     # Where this call's progress goes (set per call by the invoker, scrubbed); None: nobody.
     progress: ProgressSink | None = None
 

@@ -8,12 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
-import httpx
 import orjson
 
 from app.tools.calls import CURRENT, FunctionContext
 from app.tools.executors import CallScope
 from app.tools.executors.stepping import run_generator
+from app.tools.outbound_client import OutboundClient
 from app.tools.outcome import ToolOutcome
 from app.tools.registry import FunctionRegistry, RegisteredFunction, ToolRequest
 from app.tools.typed import FunctionTool
@@ -38,7 +38,7 @@ class FunctionExecutor:
         *,
         registry: FunctionRegistry,
         threads: ThreadPoolExecutor,
-        http: httpx.AsyncClient | None = None,
+        http: OutboundClient | None = None,
         web: WebAccess | None = None,
     ) -> None:
         self._registry = registry

@@ -5,16 +5,22 @@ tests/chat/test_external_tools.py and tests/api/test_argument_placement.py."""
 from __future__ import annotations
 
 import gzip
+import json
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from app.tools.executors import CallScope
-from app.tools.executors.external import ExternalExecutor, _Inflater
+from app.tools.executors.external import ExternalExecutor
+from app.tools.netguard import OutboundPolicy
+from app.tools.outbound_client import Inflater as _Inflater
+from app.tools.outbound_client import OutboundClient
 from app.tools.outcome import ToolOutcome
 from app.tools.typed import ExternalTool
+from tests.support.servers import ThreadedServer
+from tests.support.upstream import upstream_app
 
 
 def _external(url: str, method: str = "GET") -> ExternalTool:
@@ -29,31 +35,39 @@ def _external(url: str, method: str = "GET") -> ExternalTool:
     )
 
 
+@pytest.fixture(scope="module")
+def local_api() -> Iterator[ThreadedServer]:
+    server = ThreadedServer(upstream_app).start()
+    yield server
+    server.stop()
+
+
+def _client() -> OutboundClient:
+    return OutboundClient(OutboundPolicy(["127.0.0.1"]), timeout_s=5, connect_timeout_s=5)
+
+
 async def test_an_invalid_stored_url_is_an_error_result() -> None:
-    async with httpx.AsyncClient() as http:  # the real client raises httpx.InvalidURL
+    async with _client() as http:
         executor = ExternalExecutor(http=http, response_max_bytes=1000)
         outcome = await executor.run(_external("https://[::1/x"), {}, CallScope())
     assert outcome == ToolOutcome.error("the tool's URL is not valid", "unreachable")
 
 
-async def test_get_sends_a_query_post_a_json_body_and_an_error_status_is_an_error() -> None:
-    seen: list[httpx.Request] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        if request.url.path == "/missing":
-            return httpx.Response(404, text="no such thing")
-        return httpx.Response(200, text="fine")
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
-        executor = ExternalExecutor(http=http, response_max_bytes=1000)
-        got = await executor.run(_external("https://api.test/x"), {"days": [1, 2]}, CallScope())
-        posted = await executor.run(_external("https://api.test/x", "POST"), {"a": 1}, CallScope())
-        missing = await executor.run(_external("https://api.test/missing"), {}, CallScope())
-    assert got == posted == ToolOutcome("ok", "fine")
-    assert seen[0].url.query == b"days=1&days=2" and seen[1].content == b'{"a":1}'
-    assert missing == ToolOutcome.error(
-        "the tool's endpoint answered HTTP 404: no such thing", "upstream_status"
+async def test_get_sends_a_query_post_a_json_body_and_an_error_status_is_an_error(
+    local_api: ThreadedServer,
+) -> None:
+    async with _client() as http:
+        executor = ExternalExecutor(http=http, response_max_bytes=10_000)
+        got = await executor.run(_external(f"{local_api.url}/p/x"), {"days": [1, 2]}, CallScope())
+        posted = await executor.run(
+            _external(f"{local_api.url}/p/x", "POST"), {"a": 1}, CallScope()
+        )
+        missing = await executor.run(_external(f"{local_api.url}/status/404"), {}, CallScope())
+    assert got.status == posted.status == "ok"
+    assert json.loads(got.content)["query"] == [["days", "1"], ["days", "2"]]
+    assert json.loads(posted.content)["json"] == {"a": 1}
+    assert missing.status == "error" and missing.content.startswith(
+        "the tool's endpoint answered HTTP 404: upstream says no (404)"
     )
 
 

@@ -1,0 +1,197 @@
+"""`/mcp` for 2026-07-28 clients: `server/discover`, `tools/list` and `tools/call` answered
+without the SDK's per-request transport, with the SDK's own checks and result shaping.
+
+Why: `mcp.Client` 2.3, fastmcp 4.1, pydantic-ai 2.68 and openai-agents 0.24 speak this era by
+default. Through the SDK a `tools/call` cost 3.6-4.3x the CPU of a handshake-era one, most of
+it the `Mcp-Param-*` check, which lists every tool of the caller to find one schema.
+
+What stays the SDK's: the checks run here are its functions (`classify_inbound_request`, the
+routing-header and `Mcp-Param-*` checks, per-version request validation, result sieving and
+the `serverInfo` stamp), in its order; a request any of them refuses, a notification, an
+unusual envelope or any other method goes to the SDK, which answers it as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import mcp.types as mcp_types
+import orjson
+from mcp.server.lowlevel import Server
+from mcp.server.runner import modern_error_data
+from mcp.server.streamable_http import check_accept_headers
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import (
+    ERROR_CODE_HTTP_STATUS,
+    MCP_PARAM_HEADER_PREFIX,
+    InboundLadderRejection,
+    classify_inbound_request,
+    find_duplicated_routing_header,
+    validate_mcp_param_headers,
+)
+from mcp_types import SERVER_INFO_META_KEY
+from mcp_types import methods as mcp_methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Message, Scope, Send
+
+ANSWERED = frozenset({"server/discover", "tools/list", "tools/call"})
+_PARAM_PREFIX = MCP_PARAM_HEADER_PREFIX.lower()
+
+ListTools = Callable[[Any, Any], Awaitable[mcp_types.ListToolsResult]]
+CallTool = Callable[[Any, mcp_types.CallToolRequestParams], Awaitable[mcp_types.CallToolResult]]
+InputSchema = Callable[[Request, str], Awaitable[dict[str, Any] | None]]
+
+
+def modern_version(scope: Scope) -> bool:
+    """The request names a per-request-envelope (2026-07-28) protocol version."""
+    for name, value in scope["headers"]:
+        if name == b"mcp-protocol-version":
+            return value.decode("latin-1") in MODERN_PROTOCOL_VERSIONS
+    return False
+
+
+class ModernAnswers:
+    """The three hot requests of the 2026-07-28 era, answered with `/mcp`'s handlers."""
+
+    def __init__(
+        self,
+        server: Server[Any],
+        *,
+        list_tools: ListTools,
+        call_tool: CallTool,
+        input_schema: InputSchema,
+    ) -> None:
+        self._server = server
+        self._list_tools = list_tools
+        self._call_tool = call_tool
+        self._input_schema = input_schema
+        self._discovered: dict[str, dict[str, Any]] = {}
+
+    async def answer(self, scope: Scope, message: dict[str, Any], send: Send) -> bool:
+        """Answer `message` and return True, or return False (nothing sent) for the SDK."""
+        request = Request(scope)
+        method, params = message.get("method"), message.get("params")
+        if method not in ANSWERED or self._server.cache_hints or not _plain_request(message):
+            return False
+        if not check_accept_headers(request)[0]:
+            return False  # the SDK's 406
+        if find_duplicated_routing_header(request.headers.items()) is not None:
+            return False
+        verdict = classify_inbound_request(message, headers=dict(request.headers))
+        if isinstance(verdict, InboundLadderRejection):
+            return False
+        version = verdict.protocol_version
+        try:
+            mcp_methods.validate_client_request(method, version, params)
+            call = (
+                mcp_types.CallToolRequestParams.model_validate(params or {}, by_name=False)
+                if method == "tools/call"
+                else None
+            )
+        except (KeyError, ValueError):  # ValidationError is a ValueError
+            return False
+        if call is not None and await self._param_headers_refused(request, call):
+            return False
+        payload, status = await self._result(request, method, version, call, message["id"])
+        await Response(payload, status_code=status, media_type="application/json")(
+            scope, _no_body, send
+        )
+        return True
+
+    async def _param_headers_refused(
+        self, request: Request, call: mcp_types.CallToolRequestParams
+    ) -> bool:
+        """The SDK's `Mcp-Param-*` check, against the called tool's schema alone (the SDK
+        lists every tool of the caller to find it)."""
+        arguments = call.arguments or {}
+        if not arguments and not any(name.startswith(_PARAM_PREFIX) for name in request.headers):
+            return False
+        schema = await self._input_schema(request, call.name)
+        if schema is None:
+            return False
+        return validate_mcp_param_headers(schema, arguments, request.headers) is not None
+
+    async def _result(
+        self,
+        request: Request,
+        method: str,
+        version: str,
+        call: mcp_types.CallToolRequestParams | None,
+        request_id: str | int,
+    ) -> tuple[bytes, int]:
+        ctx = _Context(request)
+        try:
+            if method == "server/discover":
+                result = self._discover(version)
+            elif call is not None:
+                result = self._shaped(method, version, await self._call_tool(ctx, call))
+            else:
+                result = self._shaped(method, version, await self._list_tools(ctx, None))
+        except Exception as exc:  # the SDK's boundary: MCPError as is, the rest INTERNAL_ERROR
+            error = modern_error_data(exc)
+            body = {"jsonrpc": "2.0", "id": request_id, "error": _dumped(error)}
+            return orjson.dumps(body), ERROR_CODE_HTTP_STATUS.get(error.code, 200)
+        return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}), 200
+
+    def _discover(self, version: str) -> dict[str, Any]:
+        """The SDK's default `server/discover` answer, built once per version (it depends on
+        the server's registered handlers only)."""
+        if version not in self._discovered:
+            result = mcp_types.DiscoverResult(
+                supported_versions=list(MODERN_PROTOCOL_VERSIONS),
+                capabilities=self._server.get_capabilities(protocol_version=version),
+                instructions=self._server.instructions,
+            )
+            self._discovered[version] = self._shaped("server/discover", version, result)
+        cached = self._discovered[version]
+        return {**cached, "_meta": {**cached["_meta"], SERVER_INFO_META_KEY: self._stamp()}}
+
+    def _shaped(self, method: str, version: str, result: BaseModel) -> dict[str, Any]:
+        """The wire form, as the SDK's runner shapes a modern result: sieved by the version's
+        surface, `resultType` set, the `serverInfo` stamp in `_meta`."""
+        try:
+            dumped = mcp_methods.serialize_server_result(method, version, _dumped(result))
+        except ValidationError:
+            raise MCPError(mcp_types.INTERNAL_ERROR, "Handler returned an invalid result") from None
+        if dumped.get("resultType") is None:
+            dumped["resultType"] = "complete"
+        meta = dumped.get("_meta")
+        if meta is None or (isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None):
+            dumped["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: self._stamp()}
+        return dumped
+
+    def _stamp(self) -> dict[str, Any]:
+        return self._server.server_info_stamp
+
+
+class _Context:
+    """What the handlers read of the SDK's request context."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+
+
+def _plain_request(message: dict[str, Any]) -> bool:
+    """A single JSON-RPC 2.0 request with a string or integer id and object params (or none);
+    anything else is the SDK's to answer or refuse."""
+    request_id, params = message.get("id"), message.get("params")
+    return (
+        message.get("jsonrpc") == "2.0"
+        and isinstance(request_id, str | int)
+        and not isinstance(request_id, bool)
+        and (params is None or isinstance(params, dict))
+    )
+
+
+def _dumped(model: BaseModel) -> dict[str, Any]:
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+async def _no_body() -> Message:
+    return {"type": "http.disconnect"}

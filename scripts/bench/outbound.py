@@ -1,0 +1,70 @@
+"""The outbound client alone: CPU per request of external tools' client (aiohttp, with the
+connect-time guard) and of one shared httpx client through the same guard, against one local
+upstream, in one process. Prints one JSON line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+import httpx
+
+from app.tools.netguard import OutboundPolicy, guarded_transport
+from app.tools.outbound_client import OutboundClient
+
+
+async def _aiohttp(url: str, count: int, concurrency: int) -> float:
+    policy = OutboundPolicy(["127.0.0.1"])
+    async with OutboundClient(policy, timeout_s=10, connect_timeout_s=5) as client:
+
+        async def one() -> None:
+            async with client.request("GET", url, query=[("city", "Oslo")]) as response:
+                await response.read_capped(1_048_576)
+
+        return await _timed(one, count, concurrency)
+
+
+async def _httpx(url: str, count: int, concurrency: int) -> float:
+    transport = guarded_transport(OutboundPolicy(["127.0.0.1"]), limits=httpx.Limits())
+    async with httpx.AsyncClient(transport=transport, trust_env=False) as client:
+
+        async def one() -> None:
+            response = await client.get(url, params={"city": "Oslo"})
+            response.read()
+
+        return await _timed(one, count, concurrency)
+
+
+async def _timed(one, count: int, concurrency: int) -> float:  # type: ignore[no-untyped-def]
+    for _ in range(concurrency):
+        await one()  # connections open
+    todo = iter(range(count))
+
+    async def worker() -> None:
+        for _ in todo:
+            await one()
+
+    started = time.process_time()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return 1000 * (time.process_time() - started) / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args()
+    figures = {
+        "aiohttp_cpu_ms_per_request": asyncio.run(
+            _aiohttp(args.url, args.requests, args.concurrency)
+        ),
+        "httpx_cpu_ms_per_request": asyncio.run(_httpx(args.url, args.requests, args.concurrency)),
+    }
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""`/mcp` answers 2026-07-28 clients' `server/discover`, `tools/list` and `tools/call` itself
+(app/api/mcp_modern.py): each answer must be the one the SDK's own transport gives, which is
+what the fast path falls back to for anything it declines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.lowlevel import Server
+from mcp.types import CallToolResult, TextContent
+
+from app.api.mcp_modern import ModernAnswers
+from tests.mcp.test_mcp_gateway import Served, served  # noqa: F401 - a fixture: a real port
+from tests.support.apps import TenantCredentials, create_tenant
+
+MODERN = "2026-07-28"
+META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+}
+
+
+def _request(method: str, params: dict[str, Any], **headers: str) -> tuple[Any, dict[str, str]]:
+    sent = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": method,
+        **headers,
+    }
+    if "name" in params and "Mcp-Name" not in headers:
+        sent["Mcp-Name"] = str(params["name"])
+    body = {"jsonrpc": "2.0", "id": 11, "method": method, "params": {**params, "_meta": META}}
+    return body, sent
+
+
+def _deep(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+CASES: list[tuple[str, dict[str, Any], dict[str, str]]] = [
+    ("server/discover", {}, {}),
+    ("tools/list", {}, {}),
+    ("tools/call", {"name": "add", "arguments": {"a": 40, "b": 2}}, {}),
+    ("tools/call", {"name": "explode", "arguments": {"reason": "no"}}, {}),
+    ("tools/call", {"name": "nope", "arguments": {}}, {}),
+    ("tools/call", {"name": "add", "arguments": {"a": "x", "b": 2}}, {}),
+    ("tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}}, {"Mcp-Name": "other"}),
+    ("tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}}, {"Mcp-Param-A": "1"}),
+    ("tools/call", {"arguments": {}}, {}),
+    ("tools/list", {}, {"Accept": "text/event-stream"}),
+    ("ping", {}, {}),
+    # type-confused and deep: the same answer either way, never a 500
+    ("tools/call", {"name": 7, "arguments": {}}, {"Mcp-Name": "7"}),
+    ("tools/call", {"name": "add", "arguments": [1, 2]}, {}),
+    ("tools/call", {"name": "add", "arguments": {"a": _deep(60), "b": 1}}, {}),
+    ("tools/list", {"cursor": {"x": 1}}, {}),
+]
+
+
+@pytest.fixture
+async def acme(served: Served) -> AsyncIterator[TenantCredentials]:  # noqa: F811
+    yield await create_tenant(served.http, "acme")
+
+
+async def test_every_answer_is_the_sdks_own(
+    served: Served,  # noqa: F811
+    acme: TenantCredentials,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def send_all() -> list[tuple[int, Any]]:
+        answers = []
+        for method, params, headers in CASES:
+            body, sent = _request(method, params, **headers)
+            response = await served.http.post("/mcp", json=body, headers={**acme.headers, **sent})
+            content = response.json() if response.content else None
+            answers.append((response.status_code, content))
+        return answers
+
+    answered: list[bool] = []
+    original = ModernAnswers.answer
+
+    async def watched(self: ModernAnswers, scope: Any, message: Any, send: Any) -> bool:
+        answered.append(await original(self, scope, message, send))
+        return answered[-1]
+
+    monkeypatch.setattr(ModernAnswers, "answer", watched)
+    fast = await send_all()
+    # answered here: discover, list, the calls the SDK would run; the rest went to the SDK
+    assert answered[:11] == [True] * 6 + [False, True, False, False, False]
+    assert all(status < 500 for status, _ in fast)
+    declined: list[str] = []
+
+    async def decline(self: ModernAnswers, scope: Any, message: Any, send: Any) -> bool:
+        declined.append(message.get("method"))
+        return False  # what the fast path does with anything it does not answer
+
+    monkeypatch.setattr(ModernAnswers, "answer", decline)
+    sdk = await send_all()
+    assert len(declined) == len(CASES)
+    for case, ours, theirs in zip(CASES, fast, sdk, strict=True):
+        assert ours == theirs, case
+    assert fast[2][1]["result"]["content"][0]["text"] == "42"
+
+
+async def test_the_sdks_client_in_the_2026_era_lists_and_calls(
+    served: Served,  # noqa: F811
+    acme: TenantCredentials,
+) -> None:
+    """`mcp.Client` 2.x speaks 2026-07-28 by default (it probes `server/discover`). It runs on a
+    loop of its own: its first-use work (building its models) would otherwise stall the app's."""
+
+    async def use() -> tuple[set[str], Any]:
+        http = httpx.AsyncClient(headers=acme.headers, timeout=30)
+        transport = streamable_http_client(f"{served.url}/mcp", http_client=http)
+        async with http, Client(transport) as client:
+            listed = await client.list_tools()
+            added = await client.call_tool("add", {"a": 2, "b": 3})
+        return {tool.name for tool in listed.tools}, added
+
+    names, added = await asyncio.to_thread(asyncio.run, use())
+    assert "add" in names
+    assert not added.is_error and json.dumps(added.model_dump()).count('"5"') == 1
+
+
+async def test_an_mcp_param_header_that_disagrees_with_its_argument_goes_to_the_sdk() -> None:
+    """Only an upstream MCP server's tool can carry `x-mcp-header` (stored schemas refuse it):
+    the header check runs against that one tool's schema, and a refusal is the SDK's to send."""
+    schema = {
+        "type": "object",
+        "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+    }
+    calls: list[str] = []
+
+    async def call_tool(ctx: Any, params: Any) -> CallToolResult:
+        calls.append(params.name)
+        return CallToolResult(content=[TextContent(type="text", text="ok")])
+
+    async def list_tools(ctx: Any, params: Any) -> Any:
+        raise AssertionError("not listed for a call")
+
+    async def input_schema(request: Any, name: str) -> dict[str, Any] | None:
+        return schema if name == "regional" else None
+
+    answers = ModernAnswers(
+        Server("t"), list_tools=list_tools, call_tool=call_tool, input_schema=input_schema
+    )
+
+    async def answer(**headers: str) -> tuple[bool, list[Any]]:
+        body, sent = _request("tools/call", {"name": "regional", "arguments": {"region": "eu"}})
+        raw = [(k.lower().encode(), v.encode()) for k, v in {**sent, **headers}.items()]
+        scope = {"type": "http", "method": "POST", "headers": raw, "path": "/mcp"}
+        sent_messages: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent_messages.append(message)
+
+        return await answers.answer(scope, body, send), sent_messages
+
+    assert await answer() == (False, [])  # the header is missing
+    assert await answer(**{"Mcp-Param-Region": "us"}) == (False, [])  # it disagrees
+    agreed, messages = await answer(**{"Mcp-Param-Region": "eu"})
+    assert agreed and calls == ["regional"] and messages[0]["status"] == 200
