@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -14,7 +14,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.config import JsonDict
-from pydantic.json_schema import SkipJsonSchema
+from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
 
 from app.schemas.fields import (
     ClientModel,
@@ -26,9 +26,11 @@ from app.schemas.fields import (
 )
 
 EnumValue = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+# An `enum` or `const` value of a parameter: any JSON scalar (strings up to 256 characters).
+ScalarValue = Annotated[str, StringConstraints(max_length=256)] | bool | int | float
 
 ParameterType = Literal["string", "integer", "number", "boolean", "array"]
-ItemType = Literal["string", "integer", "number", "boolean"]
+SchemaType = Literal["string", "integer", "number", "boolean", "array", "object", "null"]
 ToolType = Literal["function", "external"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 Placement = Literal["path", "query", "header", "body"]
@@ -41,24 +43,61 @@ PLACEMENT_DOC = (
 
 # Arrays may be long, but a bound keeps every integer inside BSON's 64 bits and schemas sane.
 MAX_ARRAY_BOUND = 100_000
-
-
-class ItemsSchema(ClientModel):
-    type: ItemType = "string"
-    enum: list[EnumValue] | None = Field(default=None, min_length=1, max_length=256)
+Count = Annotated[int, Field(ge=0, le=MAX_ARRAY_BOUND)]
+Bound = Annotated[float, Field(allow_inf_nan=False)] | int
+# A nested JSON Schema: its keywords are checked by `app/tools/schema.py`, with paths.
+Subschema = dict[str, Any]
 
 
 class ParameterSchema(ClientModel):
-    """One LLM-visible parameter, in the seed's vocabulary (`min_items`, not `minItems`)."""
+    """One LLM-visible parameter: JSON Schema (draft 2020-12), the subset every major provider
+    takes (docs/tools.md). Nested schemas (`properties`, `items`, `anyOf`, ...) use the same
+    keywords. The seed's `min_items`/`max_items` are still read (top level only)."""
 
-    model_config = ConfigDict(serialize_by_alias=True)
+    model_config = ConfigDict(serialize_by_alias=True, populate_by_name=True)
 
-    type: ParameterType
+    # One type or a list of them (`["string", "null"]`); checked with the other keywords.
+    type: Annotated[
+        Any,
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"enum": list(get_args(SchemaType))},
+                    {"type": "array", "items": {"enum": list(get_args(SchemaType))}},
+                ]
+            }
+        ),
+    ] = None
     description: Description | None = None
-    enum: list[EnumValue] | None = Field(default=None, min_length=1, max_length=256)
-    items: ItemsSchema | None = None
-    min_items: int | None = Field(default=None, ge=0, le=MAX_ARRAY_BOUND)
-    max_items: int | None = Field(default=None, ge=0, le=MAX_ARRAY_BOUND)
+    title: Annotated[str, StringConstraints(max_length=256)] | None = None
+    enum: list[ScalarValue | None] | None = Field(default=None, min_length=1, max_length=256)
+    const: ScalarValue | None = None
+    format: Annotated[str, StringConstraints(max_length=64)] | None = None
+    pattern: Annotated[str, StringConstraints(max_length=1024)] | None = None
+    minimum: Bound | None = None
+    maximum: Bound | None = None
+    exclusiveMinimum: Bound | None = None
+    exclusiveMaximum: Bound | None = None
+    multipleOf: Bound | None = None
+    minLength: Count | None = None
+    maxLength: Count | None = None
+    minItems: Count | None = None
+    maxItems: Count | None = None
+    uniqueItems: bool | None = None
+    items: Subschema | None = None
+    properties: dict[str, Subschema] | None = Field(default=None, max_length=256)
+    required: list[str] | None = Field(default=None, max_length=256)
+    additionalProperties: bool | Subschema | None = None
+    minProperties: Count | None = None
+    maxProperties: Count | None = None
+    anyOf: list[Subschema] | None = Field(default=None, min_length=1, max_length=64)
+    oneOf: list[Subschema] | None = Field(default=None, min_length=1, max_length=64)
+    allOf: list[Subschema] | None = Field(default=None, min_length=1, max_length=64)
+    ref: str | None = Field(default=None, alias="$ref", max_length=256)
+    default: Any = None
+    examples: list[Any] | None = Field(default=None, max_length=16)
+    min_items: Count | None = None
+    max_items: Count | None = None
     in_: Placement | None = Field(default=None, alias="in", description=PLACEMENT_DOC)
 
 
@@ -66,12 +105,20 @@ class ParametersSchema(ClientModel):
     """The model-visible parameters. A function tool's must match its function's signature:
     the same names, compatible types, `required` exactly those without a default."""
 
+    model_config = ConfigDict(serialize_by_alias=True, populate_by_name=True)
+
     type: Literal["object"] = "object"
     properties: dict[Name, ParameterSchema] = Field(default_factory=dict, max_length=64)
     required: list[Name] = Field(
         default_factory=list,
         max_length=64,
         description="Names of required parameters; each must be a key of `properties`.",
+    )
+    defs: dict[Name, Subschema] | None = Field(
+        default=None,
+        alias="$defs",
+        max_length=64,
+        description='Schemas the parameters refer to as `{"$ref": "#/$defs/NAME"}`.',
     )
 
 

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from app.outbound import reserved_header_problems
 from app.schemas.tools import ContextParameter, FunctionSpec, ParameterSchema, ToolFields
 from app.tools.netguard import OutboundPolicy, url_problems
+from app.tools.schema import compile_problem, parameters_json_schema, schema_problems
 
 Problem = tuple[str, str]
 
@@ -52,8 +53,12 @@ def parameter_problems(
         elif name in seen:
             problems.append((path, f"'{name}' is listed twice"))
         seen.add(name)
-    for name, schema in params.properties.items():
-        problems += _schema_problems(f"$.function.parameters.properties.{name}", schema)
+    stored = params.model_dump(exclude_none=True)
+    found = schema_problems(stored, "$.function.parameters")
+    if not found:  # the validator's own reading (a pattern it cannot compile, ...)
+        problem = compile_problem(parameters_json_schema(stored))
+        found = [("$.function.parameters", problem)] if problem else []
+    problems += found
     context_names: set[str] = set()
     for index, context in enumerate(context_parameters):
         path = f"$.context_parameters[{index}].name"
@@ -64,22 +69,6 @@ def parameter_problems(
         if context.name in context_names:
             problems.append((path, f"context parameter '{context.name}' is listed twice"))
         context_names.add(context.name)
-    return problems
-
-
-def _schema_problems(path: str, schema: ParameterSchema) -> list[Problem]:
-    problems: list[Problem] = []
-    if schema.enum is not None and schema.type != "string":
-        problems.append((f"{path}.enum", "enum is only allowed on string parameters"))
-    if schema.type != "array":
-        for field in ("items", "min_items", "max_items"):
-            if getattr(schema, field) is not None:
-                problems.append((f"{path}.{field}", f"{field} is only allowed on array parameters"))
-    elif schema.min_items is not None and schema.max_items is not None:
-        if schema.min_items > schema.max_items:
-            problems.append((f"{path}.min_items", "min_items is greater than max_items"))
-    if schema.items is not None and schema.items.enum is not None and schema.items.type != "string":
-        problems.append((f"{path}.items.enum", "enum is only allowed on string items"))
     return problems
 
 
@@ -232,7 +221,7 @@ def signature_problems(
         hints = typing.get_type_hints(func)
     except (TypeError, ValueError, NameError) as exc:
         return [("$.function", f"cannot read the signature of {function.name}(): {exc}")]
-    declared: dict[str, tuple[str, str, bool]] = {}  # name -> (path, type, required)
+    declared: dict[str, tuple[str, str | None, bool]] = {}  # name -> (path, type, required)
     properties = function.parameters.properties
     for name, schema in properties.items():
         path = f"$.function.parameters.properties.{name}"
@@ -269,17 +258,26 @@ def signature_problems(
     return problems
 
 
-def _describe(schema: ParameterSchema) -> str:
+def _describe(schema: ParameterSchema) -> str | None:
+    """`string`, `array:integer`, ...; None for a schema beyond the seed's scalars and arrays of
+    scalars (a model, a TypedDict: the function executor validates those with pydantic)."""
+    if isinstance(schema.type, str) and schema.type in _SCALAR_TYPES:
+        return schema.type
     if schema.type == "array":
-        return f"array:{schema.items.type if schema.items else 'string'}"
-    return schema.type
+        items = schema.items or {}
+        kind = items.get("type", "string")
+        if isinstance(kind, str) and kind in _SCALAR_TYPES and set(items) <= {"type", "enum"}:
+            return f"array:{kind}"
+    return None
 
 
 def _type_problems(
-    path: str, fname: str, name: str, declared: str, annotation: Any
+    path: str, fname: str, name: str, declared: str | None, annotation: Any
 ) -> list[Problem]:
     if annotation is None:
         return [(path, f"'{name}' of {fname} has no type annotation")]
+    if declared is None:
+        return []
     expected = python_type_name(declared)
     if not _annotation_matches(declared, annotation):
         shown = getattr(annotation, "__name__", None) or str(annotation)

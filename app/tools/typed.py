@@ -13,11 +13,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ValidationError
 
-from app.schemas.fields import Provider, name_problems, problem_lines
+from app.schemas.fields import Provider, problem_lines
 from app.schemas.tools import StoredTool
-from app.tools.providers import shaped
+from app.tools.providers import provider_problems, shaped
 from app.tools.rules import SECRET_REFERENCE, definition_problems
-from app.tools.schema import parameters_json_schema
+from app.tools.schema import compiled, parameters_json_schema
 
 ToolKind = Literal["function", "external", "mcp"]
 
@@ -56,7 +56,11 @@ class TypedTool:
     incompatible_providers: dict[str, list[str]] = field(default_factory=dict)
     title: str | None = None
     annotations: dict[str, bool] | None = None  # MCP tool annotations, snake_case names
+    # The compiled check of `json_parameters` (built once per tool version); None when the
+    # tool's own server checks them (MCP).
+    validator: Any = field(init=False, compare=False, repr=False)
     schema: dict[str, Any] = field(init=False)  # the chat-completions `tools` entry
+    _formats: dict[str, dict[str, Any]] = field(init=False, compare=False, repr=False)
     hidden_names: frozenset[str] = field(init=False)  # arguments a caller's model may not set
 
     kind: ClassVar[ToolKind]
@@ -66,19 +70,26 @@ class TypedTool:
     def __post_init__(self) -> None:
         schema = shaped("openai", self.name, self.description, self.json_parameters)
         object.__setattr__(self, "schema", schema)
+        object.__setattr__(self, "_formats", {"openai": schema})
+        checked = self.parameters is not None
+        object.__setattr__(self, "validator", compiled(self.json_parameters) if checked else None)
         hidden = {c.name for c in self.context} | {c.argument for c in self.context}
         object.__setattr__(self, "hidden_names", frozenset(hidden))
 
     def in_format(self, provider: Provider) -> dict[str, Any]:
-        """This tool in `provider`'s tool format (for Gemini, converted where it can be)."""
-        return shaped(
-            provider,
-            self.name,
-            self.description,
-            self.json_parameters,
-            # A passed-through MCP schema that Gemini cannot take is sent as it is.
-            gemini_convert=self.kind != "mcp" or "gemini" not in self.incompatible_providers,
-        )
+        """This tool in `provider`'s tool format (for Gemini, converted where it can be);
+        each format built once, at its first use."""
+        found = self._formats.get(provider)
+        if found is None:
+            found = self._formats[provider] = shaped(
+                provider,
+                self.name,
+                self.description,
+                self.json_parameters,
+                # A passed-through MCP schema that Gemini cannot take is sent as it is.
+                gemini_convert=self.kind != "mcp" or "gemini" not in self.incompatible_providers,
+            )
+        return found
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,6 +163,7 @@ def parse_stored_tool(
         for c in stored.context_parameters
     )
     parameters = function.parameters.model_dump(exclude_none=True)
+    json_parameters = parameters_json_schema(parameters)
     secrets = {c.secret for c in context if c.secret}
     for value in (function.headers or {}).values():
         secrets.update(SECRET_REFERENCE.findall(value))
@@ -162,10 +174,10 @@ def parse_stored_tool(
         "enabled": stored.enabled,
         "tags": frozenset(stored.tags),
         "parameters": parameters,
-        "json_parameters": parameters_json_schema(parameters),
+        "json_parameters": json_parameters,
         "context": context,
         "secrets": frozenset(secrets),
-        "incompatible_providers": name_problems(function.name),
+        "incompatible_providers": provider_problems(function.name, json_parameters),
         "title": stored.title,
         "annotations": (
             stored.annotations.model_dump(exclude_none=True) if stored.annotations else None

@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from app.tools.executors import CallScope
 from app.tools.outcome import ToolOutcome
@@ -45,6 +46,11 @@ class FunctionExecutor:
             return ToolOutcome.error(
                 f"the server no longer has a function called '{tool.name}'", "unknown_tool"
             )
+        try:
+            arguments = entry.typed_arguments(arguments)
+        except ValidationError as exc:
+            shown = "; ".join(f"{e['loc']}: {e['msg']}" for e in exc.errors()[:5])
+            return ToolOutcome.error(f"invalid arguments: {shown}"[:500], "invalid_arguments")
         try:
             if entry.is_async:
                 result = await entry.func(**arguments)
