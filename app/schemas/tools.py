@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -23,6 +24,7 @@ from app.schemas.fields import (
     HeaderValue,
     Name,
     Tag,
+    json_problem,
 )
 
 EnumValue = Annotated[str, StringConstraints(min_length=1, max_length=256)]
@@ -45,8 +47,20 @@ PLACEMENT_DOC = (
 MAX_ARRAY_BOUND = 100_000
 Count = Annotated[int, Field(ge=0, le=MAX_ARRAY_BOUND)]
 Bound = Annotated[float, Field(allow_inf_nan=False)] | int
+# JSON levels a nested schema may take: `app/tools/schema.py` stops schemas at 24 subschemas
+# deep (precise paths); this bounds what reaches it (and BSON's 100 levels).
+MAX_SCHEMA_JSON_DEPTH = 80
+
+
+def _schema_gate(value: Any) -> Any:
+    problem = json_problem(value, max_depth=MAX_SCHEMA_JSON_DEPTH)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 # A nested JSON Schema: its keywords are checked by `app/tools/schema.py`, with paths.
-Subschema = dict[str, Any]
+Subschema = Annotated[dict[str, Any], AfterValidator(_schema_gate)]
 
 
 class ParameterSchema(ClientModel):
@@ -94,8 +108,10 @@ class ParameterSchema(ClientModel):
     oneOf: list[Subschema] | None = Field(default=None, min_length=1, max_length=64)
     allOf: list[Subschema] | None = Field(default=None, min_length=1, max_length=64)
     ref: str | None = Field(default=None, alias="$ref", max_length=256)
-    default: Any = None
-    examples: list[Any] | None = Field(default=None, max_length=16)
+    default: Annotated[Any, AfterValidator(_schema_gate)] = None
+    examples: Annotated[list[Any], AfterValidator(_schema_gate)] | None = Field(
+        default=None, max_length=16
+    )
     min_items: Count | None = None
     max_items: Count | None = None
     in_: Placement | None = Field(default=None, alias="in", description=PLACEMENT_DOC)

@@ -160,6 +160,13 @@ class _Gemini:
             choices = [{**node, "type": t} for t in real]
         elif not real and not choices:
             real = [_value_type(node)]
+        if isinstance(choices, list) and any(_is_null(c) for c in choices):
+            out["nullable"] = True  # `X or null`: Gemini says nullable
+            choices = [c for c in choices if not _is_null(c)]
+            if len(choices) == 1:
+                rest = {k: v for k, v in node.items() if k not in ("anyOf", "oneOf")}
+                single = self.convert({**choices[0], **rest}, where, depth + 1, refs)
+                return {**single, "nullable": True}
         if choices and isinstance(choices, list):
             out["anyOf"] = [
                 self.convert(c, f"{where}|{i}", depth + 1, refs) for i, c in enumerate(choices)
@@ -232,6 +239,10 @@ class _Gemini:
         required = [r for r in node.get("required") or [] if r in properties]
         if required:
             out["required"] = list(dict.fromkeys(required))
+
+
+def _is_null(node: Any) -> bool:
+    return isinstance(node, dict) and node.get("type") == "null"
 
 
 def _value_type(node: dict[str, Any]) -> str | None:
