@@ -43,6 +43,15 @@ PLACEMENT_DOC = (
 )
 
 
+ParameterStyle = Literal["form", "spaceDelimited", "pipeDelimited", "deepObject", "simple"]
+STYLE_DOC = (
+    "External tools: how an array or object value is written (OpenAPI 3 `style` and "
+    "`explode`). Query: `form` (default; exploded `a=1&a=2`, else `a=1,2`), `spaceDelimited`, "
+    "`pipeDelimited`, `deepObject` (`a[k]=v`); path and header: `simple` (`1,2`)."
+)
+BodyType = Literal["json", "form", "multipart"]
+
+
 # Arrays may be long, but a bound keeps every integer inside BSON's 64 bits and schemas sane.
 MAX_ARRAY_BOUND = 100_000
 Count = Annotated[int, Field(ge=0, le=MAX_ARRAY_BOUND)]
@@ -115,6 +124,8 @@ class ParameterSchema(ClientModel):
     min_items: Count | None = None
     max_items: Count | None = None
     in_: Placement | None = Field(default=None, alias="in", description=PLACEMENT_DOC)
+    style: ParameterStyle | None = Field(default=None, description=STYLE_DOC)
+    explode: bool | None = Field(default=None, description=STYLE_DOC)
 
 
 class ParametersSchema(ClientModel):
@@ -148,6 +159,11 @@ class FunctionSpec(ClientModel):
         Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+", max_length=2048)] | None
     ) = None
     method: HttpMethod | None = None
+    body_type: BodyType | None = Field(
+        default=None,
+        description="External tools: how body members are sent: `json` (default), `form` "
+        "(application/x-www-form-urlencoded) or `multipart` (multipart/form-data, no files).",
+    )
     headers: dict[HeaderName, HeaderValue] | None = Field(
         default=None,
         max_length=32,

@@ -80,7 +80,7 @@ def endpoint_problems(
     if tool_type == "function":
         return [
             (f"$.function.{field}", f"{field} is only allowed on external tools")
-            for field in ("url", "method")
+            for field in ("url", "method", "body_type")
             if getattr(function, field) is not None
         ]
     problems: list[Problem] = []
@@ -115,6 +115,12 @@ def secret_problems(
 
 
 URL_TEMPLATE = re.compile(r"\{([^{}]*)\}")
+_STYLES: dict[str, tuple[str, ...]] = {
+    "query": ("form", "spaceDelimited", "pipeDelimited", "deepObject"),
+    "path": ("simple",),
+    "header": ("simple",),
+    "body": (),
+}
 
 
 def placement_problems(
@@ -130,9 +136,21 @@ def placement_problems(
         (f"$.context_parameters[{index}].in", context.name, context.in_)
         for index, context in enumerate(context_parameters)
     ]
+    styled = [
+        (f"$.function.parameters.properties.{name}.style", name, schema)
+        for name, schema in function.parameters.properties.items()
+        if schema.style is not None or schema.explode is not None
+    ]
     if tool_type != "external":
-        return [(path, "only external tools place arguments") for path, _, where in placed if where]
+        paths = [path for path, _, where in placed if where] + [path for path, _, _ in styled]
+        return [(path, "only external tools place arguments") for path in paths]
+    default = "query" if function.method in ("GET", "DELETE") else "body"
     problems: list[Problem] = []
+    for path, _, schema in styled:
+        place = schema.in_ or default
+        if schema.style is not None and schema.style not in _STYLES[place]:
+            allowed = ", ".join(_STYLES[place]) or "no style"
+            problems.append((path, f"a {place} parameter takes {allowed}"))
     try:
         parts = urlsplit(function.url or "")
     except ValueError:  # a malformed URL: endpoint_problems says so

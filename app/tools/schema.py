@@ -46,7 +46,8 @@ KEYWORDS = frozenset(
         *_FREE,
     )
 )
-_LEGACY = frozenset(("in", "min_items", "max_items"))  # top-level parameters only
+# Top-level parameters only: where an external tool sends it, and the seed's names.
+_LEGACY = frozenset(("in", "style", "explode", "min_items", "max_items"))
 # Keywords that mean something for one family of types only: a typed schema that states one of
 # another family's is a mistake worth a 422 (the seed refused `items` on a string).
 _FAMILY = {
@@ -65,11 +66,12 @@ _PAIRS = (
 
 
 def parameter_json_schema(parameter: dict[str, Any]) -> dict[str, Any]:
-    """One stored top-level parameter as JSON Schema: the seed's names renamed, `in` dropped
-    (where an external tool sends it is not for the model), items without a type strings."""
+    """One stored top-level parameter as JSON Schema: the seed's names renamed, `in`, `style`
+    and `explode` dropped (how an external tool sends it is not for the model), items without
+    a type strings."""
     schema: dict[str, Any] = {}
     for key, value in parameter.items():
-        if value is None or key == "in":
+        if value is None or key in ("in", "style", "explode"):
             continue
         schema[_RENAMED.get(key, key)] = value
     items = schema.get("items")

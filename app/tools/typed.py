@@ -109,6 +109,9 @@ class ExternalTool(TypedTool):
     headers: dict[str, str] | None = None  # templates: `{secret:NAME}` filled at run time
     # argument name -> path | query | header | body; None (and names absent): the seed's rule
     placements: dict[str, str] | None = None
+    styles: dict[str, tuple[str | None, bool | None]] | None = None  # name -> (style, explode)
+    body_type: str = "json"  # json | form | multipart
+    sends_body: bool = False  # it has body members: a body (`{}` at least) is always sent
 
     kind: ClassVar[ToolKind] = "external"
     uses_http: ClassVar[bool] = True
@@ -191,10 +194,20 @@ def parse_stored_tool(
         name: p.in_ for name, p in function.parameters.properties.items() if p.in_
     }
     placed |= {c.name: c.in_ for c in stored.context_parameters if c.in_}
+    styles: dict[str, tuple[str | None, bool | None]] = {
+        name: (p.style, p.explode)
+        for name, p in function.parameters.properties.items()
+        if p.style is not None or p.explode is not None
+    }
+    default = "query" if function.method in ("GET", "DELETE") else "body"
+    names = [*function.parameters.properties, *(c.name for c in stored.context_parameters)]
     return stored, ExternalTool(
         **common,
         url=function.url,
         method=function.method,
         headers=headers,
         placements=placed or None,
+        styles=styles or None,
+        body_type=function.body_type or "json",
+        sends_body=any(placed.get(name, default) == "body" for name in names),
     )
