@@ -24,12 +24,13 @@ from app.errors import UnprocessableError, field_error
 from app.schemas.fields import problem_lines
 from app.schemas.tools import ToolCreate, ToolImport
 from app.services.outbound import TenantOutbound
-from app.services.tools import ToolService
+from app.services.tools import RESERVED_TOOL_IDS, ToolService
 from app.tools.netguard import url_problems
 from app.tools.openapi import Converted, DocumentError, ImportOptions, convert
 from app.tools.openapi_text import TextError, parse_document
 
-MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024  # GitHub's REST description is 13 MB
+_REST_OF_A_TOOL = 6_000  # description, URL, headers: what a tool holds beside its parameters
 FETCH_TIMEOUT_S = 10.0  # each read of the fetch; IMPORT_FETCH_DEADLINE_S bounds the whole of it
 IMPORT_THREADS = 2  # documents read and converted at once, per process; the rest wait their turn
 
@@ -65,6 +66,8 @@ class ToolImporter:
             add_tags=list(request.tags),
             security=dict(request.security),
             base_url=request.url,
+            reserved=RESERVED_TOOL_IDS,
+            max_schema_bytes=max(self._tools.max_schema_bytes - _REST_OF_A_TOOL, 512),
         )
         converted = await self._converted(source, options)
         creates, problems = await self._checked(converted.tools, tenant_id)
@@ -72,6 +75,7 @@ class ToolImporter:
             "dry_run": request.dry_run,
             "tools": converted.tools,
             "skipped": converted.skipped,
+            "notes": converted.notes,
             "problems": problems,
         }
         if request.dry_run:
@@ -87,7 +91,7 @@ class ToolImporter:
                     field_error("$.document", f"{s['operation']}: {s['reason']}")
                     for s in converted.skipped
                 ]
-                or [field_error("$", "no operation matched the selection")],
+                or [field_error("$", _nothing_selected(request))],
             )
         answer["tools"] = await self._tools.create_all(creates, tenant_id=tenant_id)
         return answer
@@ -183,6 +187,12 @@ class ToolImporter:
             reason = f"it did not arrive within {self._fetch_deadline_s:g} s"
             raise _fetch_failed(f"{reason} (IMPORT_FETCH_DEADLINE_S)") from None
         return data.decode("utf-8", errors="replace")
+
+
+def _nothing_selected(request: ToolImport) -> str:
+    if request.operation_ids is None and request.openapi_tags is None:
+        return "the document has no operation under `paths` (webhooks are not imported)"
+    return "no operation matched the selection"
 
 
 def _fetch_failed(reason: str) -> UnprocessableError:
