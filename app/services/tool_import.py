@@ -25,7 +25,7 @@ from app.schemas.fields import problem_lines
 from app.schemas.tools import ToolCreate, ToolImport
 from app.services.outbound import TenantOutbound
 from app.services.tools import RESERVED_TOOL_IDS, ToolService
-from app.tools.netguard import url_problems
+from app.tools.netguard import OutboundPolicy, url_problems
 from app.tools.openapi import Converted, DocumentError, ImportOptions, convert
 from app.tools.openapi_text import TextError, parse_document
 
@@ -102,6 +102,28 @@ class ToolImporter:
         """Each built tool checked like `POST /tools/create`; problems by `$.tools[i]` path."""
         policy = await self._outbound.policy(tenant_id)
         taken_ids, taken_names = await self._tools.taken(tenant_id=tenant_id)
+        loop = asyncio.get_running_loop()  # checking a document's tools is CPU: off the loop
+        creates, problems = await loop.run_in_executor(
+            self._threads, self._validated, documents, policy, taken_ids, taken_names
+        )
+        room = await self._tools.room(tenant_id=tenant_id)
+        if len(creates) > room:
+            problems.append(
+                field_error(
+                    "$.tools",
+                    f"{len(creates)} tools would pass the tenant's limit (MAX_TOOLS_PER_TENANT): "
+                    f"room for {max(room, 0)}; select fewer operations",
+                )
+            )
+        return creates, problems
+
+    def _validated(
+        self,
+        documents: list[dict[str, Any]],
+        policy: OutboundPolicy,
+        taken_ids: set[str],
+        taken_names: set[str],
+    ) -> tuple[list[ToolCreate], list[dict[str, str]]]:
         creates: list[ToolCreate] = []
         problems: list[dict[str, str]] = []
         for index, document in enumerate(documents):
@@ -122,15 +144,6 @@ class ToolImporter:
                     field_error(f"{where}.function.name", f"'{tool.function.name}' is taken")
                 )
             creates.append(tool)
-        room = await self._tools.room(tenant_id=tenant_id)
-        if len(creates) > room:
-            problems.append(
-                field_error(
-                    "$.tools",
-                    f"{len(creates)} tools would pass the tenant's limit (MAX_TOOLS_PER_TENANT): "
-                    f"room for {max(room, 0)}; select fewer operations",
-                )
-            )
         return creates, problems
 
     async def _source(self, request: ToolImport, tenant_id: str) -> dict[str, Any] | str:

@@ -25,7 +25,9 @@ import orjson
 from app.tools.typed import ExternalTool
 
 _TEMPLATE = re.compile(r"\{([^{}]*)\}")
-_QUERY_SAFE = "-._~!$'()*+,;:@/?"  # what a query value may hold as it is (RFC 3986), less & =
+# What a query value may hold as it is (RFC 3986), less `&`, `=` and `+` (which form decoders
+# read as a space) and `,` (the delimiter of non-exploded arrays).
+_QUERY_SAFE = "-._~!$'()*;:@/?"
 _DELIMITERS = {"form": ",", "spaceDelimited": "%20", "pipeDelimited": "|"}
 
 
@@ -107,7 +109,7 @@ def _simple(value: Any, explode: bool, encode: Any) -> str:
 
 
 def _q(value: Any) -> str:
-    return quote(text(value), safe=_QUERY_SAFE.replace(",", ""))
+    return quote(text(value), safe=_QUERY_SAFE)
 
 
 def query_pairs(name: str, value: Any, style: str, explode: bool) -> list[tuple[str, str]]:

@@ -77,6 +77,7 @@ def test_the_urls_own_query_is_kept() -> None:
         ("form", True, {"x": 1, "y": 2}, "x=1&y=2"),
         ("form", False, {"x": 1, "y": 2}, "f=x,1,y,2"),
         (None, None, "a&b=c", "f=a%26b%3Dc"),
+        (None, None, "a+b c", "f=a%2Bb%20c"),  # a raw + would arrive as a space
         (None, None, True, "f=true"),
     ],
 )
