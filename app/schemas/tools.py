@@ -322,8 +322,8 @@ class ToolId(BaseModel):
 
 
 class ToolImport(ClientModel):
-    """`POST /tools/import`: external tools from an OpenAPI 3.0 or 3.1 document, one per
-    operation. Give the document as JSON (`document`), as JSON or YAML text (`document_text`),
+    """`POST /tools/import`: external tools from an OpenAPI 3.0 or 3.1 document (Swagger 2.0 is
+    converted first), one per operation. Give the document as JSON (`document`), as JSON or YAML text (`document_text`),
     or as a `url` the service fetches through the outbound guard."""
 
     model_config = ConfigDict(
