@@ -95,9 +95,10 @@ async def create_tool(
 async def import_tools(
     body: Annotated[ToolImport, Body(openapi_examples=examples.TOOL_IMPORT)], tenant: TenantDep
 ) -> dict[str, Any]:
-    """External tools from an OpenAPI 3.0 or 3.1 document, one per operation: all of them or
-    none (422 listing every problem). Operations a tool cannot express are skipped, each with
-    its reason; `dry_run` shows the result without storing it."""
+    """External tools from an OpenAPI 3.0 or 3.1 (or Swagger 2.0) document, one per operation:
+    all of them or none (422 listing every problem). Operations a tool cannot express are
+    skipped, each with its reason; optional parts left out are listed in `notes`; `dry_run`
+    shows the result without storing it."""
     return await tenant.services.importer.run(body, tenant_id=tenant.id)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import mcp_types
 
 from app.mcp.config import McpServer, exposed_tool_name
-from app.schemas.fields import name_problems
+from app.tools.providers import provider_problems
 from app.tools.typed import ContextSlot, McpServerTool, TypedTool
 
 _ANNOTATIONS = {
@@ -21,21 +21,6 @@ _ANNOTATIONS = {
     "idempotent_hint": "idempotentHint",
     "open_world_hint": "openWorldHint",
 }
-
-# JSON Schema keywords outside the OpenAPI subset Gemini accepts.
-_GEMINI_UNSUPPORTED = (
-    "$ref",
-    "$defs",
-    "definitions",
-    "const",
-    "oneOf",
-    "allOf",
-    "not",
-    "if",
-    "patternProperties",
-    "additionalProperties",
-    "prefixItems",
-)
 
 
 def mcp_server_tool(server: McpServer, tool: mcp_types.Tool) -> McpServerTool:
@@ -127,47 +112,6 @@ def mcp_tool_document(tool: McpServerTool) -> dict[str, Any]:
 
 
 def schema_incompatibilities(name: str, schema: dict[str, Any]) -> dict[str, list[str]]:
-    """Providers that cannot take a passed-through JSON Schema as it is, and why."""
-    found = sorted(_keywords(schema) & set(_GEMINI_UNSUPPORTED))
-    problems: dict[str, list[str]] = {}
-    if found:
-        problems["gemini"] = [f"the schema uses {', '.join(found)}, which Gemini does not accept"]
-    untyped = _untyped(schema)
-    if untyped:
-        problems.setdefault("gemini", []).append(
-            f"Gemini needs a type for every parameter: {', '.join(untyped)} has none"
-        )
-    for provider, reasons in name_problems(name).items():  # the one name rule
-        problems.setdefault(provider, []).extend(reasons)
-    return problems
-
-
-def _untyped(schema: dict[str, Any], path: str = "") -> list[str]:
-    """Parameters (at any depth) whose schema gives no single `type`."""
-    found = []
-    for name, sub in (schema.get("properties") or {}).items():
-        where = f"{path}{name}"
-        if not isinstance(sub, dict) or not isinstance(sub.get("type"), str):
-            found.append(where)
-            continue
-        found += _untyped(sub, f"{where}.")
-        items = sub.get("items")
-        if isinstance(items, dict) and items and not isinstance(items.get("type"), str):
-            found.append(f"{where}[]")
-    return found
-
-
-def _keywords(schema: Any) -> set[str]:
-    found: set[str] = set()
-    if isinstance(schema, dict):
-        for key, value in schema.items():
-            found.add(key)
-            if key == "properties" and isinstance(value, dict):
-                for sub in value.values():
-                    found |= _keywords(sub)
-            elif isinstance(value, dict | list):
-                found |= _keywords(value)
-    elif isinstance(schema, list):
-        for item in schema:
-            found |= _keywords(item)
-    return found
+    """Providers that cannot take a passed-through JSON Schema, even converted, and why (the
+    one rule of stored tools, `provider_problems`)."""
+    return provider_problems(name, schema)

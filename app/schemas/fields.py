@@ -92,7 +92,7 @@ MAX_JSON_VALUES = 100_000
 MAX_JSON_KEY_CHARS = 1024
 
 
-def json_problem(value: Any) -> str | None:
+def json_problem(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> str | None:
     """The one input gate for free-form JSON from a caller or a model (message parts, and tool
     arguments on every entry point: `/chat`, invoke, `/mcp`, the model's calls): why it cannot
     be taken, or None. What it refuses, no copy of it could be written whole (orjson stops near
@@ -108,8 +108,8 @@ def json_problem(value: Any) -> str | None:
         if seen > MAX_JSON_VALUES:
             return f"more than {MAX_JSON_VALUES} values"
         if isinstance(current, dict | list):
-            if depth > MAX_JSON_DEPTH:
-                return f"nested deeper than {MAX_JSON_DEPTH} levels"
+            if depth > max_depth:
+                return f"nested deeper than {max_depth} levels"
             if isinstance(current, list):
                 pending.extend((child, depth + 1) for child in current)
                 continue

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -14,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.config import JsonDict
-from pydantic.json_schema import SkipJsonSchema
+from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
 
 from app.schemas.fields import (
     ClientModel,
@@ -23,12 +24,15 @@ from app.schemas.fields import (
     HeaderValue,
     Name,
     Tag,
+    json_problem,
 )
 
 EnumValue = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+# An `enum` or `const` value of a parameter: any JSON scalar (strings up to 256 characters).
+ScalarValue = Annotated[str, StringConstraints(max_length=256)] | bool | int | float
 
 ParameterType = Literal["string", "integer", "number", "boolean", "array"]
-ItemType = Literal["string", "integer", "number", "boolean"]
+SchemaType = Literal["string", "integer", "number", "boolean", "array", "object", "null"]
 ToolType = Literal["function", "external"]
 ApprovalMode = Literal["always", "never"]
 APPROVAL_DOC = (
@@ -46,32 +50,96 @@ PLACEMENT_DOC = (
 )
 
 
+ParameterStyle = Literal["form", "spaceDelimited", "pipeDelimited", "deepObject", "simple"]
+STYLE_DOC = (
+    "External tools: how an array or object value is written (OpenAPI 3 `style` and "
+    "`explode`). Query: `form` (default; exploded `a=1&a=2`, else `a=1,2`), `spaceDelimited`, "
+    "`pipeDelimited`, `deepObject` (`a[k]=v`); path and header: `simple` (`1,2`)."
+)
+BodyType = Literal["json", "form", "multipart"]
+
+
 # Arrays may be long, but a bound keeps every integer inside BSON's 64 bits and schemas sane.
 MAX_ARRAY_BOUND = 100_000
+Count = Annotated[int, Field(ge=0, le=MAX_ARRAY_BOUND)]
+Bound = Annotated[float, Field(allow_inf_nan=False)] | int
+# JSON levels a nested schema may take: `app/tools/schema.py` stops schemas at 24 subschemas
+# deep (precise paths); this bounds what reaches it (and BSON's 100 levels).
+MAX_SCHEMA_JSON_DEPTH = 80
 
 
-class ItemsSchema(ClientModel):
-    type: ItemType = "string"
-    enum: list[EnumValue] | None = Field(default=None, min_length=1, max_length=256)
+def _schema_gate(value: Any) -> Any:
+    problem = json_problem(value, max_depth=MAX_SCHEMA_JSON_DEPTH)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+# A nested JSON Schema: its keywords are checked by `app/tools/schema.py`, with paths.
+Subschema = Annotated[dict[str, Any], AfterValidator(_schema_gate)]
 
 
 class ParameterSchema(ClientModel):
-    """One LLM-visible parameter, in the seed's vocabulary (`min_items`, not `minItems`)."""
+    """One LLM-visible parameter: JSON Schema (draft 2020-12), the subset every major provider
+    takes (docs/tools.md). Nested schemas (`properties`, `items`, `anyOf`, ...) use the same
+    keywords. The seed's `min_items`/`max_items` are still read (top level only)."""
 
-    model_config = ConfigDict(serialize_by_alias=True)
+    model_config = ConfigDict(serialize_by_alias=True, populate_by_name=True)
 
-    type: ParameterType
+    # One type or a list of them (`["string", "null"]`); checked with the other keywords.
+    type: Annotated[
+        Any,
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"enum": list(get_args(SchemaType))},
+                    {"type": "array", "items": {"enum": list(get_args(SchemaType))}},
+                ]
+            }
+        ),
+    ] = None
     description: Description | None = None
-    enum: list[EnumValue] | None = Field(default=None, min_length=1, max_length=256)
-    items: ItemsSchema | None = None
-    min_items: int | None = Field(default=None, ge=0, le=MAX_ARRAY_BOUND)
-    max_items: int | None = Field(default=None, ge=0, le=MAX_ARRAY_BOUND)
+    title: Annotated[str, StringConstraints(max_length=256)] | None = None
+    enum: list[ScalarValue | None] | None = Field(default=None, min_length=1, max_length=256)
+    const: ScalarValue | None = None
+    format: Annotated[str, StringConstraints(max_length=64)] | None = None
+    pattern: Annotated[str, StringConstraints(max_length=1024)] | None = None
+    minimum: Bound | None = None
+    maximum: Bound | None = None
+    exclusiveMinimum: Bound | None = None
+    exclusiveMaximum: Bound | None = None
+    multipleOf: Bound | None = None
+    minLength: Count | None = None
+    maxLength: Count | None = None
+    minItems: Count | None = None
+    maxItems: Count | None = None
+    uniqueItems: bool | None = None
+    items: Subschema | None = None
+    properties: dict[str, Subschema] | None = Field(default=None, max_length=256)
+    required: list[str] | None = Field(default=None, max_length=256)
+    additionalProperties: bool | Subschema | None = None
+    minProperties: Count | None = None
+    maxProperties: Count | None = None
+    anyOf: list[Subschema] | None = Field(default=None, min_length=1, max_length=64)
+    oneOf: list[Subschema] | None = Field(default=None, min_length=1, max_length=64)
+    allOf: list[Subschema] | None = Field(default=None, min_length=1, max_length=64)
+    ref: str | None = Field(default=None, alias="$ref", max_length=256)
+    default: Annotated[Any, AfterValidator(_schema_gate)] = None
+    examples: Annotated[list[Any], AfterValidator(_schema_gate)] | None = Field(
+        default=None, max_length=16
+    )
+    min_items: Count | None = None
+    max_items: Count | None = None
     in_: Placement | None = Field(default=None, alias="in", description=PLACEMENT_DOC)
+    style: ParameterStyle | None = Field(default=None, description=STYLE_DOC)
+    explode: bool | None = Field(default=None, description=STYLE_DOC)
 
 
 class ParametersSchema(ClientModel):
     """The model-visible parameters. A function tool's must match its function's signature:
     the same names, compatible types, `required` exactly those without a default."""
+
+    model_config = ConfigDict(serialize_by_alias=True, populate_by_name=True)
 
     type: Literal["object"] = "object"
     properties: dict[Name, ParameterSchema] = Field(default_factory=dict, max_length=64)
@@ -79,6 +147,12 @@ class ParametersSchema(ClientModel):
         default_factory=list,
         max_length=64,
         description="Names of required parameters; each must be a key of `properties`.",
+    )
+    defs: dict[Name, Subschema] | None = Field(
+        default=None,
+        alias="$defs",
+        max_length=64,
+        description='Schemas the parameters refer to as `{"$ref": "#/$defs/NAME"}`.',
     )
 
 
@@ -92,6 +166,11 @@ class FunctionSpec(ClientModel):
         Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+", max_length=2048)] | None
     ) = None
     method: HttpMethod | None = None
+    body_type: BodyType | None = Field(
+        default=None,
+        description="External tools: how body members are sent: `json` (default), `form` "
+        "(application/x-www-form-urlencoded) or `multipart` (multipart/form-data, no files).",
+    )
     headers: dict[HeaderName, HeaderValue] | None = Field(
         default=None,
         max_length=32,
@@ -295,9 +374,9 @@ class ToolId(BaseModel):
 
 
 class ToolImport(ClientModel):
-    """`POST /tools/import`: external tools from an OpenAPI 3.0 or 3.1 document, one per
-    operation. Give the document as JSON (`document`), as JSON or YAML text (`document_text`),
-    or as a `url` the service fetches through the outbound guard."""
+    """`POST /tools/import`: external tools from an OpenAPI 3.0 or 3.1 document (Swagger 2.0 is
+    converted first), one per operation. Give the document as JSON (`document`), as JSON or
+    YAML text (`document_text`), or as a `url` the service fetches through the outbound guard."""
 
     model_config = ConfigDict(
         json_schema_extra={

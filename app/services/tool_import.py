@@ -23,13 +23,14 @@ from app.errors import UnprocessableError, field_error
 from app.schemas.fields import problem_lines
 from app.schemas.tools import ToolCreate, ToolImport
 from app.services.outbound import TenantOutbound
-from app.services.tools import ToolService
-from app.tools.netguard import OutboundBlockedError, url_problems
+from app.services.tools import RESERVED_TOOL_IDS, ToolService
+from app.tools.netguard import OutboundBlockedError, OutboundPolicy, url_problems
 from app.tools.openapi import Converted, DocumentError, ImportOptions, convert
 from app.tools.openapi_text import TextError, parse_document
 from app.tools.outbound_client import OutboundError
 
-MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024  # GitHub's REST description is 13 MB
+_REST_OF_A_TOOL = 6_000  # description, URL, headers: what a tool holds beside its parameters
 FETCH_TIMEOUT_S = 10.0  # each read of the fetch; IMPORT_FETCH_DEADLINE_S bounds the whole of it
 IMPORT_THREADS = 2  # documents read and converted at once, per process; the rest wait their turn
 
@@ -65,6 +66,8 @@ class ToolImporter:
             add_tags=list(request.tags),
             security=dict(request.security),
             base_url=request.url,
+            reserved=RESERVED_TOOL_IDS,
+            max_schema_bytes=max(self._tools.max_schema_bytes - _REST_OF_A_TOOL, 512),
         )
         converted = await self._converted(source, options)
         creates, problems = await self._checked(converted.tools, tenant_id)
@@ -72,6 +75,7 @@ class ToolImporter:
             "dry_run": request.dry_run,
             "tools": converted.tools,
             "skipped": converted.skipped,
+            "notes": converted.notes,
             "problems": problems,
         }
         if request.dry_run:
@@ -87,7 +91,7 @@ class ToolImporter:
                     field_error("$.document", f"{s['operation']}: {s['reason']}")
                     for s in converted.skipped
                 ]
-                or [field_error("$", "no operation matched the selection")],
+                or [field_error("$", _nothing_selected(request))],
             )
         answer["tools"] = await self._tools.create_all(creates, tenant_id=tenant_id)
         return answer
@@ -98,6 +102,28 @@ class ToolImporter:
         """Each built tool checked like `POST /tools/create`; problems by `$.tools[i]` path."""
         policy = await self._outbound.policy(tenant_id)
         taken_ids, taken_names = await self._tools.taken(tenant_id=tenant_id)
+        loop = asyncio.get_running_loop()  # checking a document's tools is CPU: off the loop
+        creates, problems = await loop.run_in_executor(
+            self._threads, self._validated, documents, policy, taken_ids, taken_names
+        )
+        room = await self._tools.room(tenant_id=tenant_id)
+        if len(creates) > room:
+            problems.append(
+                field_error(
+                    "$.tools",
+                    f"{len(creates)} tools would pass the tenant's limit (MAX_TOOLS_PER_TENANT): "
+                    f"room for {max(room, 0)}; select fewer operations",
+                )
+            )
+        return creates, problems
+
+    def _validated(
+        self,
+        documents: list[dict[str, Any]],
+        policy: OutboundPolicy,
+        taken_ids: set[str],
+        taken_names: set[str],
+    ) -> tuple[list[ToolCreate], list[dict[str, str]]]:
         creates: list[ToolCreate] = []
         problems: list[dict[str, str]] = []
         for index, document in enumerate(documents):
@@ -118,15 +144,6 @@ class ToolImporter:
                     field_error(f"{where}.function.name", f"'{tool.function.name}' is taken")
                 )
             creates.append(tool)
-        room = await self._tools.room(tenant_id=tenant_id)
-        if len(creates) > room:
-            problems.append(
-                field_error(
-                    "$.tools",
-                    f"{len(creates)} tools would pass the tenant's limit (MAX_TOOLS_PER_TENANT): "
-                    f"room for {max(room, 0)}; select fewer operations",
-                )
-            )
         return creates, problems
 
     async def _source(self, request: ToolImport, tenant_id: str) -> dict[str, Any] | str:
@@ -181,6 +198,12 @@ class ToolImporter:
             reason = f"it did not arrive within {self._fetch_deadline_s:g} s"
             raise _fetch_failed(f"{reason} (IMPORT_FETCH_DEADLINE_S)") from None
         return data.decode("utf-8", errors="replace")
+
+
+def _nothing_selected(request: ToolImport) -> str:
+    if request.operation_ids is None and request.openapi_tags is None:
+        return "the document has no operation under `paths` (webhooks are not imported)"
+    return "no operation matched the selection"
 
 
 def _fetch_failed(reason: str) -> UnprocessableError:

@@ -66,7 +66,22 @@ class ToolService:
                 errors=[field_error(path, message) for path, message in problems],
             )
 
+    @property
+    def max_schema_bytes(self) -> int:
+        """What a tool's definition may weigh as JSON (MAX_TOOL_SCHEMA_BYTES)."""
+        return self._max_schema_bytes
+
     def problems(self, tool: ToolFields, policy: OutboundPolicy) -> list[Problem]:
+        """Every rule `tool` breaks, by JSON path: its id (a reserved one), its size, its
+        definition and, for a function tool, its server function's signature."""
+        tool_id = getattr(tool, "tool_id", None)
+        if tool_id in RESERVED_TOOL_IDS:
+            return [
+                (
+                    "$.tool_id",
+                    f"'{tool_id}' is reserved (it is a route under /tools/); choose another id",
+                )
+            ]
         size = len(orjson.dumps(tool.function.model_dump(exclude_none=True)))
         if size > self._max_schema_bytes:
             return [
@@ -117,17 +132,6 @@ class ToolService:
 
     async def create(self, tool: ToolCreate, *, tenant_id: str) -> Tool:
         """Store a new tool; 422 on a broken definition, 409 on a taken id or function name."""
-        if tool.tool_id in RESERVED_TOOL_IDS:
-            raise UnprocessableError(
-                "The tool definition is invalid.",
-                errors=[
-                    field_error(
-                        "$.tool_id",
-                        f"'{tool.tool_id}' is reserved (it is a route "
-                        "under /tools/); choose another id",
-                    )
-                ],
-            )
         await self.check(tool, tenant_id=tenant_id)
         async with self._fence(tenant_id, "tools"):  # the cap holds exactly
             if await self._tools.count(tenant_id=tenant_id) >= self._max_tools:

@@ -22,22 +22,66 @@ _SCALAR_CHECKS = {
 }
 
 
-def argument_problems(arguments: dict[str, Any], parameters: dict[str, Any]) -> list[str]:
-    """Every way `arguments` breaks the schema: unknown keys, required, types, enums, bounds."""
-    properties: dict[str, Any] = parameters.get("properties", {})
-    problems = [f"unknown argument '{key}'" for key in arguments if key not in properties]
-    problems += [
-        f"missing required argument '{name}'"
-        for name in parameters.get("required", [])
-        if name not in arguments
-    ]
-    for name, value in arguments.items():
-        if name in properties:
-            problems += value_problems(name, value, properties[name])
-    return problems
+MAX_PROBLEMS = 10  # messages about one call's arguments, at most
+_SHOWN = 200  # characters of one message (it may quote the model's own value)
+
+
+def argument_problems(arguments: dict[str, Any], validator: Any) -> list[str]:
+    """Every way `arguments` breaks the tool's compiled schema, each naming the argument's path
+    (`address.zip`, `items[0].qty`): unknown keys, missing ones, types, enums, patterns, bounds.
+    The first check is a plain yes/no; messages are built only for a call that fails."""
+    if validator.is_valid(arguments):
+        return []
+    unknown: list[str] = []
+    missing: list[str] = []
+    other: list[str] = []
+    for error in validator.iter_errors(arguments):
+        where = argument_path(error.instance_path)
+        kind = type(error.kind).__name__
+        if kind == "AdditionalProperties":
+            names = ", ".join(f"'{name}'" for name in error.kind.unexpected)
+            unknown.append(
+                f"unknown argument {names}"
+                if not where
+                else f"'{where}' has unknown member {names}"
+            )
+        elif kind == "Required":
+            name = error.kind.property
+            missing.append(
+                f"missing required argument '{name}'"
+                if not where
+                else f"'{where}' is missing its required member '{name}'"
+            )
+        else:
+            other.append(_message(where, kind, error))
+        if len(unknown) + len(missing) + len(other) >= MAX_PROBLEMS:
+            break
+    return [text[:_SHOWN] for text in unknown + missing + other]
+
+
+def _message(where: str, kind: str, error: Any) -> str:
+    shown = where or "the arguments"
+    if kind == "Type":
+        types = [t for t in error.kind.types if t != "null"]
+        if len(types) == 1:
+            article = "an" if types[0] in ("integer", "array", "object") else "a"
+            nullable = " (or null)" if "null" in error.kind.types else ""
+            return f"'{shown}' must be {article} {types[0]}{nullable}"
+    if kind == "Enum":
+        return f"'{shown}' must be one of {', '.join(map(repr, error.kind.options))}"
+    return f"'{shown}': {error.message}"
+
+
+def argument_path(parts: Sequence[str | int]) -> str:
+    """`['items', 0, 'qty']` as `items[0].qty`."""
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
 
 
 def value_problems(name: str, value: Any, schema: dict[str, Any]) -> list[str]:
+    """A context value against its slot's schema (a scalar or an array of scalars)."""
     kind = schema.get("type", "string")
     if kind == "array":
         if not isinstance(value, list):

@@ -120,8 +120,8 @@ class ToolInvoker:
     async def _checked_run(
         self, tool: TypedTool, arguments: dict[str, Any], call: CallScope
     ) -> ToolOutcome:
-        if tool.parameters is not None:  # None: the tool's own server checks (MCP)
-            problems = argument_problems(arguments, tool.parameters)
+        if tool.validator is not None:  # None: the tool's own server checks (MCP)
+            problems = argument_problems(arguments, tool.validator)
             if problems:
                 return ToolOutcome.error(
                     "invalid arguments: " + "; ".join(problems), "invalid_arguments"

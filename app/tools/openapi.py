@@ -19,13 +19,17 @@ from urllib.parse import urljoin
 
 from app.schemas.fields import safe_tool_name
 from app.tools.openapi_fields import NAME, kind, short, text_field
-from app.tools.openapi_parameters import body_members, parameter_members
+from app.tools.openapi_parameters import Members, body_members, parameter_members
 from app.tools.openapi_refs import DocumentError, Resolver, Skip
+from app.tools.openapi_schema import SchemaConverter
+from app.tools.schema import MAX_SCHEMA_NODES
+from app.tools.swagger import as_openapi3
 
 __all__ = ["METHODS", "Converted", "DocumentError", "ImportOptions", "convert", "tool_name"]
 
 METHODS = ("get", "post", "put", "patch", "delete")
 MAX_NAME = 64
+SCHEMA_DEPTHS = (16, 4, 1)  # tried in turn until a tool's parameters fit
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
 _HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")  # an HTTP token
 
@@ -39,52 +43,93 @@ class ImportOptions:
     add_tags: list[str] = field(default_factory=list)
     security: dict[str, str] = field(default_factory=dict)  # scheme name -> tenant secret
     base_url: str | None = None  # where the document was fetched from (relative servers)
-    max_operations: int = 500
+    max_operations: int = 500  # of the selected operations
+    reserved: frozenset[str] = frozenset()  # tool ids the importer may not give (suffixed)
+    max_schema_bytes: int = 30_000  # of a tool's parameters (MAX_TOOL_SCHEMA_BYTES, less room)
+    converters: dict[int, SchemaConverter] = field(default_factory=dict)  # one per depth
 
 
 @dataclass
 class Converted:
     tools: list[dict[str, Any]]
     skipped: list[dict[str, str]]
+    notes: list[dict[str, str]]
 
 
 def convert(document: Any, options: ImportOptions) -> Converted:
-    """The tools of the selected operations, and the operations skipped with their reasons."""
+    """The tools of the selected operations, the operations skipped with their reasons, and
+    notes on what was left out of the tools made."""
+    document = as_openapi3(document)
     paths = _checked_document(document)
     resolver = Resolver(document)
     operations = [
-        (path, method, item[method])
-        for path, item in paths.items()
-        if isinstance(item, dict)
+        (path, method, item[method], item)
+        for path, item in _path_items(resolver, paths)
         for method in METHODS
         if isinstance(item.get(method), dict)
     ]
-    if len(operations) > options.max_operations:
+    selected = [op for op in operations if _selected(op[2], _operation_id(op[2]), options)]
+    if len(selected) > options.max_operations:
         raise DocumentError(
-            [f"the document has {len(operations)} operations; at most {options.max_operations}"]
+            [f"{len(selected)} operations are selected; at most {options.max_operations}"]
         )
     server = _server_url(document, options)
-    tools: list[dict[str, Any]] = []
-    skipped: list[dict[str, str]] = []
-    taken: set[str] = set()
-    for path, method, operation in operations:
+    converted = Converted([], [], [])
+    taken: set[str] = set(options.reserved)
+    for path, method, operation, item in selected:
         label = f"{method.upper()} {short(path)}"
-        raw_id = operation.get("operationId")
-        operation_id = raw_id if isinstance(raw_id, str) else ""
-        if not _selected(operation, operation_id, options):
-            continue
+        operation_id = _operation_id(operation)
+        notes: list[str] = []
         try:
-            tool = _tool(document, resolver, server, path, method, operation, paths[path], options)
-            if tool["tool_id"] in taken:
-                raise Skip(f"its name '{tool['tool_id']}' is taken by another operation")
+            tool = _sized_tool(
+                document, resolver, server, path, method, operation, item, options, notes
+            )
         except Skip as why:
-            skipped.append({"operation": label, "operation_id": operation_id, "reason": str(why)})
+            converted.skipped.append(
+                {"operation": label, "operation_id": operation_id, "reason": str(why)}
+            )
             continue
-        taken.add(tool["tool_id"])
-        tools.append(tool)
+        _rename(tool, taken)
+        converted.tools.append(tool)
+        converted.notes += [
+            {"operation": label, "tool_id": tool["tool_id"], "note": note} for note in notes[:20]
+        ]
     if resolver.problems:
         raise DocumentError(sorted(set(resolver.problems)))
-    return Converted(tools, skipped)
+    return converted
+
+
+def _operation_id(operation: dict[str, Any]) -> str:
+    raw_id = operation.get("operationId")
+    return raw_id if isinstance(raw_id, str) else ""
+
+
+def _path_items(resolver: Resolver, paths: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Each path's item, a Path Item `$ref` followed (one that cannot be is left out)."""
+    items = []
+    for path, item in paths.items():
+        if isinstance(item, dict) and isinstance(item.get("$ref"), str):
+            try:
+                target = resolver.follow(item["$ref"])
+            except Skip:
+                continue
+            item = {**target, **{k: v for k, v in item.items() if k != "$ref"}}
+        if isinstance(item, dict):
+            items.append((path, item))
+    return items
+
+
+def _rename(tool: dict[str, Any], taken: set[str]) -> None:
+    """A name already taken (or reserved) gets a stable suffix: `_2`, `_3`, ... in document
+    order, cut to fit the name limit."""
+    name = tool["tool_id"]
+    number = 1
+    while name in taken:
+        number += 1
+        suffix = f"_{number}"
+        name = tool["tool_id"][: MAX_NAME - len(suffix)] + suffix
+    taken.add(name)
+    tool["tool_id"] = tool["function"]["name"] = name
 
 
 def tool_name(operation_id: str, method: str, path: str, prefix: str = "") -> str:
@@ -155,6 +200,33 @@ def _server_url(document: dict[str, Any], options: ImportOptions) -> str | None:
     return url.rstrip("/")
 
 
+def _sized_tool(
+    document: dict[str, Any],
+    resolver: Resolver,
+    server: str | None,
+    path: str,
+    method: str,
+    operation: dict[str, Any],
+    path_item: dict[str, Any],
+    options: ImportOptions,
+    notes: list[str],
+) -> dict[str, Any]:
+    """The operation's tool, its schemas cut shallower until it fits what a tool may hold."""
+    for depth in SCHEMA_DEPTHS:
+        converter = options.converters.setdefault(depth, SchemaConverter(resolver, max_depth=depth))
+        converter.notes = []
+        tool = _tool(
+            document, resolver, server, path, method, operation, path_item, options, converter
+        )
+        nodes, size = converter.weight(tool["function"]["parameters"])
+        if nodes <= MAX_SCHEMA_NODES and size <= options.max_schema_bytes:
+            if depth != SCHEMA_DEPTHS[0]:
+                converter.notes.append(f"schemas deeper than {depth} levels are shown loosely")
+            notes += converter.notes
+            return tool
+    raise Skip(f"its parameters are larger than a tool holds ({nodes} subschemas, {size} bytes)")
+
+
 def _tool(
     document: dict[str, Any],
     resolver: Resolver,
@@ -164,6 +236,7 @@ def _tool(
     operation: dict[str, Any],
     path_item: dict[str, Any],
     options: ImportOptions,
+    converter: SchemaConverter,
 ) -> dict[str, Any]:
     if not path.startswith("/"):  # `.evil.example/x` after the server's host changes the host
         raise Skip(f"its path '{short(path)}' does not start with '/'")
@@ -175,29 +248,35 @@ def _tool(
     summary = text_field(operation, "summary")
     description = "\n\n".join(p for p in (summary, text_field(operation, "description")) if p)
     name = tool_name(raw_id or "", method, path, options.prefix)
-    properties, required = parameter_members(resolver, path_item, operation)
-    body_members(resolver, operation, properties, required)
+    members = Members(converter)
+    parameter_members(members, resolver, path_item, operation)
+    body_members(members, resolver, operation)
     headers, context = _security(document, operation, options)
     fixed = {name.lower() for name in headers} | {c["name"].lower() for c in context}
-    for param, item in properties.items():
-        if item["in"] in ("header", "query") and param.lower() in fixed:
-            raise Skip(f"the {item['in']} parameter '{param}' is also its credential")
+    members.drop(fixed, "filled by the mapped credential")
+    function: dict[str, Any] = {
+        "name": name,
+        "description": description[:4096],
+        "parameters": {
+            "type": "object",
+            "properties": members.properties,
+            "required": members.required,
+        },
+        "url": server + path,
+        "method": method.upper(),
+    }
+    if members.body_type not in (None, "json"):
+        function["body_type"] = members.body_type
     tool: dict[str, Any] = {
         "tool_id": name,
         "type": "external",
-        "function": {
-            "name": name,
-            "description": description[:4096],
-            "parameters": {"type": "object", "properties": properties, "required": required},
-            "url": server + path,
-            "method": method.upper(),
-        },
+        "function": function,
         "context_parameters": context,
         "tags": list(dict.fromkeys(options.add_tags)),
         "annotations": {"read_only_hint": method == "get", "open_world_hint": True},
     }
     if headers:
-        tool["function"]["headers"] = headers
+        function["headers"] = headers
     if summary:
         tool["title"] = summary[:128]
     if method == "delete":
@@ -214,17 +293,17 @@ def _security(
         return {}, []
     if not isinstance(requirements, list):
         raise Skip(f"its 'security' is {kind(requirements)}, not a list of requirements")
-    if any(requirement == {} for requirement in requirements):
-        return {}, []  # security is optional for this operation
     schemes = (document.get("components") or {}).get("securitySchemes") or {}
     reasons = []
-    for requirement in requirements:  # the first one the options can satisfy
-        if not isinstance(requirement, dict):
+    for requirement in requirements:  # the first one the options satisfy, wherever `{}` is
+        if not isinstance(requirement, dict) or requirement == {}:
             continue
         try:
             return _satisfy(requirement, schemes, options)
         except Skip as why:
             reasons.append(str(why))
+    if any(requirement == {} for requirement in requirements):
+        return {}, []  # security is optional for this operation, and none is mapped
     raise Skip("; ".join(reasons) or "its security requirements are malformed")
 
 

@@ -1,41 +1,109 @@
-"""An operation's parameters and JSON body members -> a tool's parameters (app/tools/openapi.py).
+"""An operation's parameters and body members -> a tool's parameters (app/tools/openapi.py).
 
-Only what a tool parameter expresses is taken: scalars and arrays of scalars, in the path, the
-query, a header or a JSON object body. Anything else, including a field of the wrong type,
-skips the operation with the reason.
+Path, query and header parameters keep their schema (app/tools/openapi_schema.py) and their
+`style`/`explode`; the body is a JSON object, a form (`application/x-www-form-urlencoded`) or
+multipart form data without files, its members top-level parameters (`in: body`), required
+when the schema says so (a body is always sent). An optional part that cannot be expressed is
+left out with a note (`converter.notes`); a required one, or a field of the wrong type, skips
+the operation with the reason.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.tools.openapi_fields import NAME, kind, scalar_texts, short, text_field
+from app.tools.openapi_fields import NAME, kind, short, text_field
 from app.tools.openapi_refs import Resolver, Skip
+from app.tools.openapi_schema import SchemaConverter
 
-_SCALARS = ("string", "integer", "number", "boolean")
+MAX_PARAMETERS = 64  # a tool's top-level parameters
 _PLACES = ("path", "query", "header")
+_STYLES = {
+    "query": ("form", "spaceDelimited", "pipeDelimited", "deepObject"),
+    "path": ("simple",),
+    "header": ("simple",),
+}
+_BODY_TYPES = (
+    ("application/json", "json"),
+    ("application/x-www-form-urlencoded", "form"),
+    ("multipart/form-data", "multipart"),
+)
+
+
+class Members:
+    """The tool parameters being built for one operation."""
+
+    def __init__(self, converter: SchemaConverter) -> None:
+        self.converter = converter
+        self.properties: dict[str, Any] = {}
+        self.required: list[str] = []
+        self.body_type: str | None = None
+
+    def add(self, name: str, schema: dict[str, Any], where: str, required: bool) -> None:
+        """One top-level parameter; an optional one that does not fit is left out (a note)."""
+        try:
+            if not NAME.fullmatch(name):
+                raise Skip(f"the {where} parameter '{short(name)}' is not a name tools accept")
+            if name in self.properties:
+                raise Skip(f"'{name}' is both a {self.properties[name]['in']} and a {where} one")
+            if len(self.properties) >= MAX_PARAMETERS:
+                raise Skip(f"'{short(name)}' is past the {MAX_PARAMETERS} parameters a tool has")
+        except Skip as why:
+            if required:
+                raise
+            self.converter.notes.append(f"{why}: left out (optional)")
+            return
+        self.properties[name] = {**schema, "in": where}
+        if required and name not in self.required:
+            self.required.append(name)
+
+    def drop(self, names: set[str], why: str) -> None:
+        """Parameters the tool fills itself (a credential): not the model's to give."""
+        for name in [
+            n for n, p in self.properties.items() if n.lower() in names and p["in"] != "body"
+        ]:
+            del self.properties[name]
+            self.required = [r for r in self.required if r != name]
+            self.converter.notes.append(f"'{name}' is {why}: left out")
 
 
 def parameter_members(
-    resolver: Resolver, path_item: dict[str, Any], operation: dict[str, Any]
-) -> tuple[dict[str, Any], list[str]]:
-    """The tool parameters of the path item's and the operation's `parameters`, and which
-    are required (the operation's replace the path item's of the same name and place)."""
-    properties: dict[str, Any] = {}
-    required: list[str] = []
+    members: Members, resolver: Resolver, path_item: dict[str, Any], operation: dict[str, Any]
+) -> None:
+    """The path item's and the operation's `parameters` (the operation's replace the path
+    item's of the same name and place)."""
     for parameter in _parameters(resolver, path_item, operation):
         name, where = parameter["name"], parameter["in"]
-        if where == "cookie":
-            raise Skip(f"the cookie parameter '{short(name)}' cannot be sent")
-        if where not in _PLACES:
-            raise Skip(f"parameter '{short(name)}' has no valid 'in'")
-        _add(properties, name, parameter.get("schema") or {}, where)
-        description = text_field(parameter, "description", f"parameter '{name}':")
-        if description:
-            properties[name].setdefault("description", description[:4096])
-        if (parameter.get("required") is True or where == "path") and name not in required:
-            required.append(name)
-    return properties, required
+        required = parameter.get("required") is True or where == "path"
+        try:
+            schema = _parameter_schema(members.converter, parameter, name, where)
+        except Skip as why:
+            if required:
+                raise
+            members.converter.notes.append(f"{why}: left out (optional)")
+            continue
+        members.add(name, schema, where, required)
+
+
+def _parameter_schema(
+    converter: SchemaConverter, parameter: dict[str, Any], name: str, where: str
+) -> dict[str, Any]:
+    if where == "cookie":
+        raise Skip(f"the cookie parameter '{short(name)}' cannot be sent")
+    if where not in _PLACES:
+        raise Skip(f"parameter '{short(name)}' has no valid 'in'")
+    schema = dict(converter.convert(parameter.get("schema") or {}, name))
+    description = text_field(parameter, "description", f"parameter '{name}':")
+    if description and "description" not in schema:
+        schema["description"] = description[:4096]
+    style, explode = parameter.get("style"), parameter.get("explode")
+    if style is not None:
+        if style not in _STYLES[where]:
+            raise Skip(f"the {where} parameter '{short(name)}' has the style {short(str(style))}")
+        schema["style"] = style
+    if isinstance(explode, bool):
+        schema["explode"] = explode
+    return schema
 
 
 def _parameters(
@@ -50,7 +118,9 @@ def _parameters(
             raise Skip(f"{whose} 'parameters' is {kind(parameters)}, not a list")
         listed += parameters
     by_place: dict[tuple[str, str], dict[str, Any]] = {}
-    for index, parameter in enumerate(resolver.resolve(listed)):
+    for index, parameter in enumerate(listed):
+        if isinstance(parameter, dict) and isinstance(parameter.get("$ref"), str):
+            parameter = resolver.follow(parameter["$ref"])
         if not isinstance(parameter, dict):
             raise Skip(f"parameter {index} is {kind(parameter)}, not an object")
         name, where = parameter.get("name"), parameter.get("in")
@@ -60,106 +130,67 @@ def _parameters(
     return list(by_place.values())
 
 
-def body_members(
-    resolver: Resolver,
-    operation: dict[str, Any],
-    properties: dict[str, Any],
-    required: list[str],
-) -> None:
-    """The members of the operation's JSON object body, added to `properties`."""
-    if operation.get("requestBody") is None:
+def body_members(members: Members, resolver: Resolver, operation: dict[str, Any]) -> None:
+    """The members of the operation's body (JSON object, form or multipart), as parameters."""
+    body = operation.get("requestBody")
+    if body is None:
         return
-    body = resolver.resolve(operation["requestBody"])
+    if isinstance(body, dict) and isinstance(body.get("$ref"), str):
+        body = resolver.follow(body["$ref"])
     if not isinstance(body, dict):
         raise Skip(f"its requestBody is {kind(body)}, not an object")
     content = body.get("content") or {}
     if not isinstance(content, dict):
         raise Skip(f"its request body's 'content' is {kind(content)}, not an object")
-    json_type = next((t for t in content if t.split(";")[0].strip() == "application/json"), None)
-    if json_type is None:
+    chosen = _media_type(content)
+    if chosen is None:
         kinds = ", ".join(sorted(content)) or "none"
-        raise Skip(f"the request body is not JSON ({short(kinds)})")
-    media = content[json_type] or {}
+        raise Skip(f"the request body is not JSON, a form or multipart ({short(kinds)})")
+    media_type, body_type = chosen
+    media = content[media_type] or {}
     if not isinstance(media, dict):
-        raise Skip(f"its JSON body's media type object is {kind(media)}, not an object")
+        raise Skip(f"its body's media type object is {kind(media)}, not an object")
     schema = media.get("schema") or {}
     if not isinstance(schema, dict):
-        raise Skip(f"the JSON body's schema is {kind(schema)}, not an object")
-    for keyword in ("oneOf", "anyOf", "allOf"):
-        if keyword in schema:
-            raise Skip(f"the JSON body uses {keyword}, which tool parameters cannot express")
-    if schema.get("type", "object") != "object" or not isinstance(schema.get("properties"), dict):
-        raise Skip("the JSON body is not an object with named members")
-    names = schema.get("required") or []
-    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
-        raise Skip("the JSON body's 'required' is not a list of member names")
-    body_required = set(names) if body.get("required") is True else set()
-    for name, member in schema["properties"].items():
-        _add(properties, name, member, "body")
-        if name in body_required:
-            required.append(name)
+        raise Skip(f"the body's schema is {kind(schema)}, not an object")
+    root = _object(members.converter.convert(schema, ""))
+    members.body_type = body_type
+    required = set(root.get("required") or [])
+    for name, member in root["properties"].items():
+        if body_type == "multipart" and _is_file(member):
+            if name in required:
+                raise Skip(f"the multipart member '{short(name)}' is a file")
+            members.converter.notes.append(f"the file '{short(name)}' is left out (optional)")
+            continue
+        members.add(name, member, "body", name in required)
 
 
-def _add(properties: dict[str, Any], name: str, schema: Any, where: str) -> None:
-    if not NAME.fullmatch(name):
-        raise Skip(
-            f"the {where} parameter '{short(name)}' is not a name tools accept ([a-zA-Z0-9_-])"
-        )
-    if name in properties:
-        raise Skip(f"'{name}' is both a {properties[name]['in']} and a {where} parameter")
-    properties[name] = {**_parameter(name, schema), "in": where}
+def _media_type(content: dict[str, Any]) -> tuple[str, str] | None:
+    bare = {t.split(";")[0].strip().lower(): t for t in content}
+    for wanted, body_type in _BODY_TYPES:
+        if wanted in bare:
+            return bare[wanted], body_type
+    json_like = next((t for b, t in bare.items() if b.endswith("+json") and "patch" not in b), None)
+    return (json_like, "json") if json_like else None
 
 
-def _parameter(name: str, schema: Any) -> dict[str, Any]:
-    """A schema as a tool parameter: scalars, and arrays of scalars."""
-    if not isinstance(schema, dict):
-        raise Skip(f"'{name}' has no schema")
-    for keyword in ("anyOf", "oneOf"):  # `X or null` (3.1's optional values) is X
-        choices = schema.get(keyword)
-        if isinstance(choices, list):
-            real = [c for c in choices if not (isinstance(c, dict) and c.get("type") == "null")]
-            if len(real) == 1 and isinstance(real[0], dict):
-                schema = {**{k: v for k, v in schema.items() if k != keyword}, **real[0]}
-    for keyword in ("oneOf", "anyOf", "allOf", "not"):
-        if keyword in schema:
-            raise Skip(f"'{name}' uses {keyword}, which tool parameters cannot express")
-    out: dict[str, Any] = {}
-    description = schema.get("description")
-    if isinstance(description, str) and description:
-        out["description"] = description[:4096]
-    scalar = _type(schema)
-    if scalar in _SCALARS:
-        out["type"] = scalar
-        enum = scalar_texts(schema.get("enum"), f"the enum of '{name}'")[:256]
-        if scalar == "string" and enum:
-            out["enum"] = enum
-        return out
-    if scalar == "array":
-        return {**out, **_array(name, schema)}
-    what = "an object" if scalar == "object" else "untyped"
-    raise Skip(f"'{name}' is {what}, which tool parameters cannot express")
+def _object(schema: dict[str, Any]) -> dict[str, Any]:
+    """The body schema as one object with named members (`allOf` of objects merged)."""
+    properties = dict(schema.get("properties") or {})
+    required = list(schema.get("required") or [])
+    for part in schema.get("allOf") or []:
+        if not isinstance(part.get("properties"), dict):
+            raise Skip("the body is an allOf whose parts are not all objects")
+        properties.update(part["properties"])
+        required += part.get("required") or []
+    if "anyOf" in schema or "oneOf" in schema:
+        raise Skip("the body is a choice of schemas (anyOf/oneOf), not one object")
+    if not properties and schema.get("type") not in (None, "object"):
+        raise Skip("the body is not an object with named members")
+    return {"properties": properties, "required": [r for r in required if r in properties]}
 
 
-def _type(schema: dict[str, Any]) -> str | None:
-    """The schema's one type (3.1's `["string", "null"]` is a string); None for anything else."""
-    found = schema.get("type")
-    if isinstance(found, list):
-        kinds = [k for k in found if k != "null"]
-        found = kinds[0] if len(kinds) == 1 else None
-    return found if isinstance(found, str) else None
-
-
-def _array(name: str, schema: dict[str, Any]) -> dict[str, Any]:
-    items = schema.get("items") or {}
-    item_kind = _type(items) if isinstance(items, dict) else None
-    if item_kind not in _SCALARS:
-        raise Skip(f"'{name}' is an array of {short(item_kind or 'untyped items')}")
-    out: dict[str, Any] = {"type": "array", "items": {"type": item_kind}}
-    enum = scalar_texts(items.get("enum"), f"the item enum of '{name}'")[:256]
-    if item_kind == "string" and enum:
-        out["items"]["enum"] = enum
-    for source, target in (("minItems", "min_items"), ("maxItems", "max_items")):
-        value = schema.get(source)
-        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 1000:
-            out[target] = value
-    return out
+def _is_file(schema: Any) -> bool:
+    return isinstance(schema, dict) and (
+        schema.get("format") in ("binary", "base64") or schema.get("type") == "file"
+    )

@@ -55,6 +55,29 @@ class Resolver:
             return self._reference(ref)
         return {key: self.resolve(value) for key, value in node.items()}
 
+    def follow(self, ref: str) -> Any:
+        """The target of a local `$ref`, its children not resolved (the caller walks them);
+        Skip when it cannot be followed. Never a problem of the whole document: a schema
+        converter meets cycles and foreign references in parts it may leave out."""
+        self._steps += 1
+        if self._steps > self._budget:
+            raise DocumentError(
+                [f"resolving its $refs visits more than {self._budget} nodes (the import budget)"]
+            )
+        shown = ref if len(ref) <= 200 else ref[:200] + "..."
+        if not ref.startswith("#/"):
+            raise Skip(f"$ref '{shown}' points outside the document (not supported)")
+        node: Any = self._document
+        for part in ref[2:].split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                raise Skip(f"$ref '{shown}' points at nothing")
+        return node
+
     def _reference(self, ref: str) -> Any:
         shown = ref if len(ref) <= 200 else ref[:200] + "..."
         if ref in self._resolved:

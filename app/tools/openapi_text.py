@@ -1,20 +1,20 @@
 """An OpenAPI document's text -> JSON data (objects, arrays, strings, numbers, booleans, null).
 
-JSON first (orjson), else YAML through libyaml's C loader where PyYAML has it (measured on a
-3 MB document: 1.0 s against 5.4 s for the pure-Python scanner and loader). The work is bounded
-by the text's size before PyYAML sees it: flow collections (`[`, `{`) nested deeper than
-`MAX_FLOW_NESTING` are refused by a linear pre-scan (PyYAML's pure-Python scanner is quadratic
-in that depth: 100 KB of `[` took 17 s), aliases are refused at their first reuse (an alias bomb
-expands without bound downstream), and YAML-only values become JSON ones: timestamps become
-their ISO text, keys such as `200` or `true` their text; binary data and sets are refused with
-the path where they stand. Pure: no I/O, run off the event loop by the importer.
+JSON first (orjson), else YAML (1.2's core schema) through libyaml's C loader where PyYAML
+has it (measured on a 3 MB document: 1.0 s against 5.4 s for the pure-Python scanner and
+loader). The work is bounded by the text's size before PyYAML sees it: flow collections (`[`,
+`{`) nested deeper than `MAX_FLOW_NESTING` are refused by a linear pre-scan (PyYAML's
+pure-Python scanner is quadratic in that depth: 100 KB of `[` took 17 s), aliases are refused
+at their first reuse (an alias bomb expands without bound downstream), and YAML-only values
+become JSON ones: keys such as `200` or `true` become their text; binary data and sets are
+refused with the path where they stand. Pure: no I/O, run off the event loop by the importer.
 """
 
 from __future__ import annotations
 
 import datetime
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 import yaml
@@ -37,12 +37,40 @@ _BaseLoader: Any = yaml.CSafeLoader if LIBYAML else yaml.SafeLoader
 
 
 class _Loader(_BaseLoader):  # type: ignore[misc]
-    """The safe loader, refusing a node that is constructed twice (the reuse of an anchor)."""
+    """The safe loader with YAML 1.2's core schema (OpenAPI documents are YAML 1.2: `on`, `no`,
+    `012` and `1:20` are a string, a string, 12 and a string, not True, False, 10 and 80; no
+    timestamps), refusing a node that is constructed twice (the reuse of an anchor)."""
+
+    yaml_implicit_resolvers: ClassVar[dict[Any, Any]] = {}
 
     def construct_object(self, node: Any, deep: bool = False) -> Any:
         if node in self.constructed_objects:
             raise _AliasUsed
         return super().construct_object(node, deep)
+
+    def construct_core_int(self, node: Any) -> int:
+        value = str(self.construct_scalar(node))
+        if value.startswith(("0o", "0x")):
+            return int(value[2:], 8 if value[1] == "o" else 16)
+        return int(value)
+
+
+_CORE_SCHEMA = (  # YAML 1.2.2, 10.3: tag, pattern, the characters a match may start with
+    ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    ("int", r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+", "-+0123456789"),
+    (
+        "float",
+        r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)",
+        "-+.0123456789",
+    ),
+    ("null", r"~|null|Null|NULL|", ["~", "n", "N", ""]),
+)
+for _tag, _pattern, _first in _CORE_SCHEMA:
+    _Loader.add_implicit_resolver(
+        f"tag:yaml.org,2002:{_tag}", re.compile(f"^(?:{_pattern})$"), list(_first)
+    )
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_core_int)
 
 
 def parse_document(text: str) -> Any:
@@ -61,6 +89,8 @@ def parse_document(text: str) -> Any:
         raise TextError(f"neither JSON nor YAML: {_yaml_problem(exc)}") from None
     except RecursionError:
         raise TextError("it is nested too deeply") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise TextError(f"a value cannot be read: {str(exc)[:100]}") from None
     return json_data(data)
 
 

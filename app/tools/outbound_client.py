@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import codecs
 import functools
-import json
 import socket
 import zlib
 from collections.abc import AsyncIterator, Sequence
@@ -31,7 +30,6 @@ from urllib.parse import urlencode
 
 import aiohttp
 import httpx
-import orjson
 from aiohttp.abc import ResolveResult
 from yarl import URL
 
@@ -244,16 +242,6 @@ def _normalized(url: str) -> str:
     if normalized.scheme not in ("http", "https") or not normalized.host:
         raise OutboundInvalidURLError("not an absolute http or https URL")
     return str(normalized).split("#", 1)[0]
-
-
-def json_body(value: Any) -> bytes:
-    """Compact JSON, as httpx sends it; integers beyond 64 bits through the standard library.
-    ValueError for NaN and infinities."""
-    try:
-        return orjson.dumps(value)
-    except TypeError:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        return text.encode()
 
 
 class Inflater:

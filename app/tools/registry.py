@@ -15,12 +15,17 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, TypedDict, TypeVar, Unpack, overload
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from app.schemas.fields import NAME_PATTERN
 from app.schemas.tools import ContextParameter, FunctionSpec, ToolFields
 from app.tools.rules import definition_problems, signature_problems
-from app.tools.signature import build_parameters, parse_docstring, with_signature_type
+from app.tools.signature import (
+    argument_adapters,
+    build_parameters,
+    parse_docstring,
+    with_signature_type,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -76,6 +81,22 @@ class RegisteredFunction:
         """Parameters the function gives a default: context ones among them may be absent."""
         signature = inspect.signature(self.func)
         return frozenset(n for n, p in signature.parameters.items() if p.default is not p.empty)
+
+    @cached_property
+    def adapters(self) -> dict[str, TypeAdapter[Any]]:
+        """Parameters taken as more than JSON (a model, a dataclass): their adapters."""
+        return argument_adapters(self.func, self.function.parameters.properties)
+
+    def typed_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The model's JSON arguments as the function's annotations take them (pydantic's
+        `ValidationError` when they cannot be)."""
+        adapters = self.adapters
+        if not adapters:
+            return arguments
+        return {
+            name: adapters[name].validate_python(value) if name in adapters else value
+            for name, value in arguments.items()
+        }
 
     def seed_document(self) -> dict[str, Any]:
         """The tool document seeded into every tenant's collection."""

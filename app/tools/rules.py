@@ -23,6 +23,7 @@ from app.outbound import reserved_header_problems
 from app.schemas.tools import ContextParameter, FunctionSpec, ParameterSchema, ToolFields
 from app.tools.arguments import value_problems
 from app.tools.netguard import OutboundPolicy, url_problems
+from app.tools.schema import compile_problem, parameters_json_schema, schema_problems
 
 Problem = tuple[str, str]
 
@@ -100,8 +101,12 @@ def parameter_problems(
         elif name in seen:
             problems.append((path, f"'{name}' is listed twice"))
         seen.add(name)
-    for name, schema in params.properties.items():
-        problems += _schema_problems(f"$.function.parameters.properties.{name}", schema)
+    stored = params.model_dump(exclude_none=True)
+    found = schema_problems(stored, "$.function.parameters")
+    if not found:  # the validator's own reading (a pattern it cannot compile, ...)
+        problem = compile_problem(parameters_json_schema(stored))
+        found = [("$.function.parameters", problem)] if problem else []
+    problems += found
     context_names: set[str] = set()
     for index, context in enumerate(context_parameters):
         path = f"$.context_parameters[{index}].name"
@@ -115,22 +120,6 @@ def parameter_problems(
     return problems
 
 
-def _schema_problems(path: str, schema: ParameterSchema) -> list[Problem]:
-    problems: list[Problem] = []
-    if schema.enum is not None and schema.type != "string":
-        problems.append((f"{path}.enum", "enum is only allowed on string parameters"))
-    if schema.type != "array":
-        for field in ("items", "min_items", "max_items"):
-            if getattr(schema, field) is not None:
-                problems.append((f"{path}.{field}", f"{field} is only allowed on array parameters"))
-    elif schema.min_items is not None and schema.max_items is not None:
-        if schema.min_items > schema.max_items:
-            problems.append((f"{path}.min_items", "min_items is greater than max_items"))
-    if schema.items is not None and schema.items.enum is not None and schema.items.type != "string":
-        problems.append((f"{path}.items.enum", "enum is only allowed on string items"))
-    return problems
-
-
 def endpoint_problems(
     tool_type: str, function: FunctionSpec, policy: OutboundPolicy | None
 ) -> list[Problem]:
@@ -139,7 +128,7 @@ def endpoint_problems(
     if tool_type == "function":
         return [
             (f"$.function.{field}", f"{field} is only allowed on external tools")
-            for field in ("url", "method")
+            for field in ("url", "method", "body_type")
             if getattr(function, field) is not None
         ]
     problems: list[Problem] = []
@@ -174,6 +163,12 @@ def secret_problems(
 
 
 URL_TEMPLATE = re.compile(r"\{([^{}]*)\}")
+_STYLES: dict[str, tuple[str, ...]] = {
+    "query": ("form", "spaceDelimited", "pipeDelimited", "deepObject"),
+    "path": ("simple",),
+    "header": ("simple",),
+    "body": (),
+}
 
 
 def placement_problems(
@@ -189,9 +184,21 @@ def placement_problems(
         (f"$.context_parameters[{index}].in", context.name, context.in_)
         for index, context in enumerate(context_parameters)
     ]
+    styled = [
+        (f"$.function.parameters.properties.{name}.style", name, schema)
+        for name, schema in function.parameters.properties.items()
+        if schema.style is not None or schema.explode is not None
+    ]
     if tool_type != "external":
-        return [(path, "only external tools place arguments") for path, _, where in placed if where]
+        paths = [path for path, _, where in placed if where] + [path for path, _, _ in styled]
+        return [(path, "only external tools place arguments") for path in paths]
+    default = "query" if function.method in ("GET", "DELETE") else "body"
     problems: list[Problem] = []
+    for path, _, schema in styled:
+        place = schema.in_ or default
+        if schema.style is not None and schema.style not in _STYLES[place]:
+            allowed = ", ".join(_STYLES[place]) or "no style"
+            problems.append((path, f"a {place} parameter takes {allowed}"))
     try:
         parts = urlsplit(function.url or "")
     except ValueError:  # a malformed URL: endpoint_problems says so
@@ -280,7 +287,7 @@ def signature_problems(
         hints = typing.get_type_hints(func)
     except (TypeError, ValueError, NameError) as exc:
         return [("$.function", f"cannot read the signature of {function.name}(): {exc}")]
-    declared: dict[str, tuple[str, str, bool]] = {}  # name -> (path, type, required)
+    declared: dict[str, tuple[str, str | None, bool]] = {}  # name -> (path, type, required)
     properties = function.parameters.properties
     for name, schema in properties.items():
         path = f"$.function.parameters.properties.{name}"
@@ -317,17 +324,26 @@ def signature_problems(
     return problems
 
 
-def _describe(schema: ParameterSchema) -> str:
+def _describe(schema: ParameterSchema) -> str | None:
+    """`string`, `array:integer`, ...; None for a schema beyond the seed's scalars and arrays of
+    scalars (a model, a TypedDict: the function executor validates those with pydantic)."""
+    if isinstance(schema.type, str) and schema.type in _SCALAR_TYPES:
+        return schema.type
     if schema.type == "array":
-        return f"array:{schema.items.type if schema.items else 'string'}"
-    return schema.type
+        items = schema.items or {}
+        kind = items.get("type", "string")
+        if isinstance(kind, str) and kind in _SCALAR_TYPES and set(items) <= {"type", "enum"}:
+            return f"array:{kind}"
+    return None
 
 
 def _type_problems(
-    path: str, fname: str, name: str, declared: str, annotation: Any
+    path: str, fname: str, name: str, declared: str | None, annotation: Any
 ) -> list[Problem]:
     if annotation is None:
         return [(path, f"'{name}' of {fname} has no type annotation")]
+    if declared is None:
+        return []
     expected = python_type_name(declared)
     if not _annotation_matches(declared, annotation):
         shown = getattr(annotation, "__name__", None) or str(annotation)

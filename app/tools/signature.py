@@ -6,10 +6,13 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from pydantic import PydanticSchemaGenerationError, PydanticUserError, TypeAdapter
+
 from app.schemas.tools import ParametersSchema
+from app.tools.schema import compile_problem, schema_problems
 
 _PYTHON_TO_SCHEMA: dict[type, str] = {
     str: "string",
@@ -22,15 +25,20 @@ _PYTHON_TO_SCHEMA: dict[type, str] = {
 def build_parameters(
     func: Callable[..., Any], arg_docs: dict[str, str], *, exclude: set[str]
 ) -> tuple[dict[str, Any], list[str]]:
-    """A parameters schema from `func`'s signature, plus what could not be expressed."""
+    """A parameters schema from `func`'s signature, plus what could not be expressed. Scalars,
+    literals and lists of them as the seed wrote them; anything else pydantic describes (models,
+    TypedDicts, dataclasses, nested lists and unions) as JSON Schema, with `$defs` at the top."""
     properties: dict[str, Any] = {}
     required: list[str] = []
+    defs: dict[str, Any] = {}
     problems: list[str] = []
     hints = _hints(func)
     for pname, param in inspect.signature(func).parameters.items():
         if pname in exclude or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
-        schema = schema_for_annotation(hints.get(pname))
+        schema = schema_for_annotation(hints.get(pname)) or structured_schema(
+            hints.get(pname), defs
+        )
         if schema is None:
             problems.append(f"parameter '{pname}' has an unsupported type {hints.get(pname)!r}")
             continue
@@ -39,13 +47,71 @@ def build_parameters(
         properties[pname] = schema
         if param.default is inspect.Parameter.empty:
             required.append(pname)
-    return ParametersSchema.model_validate(
-        {"properties": properties, "required": required}, strict=False
-    ).model_dump(exclude_none=True), problems
+    built: dict[str, Any] = {"properties": properties, "required": required}
+    if defs:
+        built["$defs"] = defs
+    return ParametersSchema.model_validate(built, strict=False).model_dump(
+        exclude_none=True
+    ), problems
+
+
+def structured_schema(annotation: Any, defs: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON Schema pydantic gives `annotation` (its `$defs` added to `defs`), or None when
+    pydantic cannot describe it or it leaves the subset tools take."""
+    if annotation is None or annotation is Any:
+        return None
+    try:
+        schema = TypeAdapter(annotation).json_schema(ref_template="#/$defs/{model}")
+    except (PydanticUserError, PydanticSchemaGenerationError, TypeError):
+        return None
+    found = _untitled({k: v for k, v in schema.items() if k != "$defs"})
+    more = {name: _untitled(sub) for name, sub in (schema.get("$defs") or {}).items()}
+    trial = {"properties": {"p": found}, "$defs": {**defs, **more}}
+    if schema_problems(trial, "$") or compile_problem({"type": "object", **trial}):
+        return None
+    defs.update(more)
+    return dict(found)
+
+
+def _untitled(node: Any) -> Any:
+    """Pydantic's schema without its `title`s (the model sees names and descriptions)."""
+    if isinstance(node, list):
+        return [_untitled(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key == "title" or key == "discriminator":
+            continue
+        if key in ("properties", "$defs"):
+            out[key] = {name: _untitled(sub) for name, sub in value.items()}
+        elif key in ("items", "additionalProperties", "anyOf", "oneOf", "allOf"):
+            out[key] = _untitled(value)
+        else:
+            out[key] = value
+    return out
+
+
+def argument_adapters(
+    func: Callable[..., Any], names: Iterable[str]
+) -> dict[str, TypeAdapter[Any]]:
+    """For each of `names` whose annotation is more than a JSON scalar or a list of them: the
+    adapter that turns the model's JSON into what the function takes (a model, a dataclass)."""
+    hints = _hints(func)
+    adapters: dict[str, TypeAdapter[Any]] = {}
+    for name in names:
+        annotation = hints.get(name)
+        if annotation is not None and schema_for_annotation(annotation) is None:
+            try:
+                adapters[name] = TypeAdapter(annotation)
+            except (PydanticUserError, PydanticSchemaGenerationError, TypeError):
+                continue
+    return adapters
 
 
 def schema_for_annotation(annotation: Any) -> dict[str, Any] | None:
-    """The parameter schema for a Python annotation, or None if it has no equivalent."""
+    """The seed's parameter schema for a Python annotation (scalars, string literals, lists of
+    them), or None if it has no such equivalent."""
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         rest = [a for a in args if a is not type(None)]

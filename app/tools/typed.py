@@ -14,11 +14,11 @@ from typing import Any, ClassVar, Literal
 from jmespath.parser import ParsedResult
 from pydantic import ValidationError
 
-from app.schemas.fields import Provider, name_problems, problem_lines
+from app.schemas.fields import Provider, problem_lines
 from app.schemas.tools import ApprovalMode, StoredTool
-from app.tools.providers import shaped
+from app.tools.providers import provider_problems, shaped
 from app.tools.rules import SECRET_REFERENCE, compiled_select, definition_problems
-from app.tools.schema import parameters_json_schema
+from app.tools.schema import compiled, parameters_json_schema
 
 ToolKind = Literal["function", "external", "mcp"]
 
@@ -65,7 +65,11 @@ class TypedTool:
     output_max_chars: int | None = None
     timeout_s: float | None = None
     approval: ApprovalMode | None = None  # None: decided by `risky` and the operator's default
+    # The compiled check of `json_parameters` (built once per tool version); None when the
+    # tool's own server checks them (MCP).
+    validator: Any = field(init=False, compare=False, repr=False)
     schema: dict[str, Any] = field(init=False)  # the chat-completions `tools` entry
+    _formats: dict[str, dict[str, Any]] = field(init=False, compare=False, repr=False)
     hidden_names: frozenset[str] = field(init=False)  # arguments a caller's model may not set
 
     kind: ClassVar[ToolKind]
@@ -75,6 +79,9 @@ class TypedTool:
     def __post_init__(self) -> None:
         schema = shaped("openai", self.name, self.description, self.json_parameters)
         object.__setattr__(self, "schema", schema)
+        object.__setattr__(self, "_formats", {"openai": schema})
+        checked = self.parameters is not None
+        object.__setattr__(self, "validator", compiled(self.json_parameters) if checked else None)
         hidden = {c.name for c in self.context} | {c.argument for c in self.context}
         object.__setattr__(self, "hidden_names", frozenset(hidden))
 
@@ -84,15 +91,19 @@ class TypedTool:
         return _marked_destructive(self.annotations)
 
     def in_format(self, provider: Provider) -> dict[str, Any]:
-        """This tool in `provider`'s tool format (for Gemini, converted where it can be)."""
-        return shaped(
-            provider,
-            self.name,
-            self.description,
-            self.json_parameters,
-            # A passed-through MCP schema that Gemini cannot take is sent as it is.
-            gemini_convert=self.kind != "mcp" or "gemini" not in self.incompatible_providers,
-        )
+        """This tool in `provider`'s tool format (for Gemini, converted where it can be);
+        each format built once, at its first use."""
+        found = self._formats.get(provider)
+        if found is None:
+            found = self._formats[provider] = shaped(
+                provider,
+                self.name,
+                self.description,
+                self.json_parameters,
+                # A passed-through MCP schema that Gemini cannot take is sent as it is.
+                gemini_convert=self.kind != "mcp" or "gemini" not in self.incompatible_providers,
+            )
+        return found
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,6 +125,9 @@ class ExternalTool(TypedTool):
     headers: dict[str, str] | None = None  # templates: `{secret:NAME}` filled at run time
     # argument name -> path | query | header | body; None (and names absent): the seed's rule
     placements: dict[str, str] | None = None
+    styles: dict[str, tuple[str | None, bool | None]] | None = None  # name -> (style, explode)
+    body_type: str = "json"  # json | form | multipart
+    sends_body: bool = False  # it has body members: a body (`{}` at least) is always sent
 
     kind: ClassVar[ToolKind] = "external"
     uses_http: ClassVar[bool] = True
@@ -183,6 +197,7 @@ def parse_stored_tool(
         for c in stored.context_parameters
     )
     parameters = function.parameters.model_dump(exclude_none=True)
+    json_parameters = parameters_json_schema(parameters)
     secrets = {c.secret for c in context if c.secret}
     for value in (function.headers or {}).values():
         secrets.update(SECRET_REFERENCE.findall(value))
@@ -194,10 +209,10 @@ def parse_stored_tool(
         and not (unavailable and stored.type == "function" and unavailable(function.name)),
         "tags": frozenset(stored.tags),
         "parameters": parameters,
-        "json_parameters": parameters_json_schema(parameters),
+        "json_parameters": json_parameters,
         "context": context,
         "secrets": frozenset(secrets),
-        "incompatible_providers": name_problems(function.name),
+        "incompatible_providers": provider_problems(function.name, json_parameters),
         "title": stored.title,
         "annotations": (
             stored.annotations.model_dump(exclude_none=True) if stored.annotations else None
@@ -216,10 +231,20 @@ def parse_stored_tool(
         name: p.in_ for name, p in function.parameters.properties.items() if p.in_
     }
     placed |= {c.name: c.in_ for c in stored.context_parameters if c.in_}
+    styles: dict[str, tuple[str | None, bool | None]] = {
+        name: (p.style, p.explode)
+        for name, p in function.parameters.properties.items()
+        if p.style is not None or p.explode is not None
+    }
+    default = "query" if function.method in ("GET", "DELETE") else "body"
+    names = [*function.parameters.properties, *(c.name for c in stored.context_parameters)]
     return stored, ExternalTool(
         **common,
         url=function.url,
         method=function.method,
         headers=headers,
         placements=placed or None,
+        styles=styles or None,
+        body_type=function.body_type or "json",
+        sends_body=any(placed.get(name, default) == "body" for name in names),
     )

@@ -99,8 +99,12 @@ async def test_a_ref_fan_out_costs_its_size_not_its_paths(
     body = {"document": document, "dry_run": True}
     answer, lag = await _import_while_pinging(client, acme, body)
     assert answer.status_code == 200, answer.text
-    reasons = {s["reason"] for s in answer.json()["skipped"]}
-    assert reasons == {"'a' is an object, which tool parameters cannot express"}
+    # Each target converted once and shared; the tool's size counted without copying: its
+    # schemas are cut shallower until they fit, with a note.
+    assert answer.json()["skipped"] == []
+    notes = {n["note"] for n in answer.json()["notes"]}
+    assert "schemas deeper than 4 levels are shown loosely" in notes
+    assert len(json.dumps(answer.json())) < 100_000
     assert lag < BOUND_S
 
 

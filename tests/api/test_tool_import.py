@@ -20,6 +20,7 @@ from tests.support.apps import (
     make_settings,
     running_app,
 )
+from tests.support.schema_samples import sample
 from tests.support.servers import ThreadedServer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openapi"
@@ -46,20 +47,15 @@ async def ids(client: httpx.AsyncClient, tenant: TenantCredentials) -> set[str]:
     return {t["tool_id"] for t in (await client.get("/tools/ids", headers=tenant.headers)).json()}
 
 
-def sample(schema: dict[str, Any]) -> Any:
-    if schema["type"] == "array":
-        return [SAMPLE[schema["items"]["type"]]]
-    return (schema.get("enum") or [SAMPLE[schema["type"]]])[0]
-
-
 async def call_each(
     client: httpx.AsyncClient, tenant: TenantCredentials, tools: list[dict[str, Any]]
 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Invoke every tool with a value for each parameter; what the server received for each."""
     seen = []
     for tool in tools:
-        properties = tool["function"]["parameters"]["properties"]
-        arguments = {name: sample(schema) for name, schema in properties.items()}
+        parameters = tool["function"]["parameters"]
+        defs = parameters.get("$defs")
+        arguments = {n: sample(s, defs) for n, s in parameters["properties"].items()}
         upstream_api.RECEIVED.clear()
         answer = await client.post(
             f"/tools/{tool['tool_id']}/invoke",
@@ -91,19 +87,23 @@ async def test_petstore_30_imports_and_every_tool_reaches_the_server_as_declared
     assert dry.status_code == 200, dry.text
     assert await ids(client, acme) == before  # nothing stored
     skipped = {s["operation"]: s["reason"] for s in dry.json()["skipped"]}
-    assert skipped == {
-        "POST /pet": "'category' is an object, which tool parameters cannot express",
-        "PUT /pet": "'category' is an object, which tool parameters cannot express",
-        "POST /pet/{petId}/uploadImage": "the request body is not JSON (application/octet-stream)",
-        "POST /user/createWithList": "the JSON body is not an object with named members",
-        "PUT /user/{username}": "'username' is both a path and a body parameter",
+    assert skipped == {  # nested objects (a pet's category) are kept now
+        "POST /pet/{petId}/uploadImage": (
+            "the request body is not JSON, a form or multipart (application/octet-stream)"
+        ),
+        "POST /user/createWithList": "the body is not an object with named members",
     }
     assert dry.json()["problems"] == []
+    notes = {(n["tool_id"], n["note"]) for n in dry.json()["notes"]}
+    assert (
+        "updateUser",
+        "'username' is both a path and a body one: left out (optional)",
+    ) in notes
 
     done = await client.post("/tools/import", json={**body, "dry_run": False}, headers=acme.headers)
     assert done.status_code == 200, done.text
     tools = done.json()["tools"]
-    assert len(tools) == 14 and await ids(client, acme) == before | {t["tool_id"] for t in tools}
+    assert len(tools) == 17 and await ids(client, acme) == before | {t["tool_id"] for t in tools}
     assert all(t["tags"] == ["petstore"] for t in tools)
 
     for tool, received in await call_each(client, acme, tools):
@@ -133,7 +133,7 @@ async def test_petstore_30_imports_and_every_tool_reaches_the_server_as_declared
     seen = {t["tool_id"]: r for t, r in await call_each(client, acme, pair)}
     assert seen["getPetById"]["headers"]["api_key"] == "pk-0123456789"
     assert seen["findPetsByTags"]["headers"]["authorization"] == "Bearer tok-0123456789"
-    assert seen["findPetsByTags"]["query"] == [["tags", "x"]]
+    assert seen["findPetsByTags"]["query"] == [["tags", "abc"]]
 
     # A path value that tries to escape reaches the server inside one segment.
     upstream_api.RECEIVED.clear()
@@ -205,8 +205,9 @@ async def test_the_services_own_openapi_document(
     assert {"tg_get_tool_tools__tool_id__get", "tg_list_runs_runs_get"} <= {
         t["tool_id"] for t in tools
     }
-    reasons = {s["operation"]: s["reason"] for s in done.json()["skipped"]}
-    assert "is an object" in reasons["POST /tools/create"]  # nested function spec: not mangled
+    created = next(t for t in tools if t["function"]["url"].endswith("/tools/create"))
+    function = created["function"]["parameters"]["properties"]["function"]  # nested: kept
+    assert function["in"] == "body" and "name" in function["properties"]
     for tool, received in await call_each(client, acme, tools):
         assert received["method"] == tool["function"]["method"]
         assert received["raw_path"].startswith("/p/") and "{" not in received["raw_path"]
@@ -265,8 +266,8 @@ def _body_op(schema: dict[str, Any]) -> dict[str, Any]:
     ("body", "expected"),
     [
         (
-            {"document": {"swagger": "2.0", "paths": {}}},
-            "not an OpenAPI 3.0 or 3.1 document (found swagger 2.0)",
+            {"document": {"swagger": "1.2", "paths": {}}},
+            "not an OpenAPI 3.0 or 3.1 document (found swagger 1.2)",
         ),
         ({"document": {"hello": "world"}}, "not an OpenAPI 3.0 or 3.1 document"),
         ({"document_text": "a: [unclosed"}, "neither JSON nor YAML"),
@@ -284,12 +285,13 @@ def _body_op(schema: dict[str, Any]) -> dict[str, Any]:
                             "Node": {
                                 "type": "object",
                                 "properties": {"next": {"$ref": "#/components/schemas/Node"}},
+                                "required": ["next"],
                             }
                         }
                     },
                 )
             },
-            "refers to itself (a cycle)",
+            "refers to itself (#/components/schemas/Node), a $ref cycle",
         ),
         (
             {
@@ -297,7 +299,7 @@ def _body_op(schema: dict[str, Any]) -> dict[str, Any]:
                     {f"/p{i}": {"get": {"operationId": f"op{i}"}} for i in range(2000)}
                 )
             },
-            "the document has 2000 operations; at most 500",
+            "2000 operations are selected; at most 500",
         ),
         ({"document": {}, "url": "https://api.example.com/x"}, "give exactly one of"),
     ],
@@ -345,7 +347,7 @@ async def test_unexpressible_operations_are_skipped_not_mangled(client: httpx.As
         "/c": {
             "get": {
                 "operationId": "withCookie",
-                "parameters": [{"name": "session", "in": "cookie", "schema": {"type": "string"}}],
+                "parameters": [{"name": "session", "in": "cookie", "required": True, "schema": {}}],
             }
         },
         "/d/{id}": {
@@ -363,12 +365,13 @@ async def test_unexpressible_operations_are_skipped_not_mangled(client: httpx.As
     assert answer.status_code == 200, answer.text
     reasons = {s["operation_id"]: s["reason"] for s in answer.json()["skipped"]}
     assert reasons == {
-        "withOneOf": "the JSON body uses oneOf, which tool parameters cannot express",
-        "withForm": "the request body is not JSON (multipart/form-data)",
+        "withOneOf": "the body is a choice of schemas (anyOf/oneOf), not one object",
         "withCookie": "the cookie parameter 'session' cannot be sent",
     }
-    [tool] = answer.json()["tools"]
-    assert tool["function"]["parameters"]["properties"]["id"] == {"type": "integer", "in": "path"}
+    tools = {t["tool_id"]: t for t in answer.json()["tools"]}
+    assert tools["withForm"]["function"]["body_type"] == "multipart"
+    properties = tools["fine"]["function"]["parameters"]["properties"]
+    assert properties["id"] == {"type": "integer", "in": "path"}
 
 
 @pytest.mark.slow
@@ -394,7 +397,7 @@ async def test_the_tool_cap_holds_for_a_whole_import() -> None:
         ).status_code == 200
 
 
-async def test_a_parameter_that_is_also_the_credential_is_skipped(
+async def test_a_parameter_that_is_also_the_credential_is_dropped(
     client: httpx.AsyncClient,
 ) -> None:
     acme = await create_tenant(client, "acme")
@@ -414,7 +417,10 @@ async def test_a_parameter_that_is_also_the_credential_is_skipped(
     )
     body = {"document": doc, "security": {"key": "k"}, "dry_run": True}
     answer = await client.post("/tools/import", json=body, headers=acme.headers)
-    assert answer.status_code == 200
-    assert answer.json()["skipped"][0]["reason"] == (
-        "the header parameter 'api_key' is also its credential"
+    assert answer.status_code == 200 and answer.json()["skipped"] == []
+    [tool] = answer.json()["tools"]
+    assert tool["function"]["parameters"]["properties"] == {}  # the credential fills it
+    assert tool["function"]["headers"] == {"api_key": "{secret:k}"}
+    assert answer.json()["notes"][0]["note"] == (
+        "'api_key' is filled by the mapped credential: left out"
     )

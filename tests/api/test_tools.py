@@ -172,7 +172,7 @@ INVALID_TOOLS = [
     pytest.param(_with(["function", "method"], None), "$.function.method", id="no-method"),
     pytest.param(_with(["function", "method"], "TRACE"), "$.function.method", id="bad-method"),
     pytest.param(
-        _with(["function", "parameters", "properties", "city", "type"], "object"),
+        _with(["function", "parameters", "properties", "city", "type"], "tuple"),
         "$.function.parameters.properties.city.type",
         id="unknown-type",
     ),

@@ -1,10 +1,8 @@
 """External tools: an HTTP endpoint called through the guarded, shared outbound client
 (`app/tools/outbound_client.py`).
 
-Where an argument goes: its placement (`path`, `query`, `header`, `body`) when the tool states
-one; otherwise GET and DELETE send it as a query parameter (arrays as repeated keys), POST, PUT
-and PATCH as a member of the JSON body. Redirects are never followed; the response is read up to
-a cap.
+The request (URL with its query, headers, body) is built by `request.build_request`; here it is
+sent. Redirects are never followed; the response is read up to a cap.
 """
 
 from __future__ import annotations
@@ -12,75 +10,21 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote
 
 from app.tools.executors import CallScope
+from app.tools.executors.request import build_request
 from app.tools.netguard import OutboundBlockedError
 from app.tools.outbound_client import (
     OutboundClient,
     OutboundInvalidURLError,
     OutboundTimeoutError,
     OutboundUnreachableError,
-    json_body,
 )
 from app.tools.outcome import ToolOutcome, unset_secret
 from app.tools.rules import SECRET_REFERENCE
 from app.tools.typed import ExternalTool
 
 UPSTREAM_ERROR_BODY_CHARS = 300
-_TEMPLATE = re.compile(r"\{([^{}]*)\}")
-
-
-def _text(value: Any) -> str:
-    """A scalar as it reads in a URL or a header (JSON's spelling for booleans)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def path_segment(value: Any) -> str:
-    """One path segment: everything but unreserved characters percent-encoded, so a value can
-    never add `/`, `?`, `#` or `%xx` of its own; `.` and `..` (which a server would resolve)
-    are encoded too."""
-    text = quote(_text(value), safe="")
-    return text.replace(".", "%2E") if text in (".", "..") else text
-
-
-def place_arguments(
-    tool: ExternalTool, arguments: dict[str, Any]
-) -> tuple[str, dict[str, Any], dict[str, str], dict[str, Any] | None, list[str]]:
-    """(url, query, headers, JSON body or None, problems) for one call."""
-    default = "query" if tool.method in ("GET", "DELETE") else "body"
-    placements = tool.placements or {}
-    query: dict[str, Any] = {}
-    headers: dict[str, str] = {}
-    body: dict[str, Any] = {}
-    path: dict[str, str] = {}
-    problems: list[str] = []
-    for name, value in arguments.items():
-        where = placements.get(name, default)
-        if where == "path":
-            if isinstance(value, list | dict) or _text(value) == "":
-                problems.append(f"the path parameter '{name}' must be a non-empty scalar")
-            else:
-                path[name] = path_segment(value)
-        elif where == "header":
-            text = ",".join(map(_text, value)) if isinstance(value, list) else _text(value)
-            if any(ch in text for ch in "\r\n\x00"):
-                problems.append(f"the header parameter '{name}' contains a line break")
-            else:
-                headers[name] = text
-        elif where == "query":
-            query[name] = value
-        else:
-            body[name] = value
-    url = _TEMPLATE.sub(lambda match: path.get(match.group(1), match.group(0)), tool.url)
-    missing = sorted(set(_TEMPLATE.findall(url)))
-    if missing and not problems:
-        problems.append(f"missing path parameter(s): {', '.join(missing)}")
-    if default == "body" or body:
-        return url, query, headers, body, problems
-    return url, query, headers, None, problems
 
 
 def render_headers(
@@ -125,17 +69,16 @@ class ExternalExecutor:
         headers, problems = render_headers(tool.headers, call.secrets)
         if problems:
             return ToolOutcome.error("; ".join(problems), "missing_context")
-        url, query, placed_headers, body, problems = place_arguments(tool, arguments)
-        if problems:
-            return ToolOutcome.error("; ".join(problems), "invalid_arguments")
+        built = build_request(tool, arguments)
+        if built.problems:
+            return ToolOutcome.error("; ".join(built.problems), "invalid_arguments")
         http = call.http or self._http
         try:
             async with http.request(
                 tool.method,
-                url,
-                query=query_pairs(query),
-                body=None if body is None else json_body(body),
-                headers={**placed_headers, **(headers or {})},
+                built.url,
+                body=built.body,
+                headers={**built.headers, **(headers or {})},
             ) as response:
                 text, truncated = await response.text_capped(self._response_max_bytes)
         except OutboundBlockedError as exc:
@@ -157,12 +100,3 @@ class ExternalExecutor:
                 "upstream_status",
             )
         return ToolOutcome("ok", text)
-
-
-def query_pairs(query: dict[str, Any]) -> list[tuple[str, str]]:
-    """Query parameters as sent: an array as repeated keys, scalars as JSON spells them."""
-    pairs: list[tuple[str, str]] = []
-    for name, value in query.items():
-        for item in value if isinstance(value, list | tuple) else (value,):
-            pairs.append((name, "" if item is None else _text(item)))
-    return pairs

@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from app.tools.calls import CURRENT, FunctionContext
 from app.tools.executors import CallScope
@@ -63,6 +64,11 @@ class FunctionExecutor:
             return ToolOutcome.error(
                 f"the server no longer has a function called '{tool.name}'", "unknown_tool"
             )
+        try:
+            arguments = entry.typed_arguments(arguments)  # nested models as the function's types
+        except ValidationError as exc:
+            shown = "; ".join(f"{e['loc']}: {e['msg']}" for e in exc.errors()[:5])
+            return ToolOutcome.error(f"invalid arguments: {shown}"[:500], "invalid_arguments")
         request = ToolRequest(tool.tool_id, tool.name, arguments)
         # What the function may reach: read by `function_context()` (the web built-ins).
         reset = CURRENT.set(FunctionContext(call.http or self._http, self._web))

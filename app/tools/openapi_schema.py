@@ -1,0 +1,261 @@
+"""An OpenAPI schema (3.0 or 3.1) -> a tool parameter's JSON Schema (app/tools/schema.py).
+
+Nested objects, arrays of anything and choices are kept. What the subset has no keyword for and
+only narrows what is valid (`not`, `patternProperties`, `xml`, `example`, ...) is left out: the
+tool accepts a little more than the API, never less. OpenAPI 3.0's `nullable` becomes a type
+list with "null", its boolean `exclusiveMinimum` the 2020-12 number. An optional member that
+cannot be expressed (a file, a `$ref` cycle, a name providers refuse) is left out with a note;
+a required one skips the operation. Each `$ref` target is converted once and shared; the size of
+the result is counted without walking shared parts twice (`weight`), so a document whose schemas
+fan out cannot make a tool grow without bound.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from app.tools.openapi_fields import short
+from app.tools.openapi_refs import Resolver, Skip
+from app.tools.schema import PROPERTY_NAME, TYPES, compile_problem
+
+_NUMBERS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+_COUNTS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
+_FAMILY = {
+    "array": ("items", "minItems", "maxItems", "uniqueItems"),
+    "object": ("properties", "required", "additionalProperties", "minProperties", "maxProperties"),
+    "string": ("pattern", "minLength", "maxLength"),
+    "number": _NUMBERS,
+}
+
+
+class SchemaConverter:
+    """Converts the schemas of one document; `notes` collects what was left out, per call."""
+
+    def __init__(self, resolver: Resolver, *, max_depth: int = 16) -> None:
+        self._resolver = resolver
+        self._max_depth = max_depth
+        self._done: dict[str, dict[str, Any]] = {}  # ref -> converted, shared
+        self._weights: dict[int, tuple[int, int]] = {}
+        self.notes: list[str] = []
+
+    def convert(self, node: Any, where: str, depth: int = 0, active: tuple[str, ...] = ()) -> Any:
+        """`node` as a tool's JSON Schema; Skip when it cannot be expressed at all."""
+        if not isinstance(node, dict):
+            raise Skip(f"'{short(where)}' has no schema")
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            if ref in active:
+                raise Skip(f"'{short(where)}' refers to itself ({short(ref)}), a $ref cycle")
+            if ref in self._done:
+                return self._done[ref]
+            target = self._resolver.follow(ref)
+            converted = self.convert(target, where, depth, (*active, ref))
+            self._done[ref] = converted
+            return converted
+        if depth >= self._max_depth:
+            return _loose(node)
+        out = self._keywords(node, where)
+        types = _types(out.get("type"))
+        self._nested(node, out, where, depth, active)
+        for family, keywords in _FAMILY.items():  # keywords of another type family: dropped
+            if types and family not in types and not (family == "number" and "integer" in types):
+                for keyword in keywords:
+                    out.pop(keyword, None)
+        return out
+
+    def _keywords(self, node: dict[str, Any], where: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        types = _node_types(node)
+        if "file" in types:
+            raise Skip(f"'{short(where)}' is a file, which tools cannot send")
+        if types:
+            out["type"] = types[0] if len(types) == 1 else types
+        description = node.get("description")
+        if isinstance(description, str) and description:
+            out["description"] = description[:4096]
+        values = node.get("enum")
+        if isinstance(values, list) and 0 < len(values) <= 256:
+            kept = [v for v in values if _fits(v, types)]
+            if kept and all(not isinstance(v, str) or len(v) <= 256 for v in kept):
+                out["enum"] = kept
+        const = node.get("const")
+        if const is not None and _fits(const, types):
+            out["const"] = node["const"]
+        fmt, pattern = node.get("format"), node.get("pattern")
+        if isinstance(fmt, str) and 0 < len(fmt) <= 64:
+            out["format"] = fmt
+        if isinstance(pattern, str) and len(pattern) <= 1024 and _compiles(pattern):
+            out["pattern"] = pattern
+        for key in _NUMBERS:
+            value = node.get(key)
+            if isinstance(value, int | float) and _is_number(value) and math.isfinite(value):
+                if abs(value) < 2**63:
+                    out[key] = value
+        for key, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+            if node.get(key) is True and _is_number(node.get(bound)):  # OpenAPI 3.0's boolean
+                out[key] = out.pop(bound)
+        if _is_number(out.get("multipleOf")) and out["multipleOf"] <= 0:
+            del out["multipleOf"]
+        for key in _COUNTS:
+            value = node.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 100_000:
+                out[key] = value
+        if isinstance(node.get("uniqueItems"), bool):
+            out["uniqueItems"] = node["uniqueItems"]
+        if "default" in node and _fits(node["default"], types) and _is_scalar(node["default"]):
+            out["default"] = node["default"]
+        return out
+
+    def _nested(
+        self,
+        node: dict[str, Any],
+        out: dict[str, Any],
+        where: str,
+        depth: int,
+        active: tuple[str, ...],
+    ) -> None:
+        items = node.get("items")
+        if isinstance(items, dict):
+            out["items"] = self.convert(items, f"{where}[]", depth + 1, active)
+        properties = node.get("properties")
+        if isinstance(properties, dict):
+            required = node.get("required")
+            names = (
+                [n for n in required if isinstance(n, str)] if isinstance(required, list) else []
+            )
+            out["properties"], kept = self.members(properties, names, where, depth, active)
+            if kept:
+                out["required"] = kept
+        extra = node.get("additionalProperties")
+        if isinstance(extra, bool):
+            out["additionalProperties"] = extra
+        elif isinstance(extra, dict):
+            try:
+                out["additionalProperties"] = self.convert(extra, f"{where}{{}}", depth + 1, active)
+            except Skip as why:
+                self.notes.append(f"{why}: any value is taken there")
+        for keyword in ("anyOf", "oneOf", "allOf"):
+            choices = node.get(keyword)
+            if isinstance(choices, list) and choices:
+                self._choices(keyword, choices[:64], out, where, depth, active)
+
+    def members(
+        self,
+        properties: dict[str, Any],
+        required: list[str],
+        where: str,
+        depth: int,
+        active: tuple[str, ...],
+    ) -> tuple[dict[str, Any], list[str]]:
+        """An object's members: optional ones that cannot be expressed left out with a note."""
+        converted: dict[str, Any] = {}
+        for name, member in list(properties.items())[:256]:
+            path = f"{where}.{name}" if where else name
+            try:
+                if isinstance(member, dict) and member.get("readOnly") is True:
+                    continue  # sent by the server only
+                if not PROPERTY_NAME.fullmatch(name):
+                    raise Skip(f"'{short(path)}' is not a name tools accept ([a-zA-Z0-9_.-])")
+                converted[name] = self.convert(member, path, depth + 1, active)
+            except Skip as why:
+                if name in required:
+                    raise
+                self.notes.append(f"{why}: left out (optional)")
+        return converted, [n for n in dict.fromkeys(required) if n in converted]
+
+    def _choices(
+        self,
+        keyword: str,
+        choices: list[Any],
+        out: dict[str, Any],
+        where: str,
+        depth: int,
+        active: tuple[str, ...],
+    ) -> None:
+        kept = []
+        for index, choice in enumerate(choices):
+            try:
+                kept.append(self.convert(choice, f"{where}|{index}", depth + 1, active))
+            except Skip as why:
+                if keyword == "allOf":
+                    raise
+                self.notes.append(f"{why}: that choice is left out")
+        if kept:
+            out[keyword] = kept
+
+    def weight(self, node: Any) -> tuple[int, int]:
+        """(subschemas, approximate JSON bytes) of a converted schema, as written out whole;
+        shared parts are counted once per use, but walked once."""
+        if not isinstance(node, dict | list):
+            return 0, len(str(node)) + 4
+        known = self._weights.get(id(node))
+        if known is not None:
+            return known
+        nodes, size = (1 if isinstance(node, dict) else 0), 2
+        for key, value in node.items() if isinstance(node, dict) else enumerate(node):
+            sub_nodes, sub_size = self.weight(value)
+            nodes += sub_nodes
+            size += sub_size + (len(str(key)) + 4 if isinstance(node, dict) else 1)
+        self._weights[id(node)] = (nodes, size)
+        return nodes, size
+
+
+def _loose(node: dict[str, Any]) -> dict[str, Any]:
+    """A schema past the depth limit: its type and description, members not shown."""
+    out: dict[str, Any] = {}
+    types = _node_types(node)
+    if types:
+        out["type"] = types[0] if len(types) == 1 else types
+    if isinstance(node.get("description"), str):
+        out["description"] = node["description"][:4096]
+    return out
+
+
+def _node_types(node: dict[str, Any]) -> list[str]:
+    found = node.get("type")
+    listed = [found] if isinstance(found, str) else found if isinstance(found, list) else []
+    types = [t for t in dict.fromkeys(listed) if isinstance(t, str) and (t in TYPES or t == "file")]
+    if not types and isinstance(node.get("properties"), dict):
+        types = ["object"]
+    if types and node.get("nullable") is True and "null" not in types:
+        types.append("null")
+    return types
+
+
+def _types(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else list(value or [])
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _fits(value: Any, types: list[str]) -> bool:
+    if not _is_scalar(value):
+        return False
+    if not types:
+        return True
+    if value is None:
+        return "null" in types
+    if isinstance(value, bool):
+        return "boolean" in types
+    if isinstance(value, int):
+        return bool({"integer", "number"} & set(types))
+    if isinstance(value, float):
+        return "number" in types
+    return "string" in types
+
+
+def _compiles(pattern: str) -> bool:
+    """Both Python and the validator read it (ECMA 262 and Python regexes differ)."""
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return compile_problem({"type": "string", "pattern": pattern}) is None

@@ -1,0 +1,27 @@
+"""OpenAPI documents are YAML 1.2 (issue 29): its core schema, not PyYAML's YAML 1.1."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.tools.openapi_text import TextError, parse_document
+
+
+def test_yaml_is_read_with_the_1_2_core_schema() -> None:
+    text = (
+        "enum: [on, off, yes, no, y, n, true, False, TRUE]\n"
+        "numbers: [012, 0o17, 0x1F, 1:20, 1e3, .5, 1_000, '3']\n"
+        "dates: [2024-01-01]\n"
+        "nothing: [~, null, ]\n"
+    )
+    assert parse_document(text) == {
+        "enum": ["on", "off", "yes", "no", "y", "n", True, False, True],
+        "numbers": [12, 15, 31, "1:20", 1000.0, 0.5, "1_000", "3"],
+        "dates": ["2024-01-01"],
+        "nothing": [None, None],
+    }
+
+
+def test_an_integer_too_long_to_convert_is_a_text_error() -> None:
+    with pytest.raises(TextError):
+        parse_document("a: " + "1" * 5000 + "\nb: [x")
