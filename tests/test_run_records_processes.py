@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -30,7 +31,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 CLIENTS = 4  # closed-loop clients, round-robin over the replicas and tenants
-OUTAGE_S = 35.0  # longer than the old give-up (about 30 s of retries, then the batch was dropped)
+# Longer than the old give-up (about 30 s of retries, then the batch was dropped); the issue's
+# 3-minute outage: TOOLGATE_OUTAGE_S=180 (measured so, docs/operating.md; too long for CI).
+OUTAGE_S = float(os.environ.get("TOOLGATE_OUTAGE_S", "35"))
 LANDED_BOUND_S = 120.0
 # Each client's pause between chats: about 100 chats/s in all, so the records held through the
 # outage (several thousand) land within the bound on a MongoDB-wire server that takes a few ms
