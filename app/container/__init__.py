@@ -182,6 +182,8 @@ def build_runtime(
         outbound=outbound,
         operator_model=settings.openai_model,
         fence=limits.fence,
+        ttl_s=settings.tool_cache_ttl_s,
+        stale_if_error_s=settings.cache_stale_if_error_s,
     )
     stack.push_async_callback(providers.aclose)
     return _Runtime(

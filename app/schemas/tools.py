@@ -94,6 +94,7 @@ class ParameterSchema(ClientModel):
                 "anyOf": [
                     {"enum": list(get_args(SchemaType))},
                     {"type": "array", "items": {"enum": list(get_args(SchemaType))}},
+                    {"type": "null"},  # as if absent: any type
                 ]
             }
         ),

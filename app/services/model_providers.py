@@ -14,6 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from app.cache import LoadingCache
 from app.chat.apis import build_model_api
 from app.chat.http_model_client import HTTPModelClient
 from app.chat.model import ModelClient
@@ -41,6 +42,9 @@ _SHOWN = (
 )  # fmt: skip
 
 
+MAX_CACHED_TENANTS = 100_000  # tenants whose providers are cached
+
+
 @dataclass(frozen=True)
 class ChosenModel:
     """Where a chat's model calls go: a tenant provider's client, or the operator's (None)."""
@@ -60,8 +64,19 @@ class ModelProviderService:
         operator_model: str,
         max_providers: int = 20,
         fence: Fence | None = None,
+        ttl_s: float = 0.0,
+        stale_if_error_s: float = 0.0,
     ) -> None:
         self._providers = providers
+        # Every chat reads its tenant's providers: from a cache (stale-if-error like the tool
+        # catalog), so a database outage does not turn every chat into a 503.
+        self._snapshots: LoadingCache[str, list[dict[str, Any]]] = LoadingCache(
+            self._read,
+            ttl_s=ttl_s,
+            stale_if_error_s=stale_if_error_s,
+            max_entries=MAX_CACHED_TENANTS,
+            name="model providers",
+        )
         self._secrets = secrets
         self._outbound = outbound
         self._operator_model = operator_model
@@ -95,7 +110,11 @@ class ModelProviderService:
             stored, created = await self._providers.put(name, document, tenant_id=tenant_id)
             if body.default:
                 await self._providers.clear_default(keep=name, tenant_id=tenant_id)
+        self._snapshots.invalidate(tenant_id)
         return _shown(stored), created
+
+    async def _read(self, tenant_id: str) -> list[dict[str, Any]]:
+        return await self._providers.all(tenant_id=tenant_id)
 
     async def all(self, *, tenant_id: str) -> list[dict[str, Any]]:
         return [_shown(doc) for doc in await self._providers.all(tenant_id=tenant_id)]
@@ -107,21 +126,25 @@ class ModelProviderService:
         return _shown(doc)
 
     async def delete(self, name: str, *, tenant_id: str) -> None:
-        if not await self._providers.delete(name, tenant_id=tenant_id):
+        deleted = await self._providers.delete(name, tenant_id=tenant_id)
+        self._snapshots.invalidate(tenant_id)
+        if not deleted:
             raise NotFoundError(f"no model provider named '{name}'")
 
     async def drop_all(self, *, tenant_id: str) -> None:
         await self._providers.drop_all(tenant_id=tenant_id)
+        self._snapshots.invalidate(tenant_id)
 
     async def choose(
         self, provider: str | None, model: str | None, *, tenant_id: str
     ) -> ChosenModel:
         """The chat's provider (the named one, else the tenant's default, else the operator's)
         and model (the named one, if the provider allows it, else its default); 422 otherwise."""
+        docs = await self._snapshots.get(tenant_id)
         if provider is None:
-            doc = await self._providers.default(tenant_id=tenant_id)
+            doc = next((d for d in docs if d.get("default")), None)
         else:
-            doc = await self._providers.get(provider, tenant_id=tenant_id)
+            doc = next((d for d in docs if d["name"] == provider), None)
             if doc is None:
                 problem = f"the tenant has no model provider named '{provider}'"
                 raise UnprocessableError(
@@ -196,6 +219,7 @@ class ModelProviderService:
         task.add_done_callback(self._retiring.discard)
 
     async def aclose(self) -> None:
+        await self._snapshots.aclose()
         for task in list(self._retiring):
             task.cancel()
         await asyncio.gather(*self._retiring, return_exceptions=True)
