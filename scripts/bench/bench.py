@@ -169,7 +169,8 @@ class Bench:
 
     def _service_log(self) -> IO[str]:
         """The service's own log, kept next to the results (a pipe nobody reads would fill)."""
-        out = Path(self.args.out)
+        # Scripts that reuse this harness without an --out of their own log beside its default.
+        out = Path(getattr(self.args, "out", None) or ROOT / "bench-results")
         out.mkdir(parents=True, exist_ok=True)
         return (out / "service.log").open("a")
 
