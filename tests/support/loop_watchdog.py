@@ -79,11 +79,16 @@ class _Watch:
         now = time.monotonic()
         frames = sys._current_frames()
         for thread, beat in list(self.beats.items()):
-            overdue = now - max(beat, self.since) - LAG_PROBE_INTERVAL_S
+            # Only a loop whose probe woke during this call is watched: a loop that has ended
+            # (an app of an earlier test on this thread) is not late, it is gone.
+            if beat < self.since:
+                continue
+            overdue = now - beat - LAG_PROBE_INTERVAL_S
             frame = frames.get(thread)
             if frame is None or overdue <= BOUND_S:
                 continue
-            if overdue > self.stacks.get(thread, (0.0, ""))[0]:
+            # One capture per stall, refreshed at most every 100 ms (formatting holds the GIL).
+            if overdue > self.stacks.get(thread, (0.0, ""))[0] + 0.1:
                 others = "".join(
                     f"  other thread {other}:\n" + "".join(traceback.format_stack(top)[-3:])
                     for other, top in frames.items()
