@@ -18,7 +18,8 @@ objects alive once the tests are collected are frozen (`gc.freeze`) so later col
 them. The service's own collections are in its metric.
 
 Not covered: apps a test starts as a separate process (their lag is in their own
-`toolgate_event_loop_lag_seconds`), and the setup and teardown phases (lifespan start and end).
+`toolgate_event_loop_lag_seconds`), the setup and teardown phases (lifespan start and end), and a
+threaded server from its `stop()` on (it serves no request; its shutdown is its lifespan end).
 
 A failing verdict names where the loop was: a sampler thread looks every 20 ms at each loop
 whose probe is overdue by more than the bound and keeps the stack of that loop's thread (a stall
@@ -58,8 +59,11 @@ class _Watch:
         self.reported = False
         self.beats: dict[int, float] = {}  # loop thread -> when its probe last woke
         self.stacks: dict[int, tuple[float, str]] = {}  # loop thread -> longest overdue stack
+        self.stopping: set[int] = set()  # threads whose server is shutting down: not watched
 
     def listen(self, woke: float, lag: float) -> None:  # from any thread
+        if threading.get_ident() in self.stopping:
+            return
         self.beats[threading.get_ident()] = woke
         since, until = self.since, self.until
         if since is None:
@@ -79,6 +83,8 @@ class _Watch:
         now = time.monotonic()
         frames = sys._current_frames()
         for thread, beat in list(self.beats.items()):
+            if thread in self.stopping:
+                continue
             # Only a loop whose probe woke during this call is watched: a loop that has ended
             # (an app of an earlier test on this thread) is not late, it is gone.
             if beat < self.since:
@@ -128,6 +134,20 @@ class _Watch:
 
 
 _WATCH = _Watch()
+
+
+@contextlib.contextmanager
+def not_watching(thread: int | None) -> Iterator[None]:
+    """While a threaded server shuts down (`ThreadedServer.stop`): its loop is not watched."""
+    if thread is None:
+        yield
+        return
+    _WATCH.stopping.add(thread)
+    _WATCH.beats.pop(thread, None)
+    try:
+        yield
+    finally:
+        _WATCH.stopping.discard(thread)
 
 
 def pytest_configure(config: pytest.Config) -> None:
