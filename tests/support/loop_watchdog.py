@@ -185,12 +185,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     stalled = _WATCH.verdict()
     if stalled is not None:
         report.sections.append(("loop watchdog", stalled))
-        known = item.get_closest_marker("xfail")  # a stall known and open: shown as xfail
-        if known is not None and report.passed:
-            if call.when == "call":
-                report.outcome = "skipped"
-                report.wasxfail = str(known.kwargs.get("reason", "loop stall"))
-            return report
         if report.passed:
             report.outcome = "failed"
             report.longrepr = stalled
