@@ -18,7 +18,7 @@ from typing import Any
 
 from app.tools.openapi_fields import short
 from app.tools.openapi_refs import Resolver, Skip
-from app.tools.schema import PROPERTY_NAME, TYPES, compile_problem
+from app.tools.schema import PROPERTY_NAME, TYPES, compile_problem, value_fits
 
 _NUMBERS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _COUNTS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
@@ -237,19 +237,7 @@ def _is_number(value: Any) -> bool:
 
 
 def _fits(value: Any, types: list[str]) -> bool:
-    if not _is_scalar(value):
-        return False
-    if not types:
-        return True
-    if value is None:
-        return "null" in types
-    if isinstance(value, bool):
-        return "boolean" in types
-    if isinstance(value, int):
-        return bool({"integer", "number"} & set(types))
-    if isinstance(value, float):
-        return "number" in types
-    return "string" in types
+    return _is_scalar(value) and value_fits(value, tuple(types))
 
 
 def _compiles(pattern: str) -> bool:

@@ -212,7 +212,7 @@ def _value_problems(node: dict[str, Any], where: str, types: tuple[str, ...]) ->
         listed = values if keyword == "enum" else [values]
         if keyword == "enum" and (not isinstance(values, list) or not 0 < len(values) <= 256):
             problems.append((f"{where}.enum", "enum is a list of 1 to 256 values"))
-        elif not all(_is_scalar(v) and _fits(v, types) for v in listed):
+        elif not all(_is_scalar(v) and value_fits(v, types) for v in listed):
             kinds = " or ".join(types) if types else "JSON scalar"
             problems.append((f"{where}.{keyword}", f"{keyword} values must be of type {kinds}"))
     for keyword in _NUMBERS:
@@ -308,7 +308,9 @@ def _is_integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _fits(value: Any, types: tuple[str, ...]) -> bool:
+def value_fits(value: Any, types: tuple[str, ...]) -> bool:
+    """Whether a scalar is of one of `types` (none: any); the one rule for enum, const and
+    default values, written tools and imported ones alike."""
     if not types:
         return True
     if value is None:
