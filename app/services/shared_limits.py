@@ -347,8 +347,7 @@ class SharedLimits:
     async def _admit(
         self, tenant_id: str, tenant: _Tenant, batch: list[asyncio.Future[Release]]
     ) -> None:
-        held, returned, spare_slots = tenant.held, tenant.spare_tokens, tenant.spare_slots
-        tenant.spare_tokens = tenant.spare_slots = 0  # given back by this update
+        held, returned, spare_slots = self._writing(tenant)
         charge, pending, tenant.unwritten = tenant.charge, tenant.unwritten, []
         now = self._clock()
         try:
@@ -370,7 +369,6 @@ class SharedLimits:
             )
         except PyMongoError as exc:
             self._alone.failed(exc)
-            tenant.counted = min(tenant.counted, held)  # the update may have gone through
             tenant.spare_tokens += returned  # not given back after all
             tenant.spare_slots += spare_slots
             tenant.sync = True  # the next write sets the lease to what is true
@@ -390,6 +388,17 @@ class SharedLimits:
         self._seen.remember(tenant_id, grant.tokens_left(self._chats, now * 1000))
         tenant.counted = held + grant.granted + grant.spare
         self._hand_out(tenant_id, tenant, batch, grant, now)
+
+    @staticmethod
+    def _writing(tenant: _Tenant) -> tuple[int, int, int]:
+        """A lease write starts: it gives the spares back and sets the lease to the runs held
+        now, so from here the database counts no more than these for this replica (a run
+        admitted alone on the older, larger count while the write is in flight would not be
+        counted once it lands: measured, 5 in flight against a cap of 4)."""
+        held, returned, spare_slots = tenant.held, tenant.spare_tokens, tenant.spare_slots
+        tenant.spare_tokens = tenant.spare_slots = 0
+        tenant.counted = min(tenant.counted, held)
+        return held, returned, spare_slots
 
     def _hand_out(
         self,
@@ -477,8 +486,7 @@ class SharedLimits:
 
     async def _sync(self, tenant_id: str, tenant: _Tenant) -> bool:
         """Write the lease as the runs in progress (spares go back, charges in) and renew it."""
-        held, returned, spare_slots = tenant.held, tenant.spare_tokens, tenant.spare_slots
-        tenant.spare_tokens = tenant.spare_slots = 0
+        held, returned, spare_slots = self._writing(tenant)
         charge, pending, tenant.unwritten = tenant.charge, tenant.unwritten, []
         now = self._clock()
         try:
@@ -495,7 +503,6 @@ class SharedLimits:
             )
         except PyMongoError as exc:
             self._alone.failed(exc)
-            tenant.counted = min(tenant.counted, held)  # the update may have gone through
             # Not written: the database still counts them; housekeeping tries again.
             tenant.spare_tokens += returned
             tenant.spare_slots += spare_slots

@@ -507,3 +507,30 @@ async def test_a_slow_replica_keeps_renewing_the_leases_of_its_runs_in_progress(
     shared, _ = await outcomes(*(b.admit_run("acme") for _ in range(4)))
     assert len(shared) == 1  # a's three runs are still counted
     await asyncio.gather(*(release() for release in [*held, *shared]))
+
+
+async def test_while_a_lease_write_is_in_flight_a_slow_replica_admits_only_what_it_will_count(
+    replica: Replica,
+) -> None:
+    """A lease write sets the lease to the runs held when it was sent: a replica that turned
+    slow (another tenant's check timed out) while one is in flight admits nothing on the older,
+    larger count, or the write lands and leaves those runs uncounted (before: one admitted here,
+    then b granted four: 5 in flight against a cap of 4, as measured with three replicas and
+    database writers in tests/test_limit_processes.py)."""
+    a, b = await replica(cap=4), await replica(cap=4)
+    first = [await a.admit_run("acme") for _ in range(2)]  # a's lease there: 2
+    repository = repository_of(a)
+    repository.gate = asyncio.Event()
+    for release in first:
+        release()  # the lease write (0 held) waits at the gate, not awaited here
+    await asyncio.sleep(0)
+    await away(a, how="slow")
+    assert (await outcomes(a.admit_run("globex")))[0] == []  # timed out: a is alone, slow
+    repository.away = None
+    while_in_flight, refused = await outcomes(*(a.admit_run("acme") for _ in range(2)))
+    assert while_in_flight == [] and "its share" in refused[0].message
+    repository.gate.set()  # the write lands: the database counts 0 runs for a
+    for _ in range(5):
+        await asyncio.sleep(0)
+    shared, _ = await outcomes(*(b.admit_run("acme") for _ in range(5)))
+    assert len(shared) == 4

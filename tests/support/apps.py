@@ -31,6 +31,11 @@ def make_settings(mongo_url: str | None = None, **overrides: Any) -> Settings:
         "admin_api_key": ADMIN_KEY,
         "api_key_secret": KEY_SECRET,
         "run_journal_dir": str(Path(tempfile.gettempdir()) / "toolgate-test-run-journal"),
+        # A limit check on the shared test server waits as long as the driver's other calls: a
+        # test of tools or chats must not turn into a test of how busy the machine is (measured
+        # in CI: one POST /tenants took 1.9 s, past the 0.5 s default, and the next write was a
+        # 503). The tests of the timeout itself set their own.
+        "limits_check_timeout_s": 10.0,
         **overrides,
     }
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
