@@ -11,6 +11,9 @@ from tests.support.secantus import free_port
 from tests.support.waiting import within_blocking
 
 
+GRACE_S = 1
+
+
 class ThreadedServer:
     def __init__(
         self,
@@ -30,6 +33,10 @@ class ThreadedServer:
             lifespan=lifespan,
             access_log=False,
             timeout_keep_alive=keep_alive_s,
+            # Connections still open at stop (an MCP session the app under test keeps in its pool,
+            # a stream) get this long, then are cancelled: a server that outlived its test kept
+            # serving them in the background for the rest of the run.
+            timeout_graceful_shutdown=GRACE_S,
             ssl_certfile=tls[0] if tls else None,
             ssl_keyfile=tls[1] if tls else None,
         )
@@ -55,4 +62,9 @@ class ThreadedServer:
         with not_watching(self._thread.ident):
             self._server.force_exit = force
             self._server.should_exit = True
-            self._thread.join(10)
+            self._thread.join(GRACE_S + 10)
+            if self._thread.is_alive():
+                self._server.force_exit = True
+                self._thread.join(5)
+        if self._thread.is_alive():  # never left running for the rest of the run, silently
+            raise RuntimeError(f"the test server on port {self.port} did not stop")
