@@ -17,14 +17,18 @@ from typing import Any
 
 import jsonschema
 import pytest
-from agents import Agent, RunContextWrapper
+from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner
 from agents.mcp import MCPServerStreamableHttp
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from openai import AsyncOpenAI
 
+from tests.support import fake_model as script
 from tests.support.apps import create_tenant
+from tests.support.fake_model import FakeModel
 from tests.support.mcp_service import HUNG_STDIO, mcp_client, refusing_http, serve
 from tests.support.npm_tools import NpmTools, npm_tools
+from tests.support.servers import ThreadedServer
 
 INSPECTOR_TIMEOUT_S = 60
 
@@ -35,11 +39,14 @@ def npm() -> NpmTools:
 
 
 @pytest.mark.slow
-async def test_openai_agents_with_its_defaults_lists_tools_past_a_hung_and_a_refusing_server() -> (
-    None
-):
+async def test_openai_agents_with_its_defaults_lists_tools_past_a_hung_and_a_refusing_server(
+    fake_model_server: tuple[FakeModel, ThreadedServer],
+) -> None:
     """The service's and the client's defaults: the listing deadline (2 s) stays inside the
-    5 s openai-agents gives `tools/list`, in a direct listing and in an agent's tool set."""
+    5 s openai-agents gives `tools/list`, in a direct listing and in an agent run, whose model
+    (the scripted fake, through the SDK's chat-completions model) calls a tool over `/mcp`."""
+    fake, model_server = fake_model_server
+    fake.reset(script.tool_calls(("add", {"a": 2, "b": 3})), script.text("It is 5."))
     async with serve({"hung": HUNG_STDIO, "gone": refusing_http()}) as service:
         tenant = await create_tenant(service.http, "acme")
         bearer = {"Authorization": f"Bearer {tenant.api_key}"}
@@ -49,11 +56,23 @@ async def test_openai_agents_with_its_defaults_lists_tools_past_a_hung_and_a_ref
             listed = {tool.name for tool in await server.list_tools()}
             assert "add" in listed
             assert not any(name.startswith(("hung__", "gone__")) for name in listed)
-            agent = Agent(name="assistant", mcp_servers=[server])
-            offered = await agent.get_mcp_tools(RunContextWrapper(context=None))
-            assert {tool.name for tool in offered} == listed
-            result = await server.call_tool("add", {"a": 2, "b": 3})
-            assert not result.is_error and result.content[0].text == "5"  # type: ignore[union-attr]
+
+            model = AsyncOpenAI(
+                base_url=f"{model_server.url}/v1", api_key="sk-test", timeout=10, max_retries=0
+            )
+            agent = Agent(
+                name="assistant",
+                mcp_servers=[server],
+                model=OpenAIChatCompletionsModel(model="fake-model", openai_client=model),
+            )
+            run = await Runner.run(
+                agent, "Add 2 and 3", run_config=RunConfig(tracing_disabled=True)
+            )
+    assert run.final_output == "It is 5."
+    offered = {tool["function"]["name"] for tool in fake.requests[0]["tools"]}
+    assert offered == listed
+    [answer] = [m for m in fake.requests[1]["messages"] if m["role"] == "tool"]
+    assert "5" in str(answer["content"])
 
 
 def run_in_terminal(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
