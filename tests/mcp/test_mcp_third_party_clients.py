@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import pty
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ def npm() -> NpmTools:
 
 
 @pytest.mark.slow
-async def test_openai_agents_with_its_defaults_lists_tools_past_a_hung_and_a_refusing_server(
+async def test_openai_agents_with_its_defaults_lists_and_runs_past_hung_and_refusing_servers(
     fake_model_server: tuple[FakeModel, ThreadedServer],
 ) -> None:
     """The service's and the client's defaults: the listing deadline (2 s) stays inside the
@@ -47,15 +48,28 @@ async def test_openai_agents_with_its_defaults_lists_tools_past_a_hung_and_a_ref
     (the scripted fake, through the SDK's chat-completions model) calls a tool over `/mcp`."""
     fake, model_server = fake_model_server
     fake.reset(script.tool_calls(("add", {"a": 2, "b": 3})), script.text("It is 5."))
+    with socket.create_server(("127.0.0.1", 0)) as stalled:  # takes connections, never answers
+        stalled_url = f"http://127.0.0.1:{stalled.getsockname()[1]}/mcp"
+        await agents_run_past_stalled_servers(fake, model_server, stalled_url)
+
+
+async def agents_run_past_stalled_servers(
+    fake: FakeModel, model_server: ThreadedServer, stalled_url: str
+) -> None:
+    """The operator's hung stdio and refusing HTTP servers, and one the tenant registered that
+    takes connections and never answers: all in the tenant's set, all listed concurrently."""
     async with serve({"hung": HUNG_STDIO, "gone": refusing_http()}) as service:
         tenant = await create_tenant(service.http, "acme")
+        stalled = {"name": "stalled", "type": "streamable-http", "url": stalled_url}
+        created = await service.http.post("/mcp-servers", json=stalled, headers=tenant.headers)
+        assert created.status_code == 201, created.text
         bearer = {"Authorization": f"Bearer {tenant.api_key}"}
         server = MCPServerStreamableHttp(params={"url": f"{service.url}/mcp", "headers": bearer})
         assert server.client_session_timeout_seconds == 5  # the default this test is about
         async with server:
             listed = {tool.name for tool in await server.list_tools()}
             assert "add" in listed
-            assert not any(name.startswith(("hung__", "gone__")) for name in listed)
+            assert not any(name.startswith(("hung__", "gone__", "stalled__")) for name in listed)
 
             model = AsyncOpenAI(
                 base_url=f"{model_server.url}/v1", api_key="sk-test", timeout=10, max_retries=0
