@@ -1,7 +1,8 @@
 """RFC 9728 protected-resource metadata for `/mcp`: OAuth-capable MCP clients read it after a
 401 (its address is the `resource_metadata` of the `WWW-Authenticate` header) and learn that
 no authorization server issues tokens here: a tenant's admin does (`POST /client-tokens`, or
-the tenant key). A client then reports the bad token instead of starting an OAuth flow."""
+the tenant key). Clients that start OAuth on any 401 regardless (the MCP Inspector CLI) find the
+same said by the 404s of the discovery and registration addresses, and print that."""
 
 from __future__ import annotations
 
