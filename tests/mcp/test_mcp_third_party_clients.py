@@ -29,6 +29,7 @@ from tests.support.apps import create_tenant
 from tests.support.fake_model import FakeModel
 from tests.support.mcp_service import HUNG_STDIO, mcp_client, refusing_http, serve
 from tests.support.npm_tools import NpmTools, npm_tools
+from tests.support.secantus import free_port
 from tests.support.servers import ThreadedServer
 
 INSPECTOR_TIMEOUT_S = 60
@@ -113,9 +114,16 @@ def run_in_terminal(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
 
 
 def inspector_env(home: Path) -> dict[str, str]:
-    """A home of its own (its catalog and secret store), secrets kept in memory only."""
+    """A home of its own (its catalog and secret store), secrets kept in memory only, and a
+    free port for the OAuth callback listener it opens at a terminal (not its fixed 6276)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_")}
-    return {**env, "HOME": str(home), "MCP_INSPECTOR_SECRET_STORE": "memory"}
+    callback = f"http://127.0.0.1:{free_port()}/oauth/callback"
+    return {
+        **env,
+        "HOME": str(home),
+        "MCP_INSPECTOR_SECRET_STORE": "memory",
+        "MCP_OAUTH_CALLBACK_URL": callback,
+    }
 
 
 def inspector_list(npm: NpmTools, url: str, token: str, *extra: str) -> list[str]:
