@@ -4,7 +4,8 @@ package comes along and runs it) and the reference server `server-everything`.
 
 The versions are pinned; the cache directory is named after them, so a new pin installs anew.
 A first install takes about 30-45 s (measured here; docs/mcp.md), a cached one nothing. Only a
-machine without node and npm skips the tests that need these; a failed install fails them.
+machine without node and npm (and without the cache) skips the tests that need these; a failed
+install fails them.
 `TOOLGATE_NPM_TOOLS` names another cache directory."""
 
 from __future__ import annotations
@@ -62,12 +63,14 @@ def cache_dir() -> Path:
 def npm_tools() -> NpmTools:
     """The installed tools, installing them first when the cache lacks them (under a lock: other
     checkouts' test runs may want them at the same time)."""
+    root = cache_dir()
+    done = root / ".installed"
+    if done.exists():  # node 22 is in the cache: no node or npm of the machine's is needed
+        return NpmTools(root, 0.0)
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
         pytest.skip("node and npm are not installed (apt-get install nodejs npm)")
-    root = cache_dir()
     root.mkdir(parents=True, exist_ok=True)
-    done = root / ".installed"
     with (root / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if done.exists():
