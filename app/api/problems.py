@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import iter_route_contexts
 from pymongo.errors import PyMongoError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -88,15 +88,14 @@ async def allowed_methods(request: Request) -> list[str]:
 
     A literal path (`/tools/ids`) is its own resource and wins over templates it also matches
     (`/tools/{tool_id}`); such ids are reserved, so no tool hides behind it. The table comes
-    from the OpenAPI document, built on a worker thread the first time (about 0.3 s of CPU that
-    would otherwise stall the event loop).
+    from the app's routes, made the first time (not from the OpenAPI document: building that
+    held the GIL for 0.3-0.4 s even on a worker thread, a stall of every request).
     """
     table: dict[str, tuple[re.Pattern[str], set[str]]] | None = getattr(
         request.app.state, "allow_table", None
     )
     if table is None:
-        table = await asyncio.to_thread(_allow_table, request.app)
-        request.app.state.allow_table = table
+        table = request.app.state.allow_table = _allow_table(request.app)
     path = request.url.path
     if path in table:
         return sorted(table[path][1])
@@ -134,11 +133,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def _allow_table(app: FastAPI) -> dict[str, tuple[re.Pattern[str], set[str]]]:
-    table = {}
-    for template, operations in app.openapi().get("paths", {}).items():
-        pattern = re.sub(r"\\{[^/}]+\\}", "[^/]+", re.escape(template))
-        methods = {m.upper() for m in operations}
+    table: dict[str, tuple[re.Pattern[str], set[str]]] = {}
+    for route in iter_route_contexts(app.routes):  # FastAPI's view of included routers
+        if not route.methods or route.path is None:  # mounts (/mcp, the console)
+            continue
+        pattern = re.sub(r"\\{[^/}]+\\}", "[^/]+", re.escape(route.path))
+        _, methods = table.setdefault(route.path, (re.compile(f"^{pattern}$"), set()))
+        methods.update(route.methods)
         if "GET" in methods:
             methods.add("HEAD")  # Starlette answers HEAD wherever GET is routed
-        table[template] = (re.compile(f"^{pattern}$"), methods)
     return table
