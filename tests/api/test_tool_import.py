@@ -291,7 +291,7 @@ def _body_op(schema: dict[str, Any]) -> dict[str, Any]:
                     },
                 )
             },
-            "refers to itself (#/components/schemas/Node), a $ref cycle",
+            "contains its own schema (#/components/schemas/Node) more than 2 levels deep",
         ),
         (
             {
