@@ -342,5 +342,7 @@ def _satisfy(
             headers["Authorization"] = f"Bearer {{secret:{secret}}}"
         else:
             shown = short(scheme_type) if isinstance(scheme_type, str) else kind(scheme_type)
+            if scheme_type == "apiKey" and isinstance(scheme.get("in"), str):
+                shown += f" in {short(scheme['in'])}"
             raise Skip(f"the security scheme '{short(scheme_name)}' ({shown}) cannot be sent")
     return headers, context

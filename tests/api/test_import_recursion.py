@@ -129,3 +129,30 @@ async def test_a_path_item_ref_that_cannot_be_followed_is_a_skip_with_the_reason
         "* /nothing": prefix + "$ref '#/components/pathItems/Missing' points at nothing",
         "* /scalar": prefix + "its Path Item $ref points at a string, not a Path Item",
     }
+
+
+async def test_body_shapes_a_tool_cannot_take_are_named_and_narrowing_parts_merged(
+    client: httpx.AsyncClient, acme: TenantCredentials
+) -> None:
+    thing = {
+        "type": "object",
+        "properties": {"title": {"type": "string"}, "n": {"type": "integer"}},
+    }
+    paths = {
+        "/narrowed": _body(
+            {"allOf": [{"$ref": "#/components/schemas/Thing"}, {"required": ["title"]}]}, "narrowed"
+        ),
+        "/list": _body({"type": "array", "items": thing}, "list"),
+        "/choice": _body({"anyOf": [thing, {"type": "string"}, {"type": "integer"}]}, "choice"),
+        "/mixed": _body({"allOf": [thing, {"type": "string"}]}, "mixed"),
+        "/nullable": _body({"type": ["string", "null"]}, "nullable"),
+    }
+    answer = await dry(client, acme, document=_document(paths, {"schemas": {"Thing": thing}}))
+    [narrowed] = answer["tools"]
+    assert narrowed["function"]["parameters"]["required"] == ["title"]
+    assert {s["operation_id"]: s["reason"] for s in answer["skipped"]} == {
+        "list": "the body is an array, not an object with named members",
+        "choice": "the body is a choice (anyOf of 3 schemas), not one object",
+        "mixed": "the body is an allOf whose part 1 is a string, not an object",
+        "nullable": "the body is a string/null, not an object with named members",
+    }

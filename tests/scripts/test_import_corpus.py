@@ -52,7 +52,7 @@ TOOLS = {
     "readme-circular-request-bodies-3.0.yaml": 3,
     "readme-complex-nesting-3.0.json": 2,
     "readme-discriminators-3.0.json": 3,
-    "readme-legacy-3.0.json": 34,
+    "readme-legacy-3.0.json": 35,
     "readme-polymorphism-3.0.yaml": 6,
     "readme-schema-circular-3.0.json": 3,
     "readme-schema-validation-3.1.yaml": 5,
