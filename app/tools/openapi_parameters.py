@@ -186,7 +186,12 @@ def _object(schema: dict[str, Any]) -> dict[str, Any]:
         properties.update(members)
         required += part.get("required") or []
     for keyword in ("oneOf", "anyOf"):
-        if keyword in schema:
+        choices = schema.get(keyword)
+        if isinstance(choices, list) and len(choices) == 1:  # no choice at all: that schema
+            only = _object(choices[0])
+            properties.update(only["properties"])
+            required += only["required"]
+        elif keyword in schema:
             count = len(schema[keyword])
             raise Skip(f"the body is a choice ({keyword} of {count} schemas), not one object")
     if not properties and schema.get("type") not in (None, "object"):

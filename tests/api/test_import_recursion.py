@@ -156,3 +156,21 @@ async def test_body_shapes_a_tool_cannot_take_are_named_and_narrowing_parts_merg
         "mixed": "the body is an allOf whose part 1 is a string, not an object",
         "nullable": "the body is a string/null, not an object with named members",
     }
+
+
+async def test_a_body_choice_of_one_schema_is_that_schema(
+    client: httpx.AsyncClient, acme: TenantCredentials
+) -> None:
+    """GitHub's description has nine (`oneOf: [{contexts: [...]}]`)."""
+    only = {
+        "type": "object",
+        "required": ["contexts"],
+        "properties": {"contexts": {"type": "array", "items": {"type": "string"}}},
+    }
+    paths = {"/one": _body({"oneOf": [only]}, "one"), "/any": _body({"anyOf": [only]}, "any")}
+    answer = await dry(client, acme, document=_document(paths))
+    assert answer["skipped"] == []
+    for tool in answer["tools"]:
+        parameters = tool["function"]["parameters"]
+        assert parameters["required"] == ["contexts"]
+        assert parameters["properties"]["contexts"]["items"] == {"type": "string"}
