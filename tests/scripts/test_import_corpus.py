@@ -10,6 +10,7 @@ calls them all); the figures in docs/tools.md are from the whole run."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -108,3 +109,27 @@ def test_prism_refuses_a_request_that_breaks_the_document(prism: PrismHost) -> N
     assert corpus.prism_rejection(answer) is not None, answer.text
     good = httpx.get(f"{url}/pet/1", headers={"api_key": "k"}, timeout=10)
     assert corpus.prism_rejection(good) is None, good.text
+
+
+def _answer(violations: list[dict[str, Any]] | str) -> httpx.Response:
+    header = violations if isinstance(violations, str) else json.dumps(violations)
+    return httpx.Response(200, headers={"sl-violations": header}, text="{}")
+
+
+def test_only_request_errors_count_as_refusals() -> None:
+    request_error = {"location": ["request", "query", "n"], "severity": "Error", "message": "x"}
+    warning = {"location": ["request", "query", "sort"], "severity": "Warning", "message": "old"}
+    response_error = {"location": ["response", "body"], "severity": "Error", "message": "y"}
+    assert corpus.prism_rejection(_answer([warning, response_error])) is None
+    assert corpus.prism_rejection(_answer([warning, request_error])) is not None
+    cut = "Too many violations! " + json.dumps([response_error] * 3)[:-20]
+    assert corpus.prism_rejection(_answer(cut)) is None
+    assert corpus.prism_rejection(_answer(cut + json.dumps(request_error))) is not None
+
+
+def test_sampled_calls_are_spread_over_the_document() -> None:
+    tools = list(range(120))
+    assert corpus.spread(tools, 5) == [0, 30, 60, 89, 119]
+    assert corpus.spread(tools, None) == tools
+    assert corpus.spread(tools[:3], 25) == [0, 1, 2]
+    assert corpus.spread(tools, 1) == [0]
