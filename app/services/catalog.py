@@ -13,6 +13,8 @@ chats (one warning per process), and the CRUD routes list it with its `problems`
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -35,6 +37,9 @@ from app.tools.typed import (
 
 logger = logging.getLogger(__name__)
 MAX_WARNED = 10_000
+# Past this many stored tools a snapshot is built off the event loop (each tool's validator is
+# compiled: 364 imported tools held the loop 0.9 s).
+OFF_LOOP_TOOLS = 32
 MAX_CACHED_TENANTS = 100_000
 
 
@@ -210,12 +215,14 @@ class ToolCatalog:
     async def _read(self, tenant_id: str) -> ToolSnapshot:
         docs = await self._tools.all(tenant_id=tenant_id)
         categories = await self._categories.all(tenant_id=tenant_id) if self._categories else None
-        snapshot = ToolSnapshot.build(
+        build = functools.partial(
+            ToolSnapshot.build,
             docs,
             defaults_of=self._defaults_of,
             category_docs=categories,
             unavailable=self._unavailable,
         )
+        snapshot = await asyncio.to_thread(build) if len(docs) > OFF_LOOP_TOOLS else build()
         self._warn_unreadable(snapshot, tenant_id)
         return snapshot
 

@@ -62,9 +62,10 @@ def convert(document: Any, options: ImportOptions) -> Converted:
     document = as_openapi3(document)
     paths = _checked_document(document)
     resolver = Resolver(document)
+    converted = Converted([], [], [])
     operations = [
         (path, method, item[method], item)
-        for path, item in _path_items(resolver, paths)
+        for path, item in _path_items(resolver, paths, converted.skipped)
         for method in METHODS
         if isinstance(item.get(method), dict)
     ]
@@ -74,7 +75,6 @@ def convert(document: Any, options: ImportOptions) -> Converted:
             [f"{len(selected)} operations are selected; at most {options.max_operations}"]
         )
     server = _server_url(document, options)
-    converted = Converted([], [], [])
     taken: set[str] = set(options.reserved)
     for path, method, operation, item in selected:
         label = f"{method.upper()} {short(path)}"
@@ -104,14 +104,23 @@ def _operation_id(operation: dict[str, Any]) -> str:
     return raw_id if isinstance(raw_id, str) else ""
 
 
-def _path_items(resolver: Resolver, paths: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """Each path's item, a Path Item `$ref` followed (one that cannot be is left out)."""
+def _path_items(
+    resolver: Resolver, paths: dict[str, Any], skipped: list[dict[str, str]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """Each path's item, a Path Item `$ref` followed; one that cannot be is a skip of the
+    whole path (its operations are unknown), with the reason."""
     items = []
     for path, item in paths.items():
         if isinstance(item, dict) and isinstance(item.get("$ref"), str):
             try:
                 target = resolver.follow(item["$ref"])
-            except Skip:
+                if not isinstance(target, dict):
+                    raise Skip(f"its Path Item $ref points at {kind(target)}, not a Path Item")
+            except Skip as why:
+                reason = f"its Path Item $ref cannot be followed: {why}"
+                skipped.append(
+                    {"operation": f"* {short(path)}", "operation_id": "", "reason": reason}
+                )
                 continue
             item = {**target, **{k: v for k, v in item.items() if k != "$ref"}}
         if isinstance(item, dict):
@@ -333,5 +342,7 @@ def _satisfy(
             headers["Authorization"] = f"Bearer {{secret:{secret}}}"
         else:
             shown = short(scheme_type) if isinstance(scheme_type, str) else kind(scheme_type)
+            if scheme_type == "apiKey" and isinstance(scheme.get("in"), str):
+                shown += f" in {short(scheme['in'])}"
             raise Skip(f"the security scheme '{short(scheme_name)}' ({shown}) cannot be sent")
     return headers, context

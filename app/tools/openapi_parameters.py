@@ -155,7 +155,7 @@ def body_members(members: Members, resolver: Resolver, operation: dict[str, Any]
         raise Skip(f"the body's schema is {kind(schema)}, not an object")
     root = _object(members.converter.convert(schema, ""))
     members.body_type = body_type
-    required = set(root.get("required") or [])
+    required = set(root.get("required") or []) | _narrowed(resolver, schema)
     for name, member in root["properties"].items():
         if body_type == "multipart" and _is_file(member):
             if name in required:
@@ -178,16 +178,55 @@ def _object(schema: dict[str, Any]) -> dict[str, Any]:
     """The body schema as one object with named members (`allOf` of objects merged)."""
     properties = dict(schema.get("properties") or {})
     required = list(schema.get("required") or [])
-    for part in schema.get("allOf") or []:
-        if not isinstance(part.get("properties"), dict):
-            raise Skip("the body is an allOf whose parts are not all objects")
-        properties.update(part["properties"])
+    for index, part in enumerate(schema.get("allOf") or []):
+        # a part with members, or one that only narrows them (`{"required": ["title"]}`)
+        members = part.get("properties", {})
+        if part.get("type") not in (None, "object") or "anyOf" in part or "oneOf" in part:
+            raise Skip(f"the body is an allOf whose part {index} is {_shape(part)}, not an object")
+        properties.update(members)
         required += part.get("required") or []
-    if "anyOf" in schema or "oneOf" in schema:
-        raise Skip("the body is a choice of schemas (anyOf/oneOf), not one object")
+    for keyword in ("oneOf", "anyOf"):
+        choices = schema.get(keyword)
+        if isinstance(choices, list) and len(choices) == 1:  # no choice at all: that schema
+            only = _object(choices[0])
+            properties.update(only["properties"])
+            required += only["required"]
+        elif keyword in schema:
+            count = len(schema[keyword])
+            raise Skip(f"the body is a choice ({keyword} of {count} schemas), not one object")
     if not properties and schema.get("type") not in (None, "object"):
-        raise Skip("the body is not an object with named members")
+        raise Skip(f"the body is {_shape(schema)}, not an object with named members")
     return {"properties": properties, "required": [r for r in required if r in properties]}
+
+
+def _narrowed(resolver: Resolver, schema: dict[str, Any]) -> set[str]:
+    """Members an `allOf` part of the body only requires (`{"required": ["title"]}`: the tool
+    schema keeps `required` beside the members it names, so such a part converts to nothing)."""
+    if isinstance(schema.get("$ref"), str):
+        try:
+            schema = resolver.follow(schema["$ref"])
+        except Skip:
+            return set()
+    parts = schema.get("allOf") if isinstance(schema, dict) else None
+    names: set[str] = set()
+    for part in parts if isinstance(parts, list) else []:
+        if isinstance(part, dict) and "properties" not in part and "$ref" not in part:
+            listed = part.get("required")
+            if isinstance(listed, list):
+                names.update(n for n in listed if isinstance(n, str))
+    return names
+
+
+def _shape(schema: dict[str, Any]) -> str:
+    """What a converted schema holds, for a reason: `an array`, `a string`, `a schema with no
+    type`."""
+    types = schema.get("type")
+    named = types if isinstance(types, str) else "/".join(types) if types else ""
+    if "anyOf" in schema or "oneOf" in schema:
+        return "a choice"
+    if not named:
+        return "a schema with no type or members"
+    return f"{'an' if named[0] in 'aeiou' else 'a'} {named}"
 
 
 def _is_file(schema: Any) -> bool:

@@ -3,11 +3,13 @@
 Nested objects, arrays of anything and choices are kept. What the subset has no keyword for and
 only narrows what is valid (`not`, `patternProperties`, `xml`, `example`, ...) is left out: the
 tool accepts a little more than the API, never less. OpenAPI 3.0's `nullable` becomes a type
-list with "null", its boolean `exclusiveMinimum` the 2020-12 number. An optional member that
-cannot be expressed (a file, a `$ref` cycle, a name providers refuse) is left out with a note;
-a required one skips the operation. Each `$ref` target is converted once and shared; the size of
-the result is counted without walking shared parts twice (`weight`), so a document whose schemas
-fan out cannot make a tool grow without bound.
+list with "null", its boolean `exclusiveMinimum` the 2020-12 number. A schema that contains
+itself (a tree) is unfolded RECURSION_DEPTH levels deep, as tool schemas hold no `$ref` cycle.
+An optional member that cannot be expressed (a file, recursion past that depth, a name
+providers refuse) is left out with a note; a required one skips the operation. Each `$ref`
+target is converted once and shared; the size of the result is counted without walking shared
+parts twice (`weight`), so a document whose schemas fan out cannot make a tool grow without
+bound.
 """
 
 from __future__ import annotations
@@ -30,6 +32,21 @@ _FAMILY = {
 }
 
 
+# How often a schema may contain itself (a tree, a linked list) before the recursion stops:
+# past that an optional member is left out, a list is empty and a required member skips the
+# operation (no finite value fits it).
+RECURSION_DEPTH = 2
+
+
+class Recursion(Skip):
+    """A schema met inside itself more than RECURSION_DEPTH times; `endless` once a required
+    member holds it (no finite value fits)."""
+
+    def __init__(self, message: str, endless: bool = False) -> None:
+        super().__init__(message)
+        self.endless = endless
+
+
 class SchemaConverter:
     """Converts the schemas of one document; `notes` collects what was left out, per call."""
 
@@ -46,10 +63,13 @@ class SchemaConverter:
             raise Skip(f"'{short(where)}' has no schema")
         ref = node.get("$ref")
         if isinstance(ref, str):
-            if ref in active:
-                raise Skip(f"'{short(where)}' refers to itself ({short(ref)}), a $ref cycle")
             if ref in self._done:
                 return self._done[ref]
+            if active.count(ref) >= RECURSION_DEPTH:
+                raise Recursion(
+                    f"'{short(where)}' contains its own schema ({short(ref)}) more than "
+                    f"{RECURSION_DEPTH} levels deep"
+                )
             target = self._resolver.follow(ref)
             converted = self.convert(target, where, depth, (*active, ref))
             self._done[ref] = converted
@@ -118,7 +138,11 @@ class SchemaConverter:
     ) -> None:
         items = node.get("items")
         if isinstance(items, dict):
-            out["items"] = self.convert(items, f"{where}[]", depth + 1, active)
+            try:
+                out["items"] = self.convert(items, f"{where}[]", depth + 1, active)
+            except Recursion as why:  # a tree's children: the list ends there
+                out["maxItems"] = 0
+                self.notes.append(f"{why}: an empty list there")
         properties = node.get("properties")
         if isinstance(properties, dict):
             required = node.get("required")
@@ -159,6 +183,14 @@ class SchemaConverter:
                 if not PROPERTY_NAME.fullmatch(name):
                     raise Skip(f"'{short(path)}' is not a name tools accept ([a-zA-Z0-9_.-])")
                 converted[name] = self.convert(member, path, depth + 1, active)
+            except Recursion as why:
+                if name in required and not why.endless:
+                    raise Recursion(
+                        f"{why}, required at every level: no finite value fits", True
+                    ) from why
+                if name in required:
+                    raise
+                self.notes.append(f"{why}: left out (optional)")
             except Skip as why:
                 if name in required:
                     raise

@@ -21,7 +21,9 @@ from tests.support.apps import (
     make_settings,
     running_app,
 )
+from tests.support.large_openapi import large_yaml
 from tests.support.loop_watchdog import BOUND_S, LagProbe
+from tests.support.secantus import SecantusServer
 from tests.support.servers import ThreadedServer
 
 SERVER = "https://api.example.com"
@@ -187,3 +189,42 @@ async def test_a_path_without_a_leading_slash_cannot_change_the_host(
     [skipped] = answer.json()["skipped"]
     assert skipped["operation"] == "GET .evil.example/x"
     assert skipped["reason"] == "its path '.evil.example/x' does not start with '/'"
+
+
+async def test_a_3_mb_yaml_import_never_stalls_another_request(
+    client: httpx.AsyncClient, acme: TenantCredentials, upstream: ThreadedServer
+) -> None:
+    """Fetched by `url` (a request body holds 1 MB: MAX_BODY_BYTES), read and converted."""
+    text = await asyncio.to_thread(large_yaml)  # built once, before the app is watched
+    assert 3_000_000 < len(text.encode()) < 4_000_000
+    body = {**_large_import(upstream), "dry_run": True}
+    answer, lag = await _import_while_pinging(client, acme, body)
+    assert answer.status_code == 200, answer.text[:2000]
+    assert len(answer.json()["tools"]) == 7 * 52, answer.json()["skipped"][:3]
+    assert lag < BOUND_S
+
+
+async def test_storing_a_3_mb_import_never_stalls_another_request(
+    secantus_server: SecantusServer, upstream: ThreadedServer
+) -> None:
+    """The 364 tools stored in a real database (the in-memory store, a development fake,
+    checks unique keys by scanning: seconds on the loop), then read back."""
+    await asyncio.to_thread(large_yaml)
+    async for client in _client(mongodb_url=secantus_server.url):
+        acme = await create_tenant(client, "acme")
+        answer, lag = await _import_while_pinging(client, acme, _large_import(upstream))
+        assert answer.status_code == 200, answer.text[:2000]
+        assert len(answer.json()["tools"]) == 7 * 52
+        assert lag < BOUND_S
+        async with LagProbe() as probe:  # the catalog the import changed, read back
+            listed = await client.get("/tools?limit=500", headers=acme.headers)
+            assert listed.status_code == 200, listed.text[:500]
+        assert probe.worst < BOUND_S
+
+
+def _large_import(upstream: ThreadedServer) -> dict[str, Any]:
+    return {
+        "url": f"{upstream.url}/openapi/large.yaml",
+        "server_url": SERVER,
+        "security": {"bearer": "readme_token"},
+    }

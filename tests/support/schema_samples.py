@@ -6,6 +6,8 @@ from __future__ import annotations
 import re._parser as _parser
 from typing import Any
 
+import jsonschema_rs
+
 _FORMATS = {
     "uuid": "123e4567-e89b-12d3-a456-426614174000",
     "date-time": "2024-01-02T03:04:05Z",
@@ -18,6 +20,16 @@ _FORMATS = {
     "ipv4": "192.0.2.1",
     "ipv6": "2001:db8::1",
     "byte": "aGVsbG8=",
+    "duration": "P1D",
+    "idn-email": "someone@example.com",
+    "idn-hostname": "example.com",
+    "iri": "https://example.com/a",
+    "iri-reference": "/a",
+    "uri-reference": "/a",
+    "uri-template": "https://example.com/{a}",
+    "json-pointer": "/a",
+    "relative-json-pointer": "0/a",
+    "regex": "^a$",
 }
 
 
@@ -34,20 +46,49 @@ def sample(schema: Any, defs: dict[str, Any] | None = None, depth: int = 0) -> A
         return schema["enum"][0]
     for keyword in ("anyOf", "oneOf"):
         if schema.get(keyword):
-            return sample(schema[keyword][0], defs, depth + 1)
+            return _choice(schema, keyword, defs, depth)
     if schema.get("allOf"):
-        merged: dict[str, Any] = {}
-        for part in schema["allOf"]:
-            value = sample(part, defs, depth + 1)
-            if isinstance(value, dict):
-                merged.update(value)
-        return merged
+        return sample(_merged(schema, defs), defs, depth + 1)
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind is None:
         kind = "object" if "properties" in schema else "string"
     return _typed(kind, schema, defs, depth)
+
+
+def _choice(schema: dict[str, Any], keyword: str, defs: dict[str, Any], depth: int) -> Any:
+    """The first choice's sample that the whole schema accepts (a `oneOf` sample that two
+    choices accept is not one), else the first choice's."""
+    whole = {**schema, "$defs": defs} if defs else schema
+    samples = [sample(choice, defs, depth + 1) for choice in schema[keyword]]
+    for value in samples:
+        try:
+            if jsonschema_rs.validator_for(whole).is_valid(value):
+                return value
+        except ValueError:  # a schema the validator cannot compile: the first will do
+            break
+    return samples[0]
+
+
+def _merged(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """An `allOf` as one schema: its parts' keywords together, object members united."""
+    merged: dict[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
+    for part in schema["allOf"]:
+        while isinstance(part, dict) and "$ref" in part:
+            part = defs.get(part["$ref"].removeprefix("#/$defs/"), {})
+        if not isinstance(part, dict):
+            continue
+        if "allOf" in part:
+            part = _merged(part, defs)
+        for key, value in part.items():
+            if key == "properties":
+                merged["properties"] = {**merged.get("properties", {}), **value}
+            elif key == "required":
+                merged["required"] = [*merged.get("required", []), *value]
+            else:
+                merged.setdefault(key, value)
+    return merged
 
 
 def _typed(kind: str, schema: dict[str, Any], defs: dict[str, Any], depth: int) -> Any:

@@ -22,6 +22,7 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from tests.support.echoes import ALL_FORMS
+from tests.support.large_openapi import large_yaml
 
 RECEIVED: list[dict[str, object]] = []
 
@@ -166,7 +167,9 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openapi"
 
 
 async def document(request: Request) -> Response:
-    """The stored OpenAPI documents, as a server publishes them."""
+    """The stored OpenAPI documents, as a server publishes them (and a 3 MB one)."""
+    if request.path_params["name"] == "large.yaml":
+        return PlainTextResponse(large_yaml(), media_type="application/yaml")
     path = FIXTURES / request.path_params["name"]
     if path.parent != FIXTURES or not path.is_file():
         return PlainTextResponse("not found", status_code=404)
