@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import ssl
+import sys
 from collections.abc import AsyncIterator
 from typing import Any, BinaryIO, TextIO
 
@@ -28,6 +29,7 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from app.mcp.config import McpServer
+from app.mcp.stdio import stdio_transport
 from app.tools.netguard import OutboundBlockedError, OutboundPolicy, guarded_transport
 from app.tools.outcome import ToolOutcome
 
@@ -81,7 +83,8 @@ async def open_session(
                 command=server.command, args=list(server.args), env=server.env, cwd=server.cwd
             )
             errlog = await stack.enter_async_context(stderr_to_log(server.name))
-            read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+            spawn = stdio_transport if sys.platform != "win32" else stdio_client
+            read, write = await stack.enter_async_context(spawn(params, errlog))
             errlog.close()  # the child has its own copy: EOF comes when it exits
         elif server.type == "streamable-http":
             assert server.url is not None

@@ -10,7 +10,6 @@ from starlette.types import ASGIApp
 from tests.support.secantus import free_port
 from tests.support.waiting import within_blocking
 
-
 GRACE_S = 1
 
 
