@@ -49,9 +49,9 @@ class _CachedStaticFiles(StaticFiles):
 
 
 def install_openapi(app: FastAPI, *, openapi_url: str) -> None:
-    """The OpenAPI document at `openapi_url`, built on a worker thread when first asked for
-    (FastAPI's own route builds it on the event loop: about 0.3 s of CPU that stalled every
-    request in flight), then served from FastAPI's cache."""
+    """The OpenAPI document at `openapi_url`: built by the lifespan before the first request
+    (app/main.py), on a worker thread if an app serves it without that, then from FastAPI's
+    cache."""
     building = asyncio.Lock()
 
     @app.get(openapi_url, include_in_schema=False)

@@ -10,16 +10,22 @@ built for the same route included the same plain way (no prefix, tags, dependenc
 responses or callbacks, as app/main.py includes every router).
 
 What an app would not share: the dependency-overrides provider (the app). The suite uses no
-dependency overrides; an include that is not plain is built as FastAPI builds it."""
+dependency overrides; an include that is not plain is built as FastAPI builds it.
+
+The OpenAPI document likewise: the service builds it in its lifespan (0.3-0.6 s of CPU), and
+here an app whose documented routes and metadata are those of an earlier app gets a copy of
+what that one built (the service then applies its settings' limits to its copy)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
-from fastapi import routing
+from fastapi import applications, routing
 
 _BUILT: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # key -> (route kept alive, context)
+_DOCUMENTS: dict[tuple[Any, ...], tuple[list[Any], bytes]] = {}  # key -> (routes kept, document)
 
 
 def _plain(context: Any) -> bool:
@@ -35,6 +41,7 @@ def _plain(context: Any) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _cache_openapi_documents()
     effective = getattr(routing, "_EffectiveRouteContext", None)
     build = getattr(effective, "from_api_route", None)
     if build is None:  # FastAPI no longer builds routes per inclusion: nothing to cache
@@ -54,3 +61,23 @@ def pytest_configure(config: pytest.Config) -> None:
         return _BUILT[key][1]
 
     effective.from_api_route = classmethod(from_api_route)
+
+
+def _cache_openapi_documents() -> None:
+    build = applications.get_openapi
+
+    def get_openapi(*, routes: Any, **metadata: Any) -> dict[str, Any]:
+        documented = [
+            (context.original_route, context.path, sorted(context.methods or ()))
+            for context in routing.iter_route_contexts(routes)
+            if getattr(context.original_route, "include_in_schema", False)
+        ]
+        key = (
+            orjson.dumps(metadata, default=repr),
+            *((id(route), path, *methods) for route, path, methods in documented),
+        )
+        if key not in _DOCUMENTS:
+            _DOCUMENTS[key] = (documented, orjson.dumps(build(routes=routes, **metadata)))
+        return orjson.loads(_DOCUMENTS[key][1])  # type: ignore[no-any-return]
+
+    applications.get_openapi = get_openapi
