@@ -31,22 +31,34 @@ def make_settings(mongo_url: str | None = None, **overrides: Any) -> Settings:
         "admin_api_key": ADMIN_KEY,
         "api_key_secret": KEY_SECRET,
         "run_journal_dir": str(Path(tempfile.gettempdir()) / "toolgate-test-run-journal"),
-        # A limit check on the shared test server waits as long as the driver's other calls: a
-        # test of tools or chats must not turn into a test of how busy the machine is (measured
-        # in CI: one POST /tenants took 1.9 s, past the 0.5 s default, and the next write was a
-        # 503). The tests of the timeout itself set their own.
-        "limits_check_timeout_s": 10.0,
         **overrides,
     }
+    # A limit check on the shared test server waits as long as the driver's other calls
+    # (MONGODB_TIMEOUT_MS): a test of tools or chats must not turn into a test of how busy the
+    # machine is (measured in CI: one POST /tenants took 1.9 s, past the 0.5 s default, and the
+    # next write was a 503). The tests of the timeout set their own.
+    values.setdefault("limits_check_timeout_s", values.get("mongodb_timeout_ms", 2000) / 1000)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
 
 
 @asynccontextmanager
 async def running_app(settings: Settings, registry: FunctionRegistry) -> AsyncIterator[FastAPI]:
     """The app with its lifespan entered; the test database is dropped afterwards."""
+    from tests.support.loop_watchdog import lifespan_unwatched  # a plugin: imported by pytest
+
     app = create_app(settings, registry=registry)
-    async with app.router.lifespan_context(app):
+    lifespan = app.router.lifespan_context(app)
+    with lifespan_unwatched():
+        await lifespan.__aenter__()
+    try:
         yield app
+    except BaseException as exc:
+        with lifespan_unwatched():
+            if not await lifespan.__aexit__(type(exc), exc, exc.__traceback__):
+                raise
+    else:
+        with lifespan_unwatched():
+            await lifespan.__aexit__(None, None, None)
     if settings.mongodb_url:
         client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
             settings.mongodb_url, serverSelectionTimeoutMS=2000

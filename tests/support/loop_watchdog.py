@@ -18,8 +18,10 @@ objects alive once the tests are collected are frozen (`gc.freeze`) so later col
 them. The service's own collections are in its metric.
 
 Not covered: apps a test starts as a separate process (their lag is in their own
-`toolgate_event_loop_lag_seconds`), the setup and teardown phases (lifespan start and end), and a
-threaded server from its `stop()` on (it serves no request; its shutdown is its lifespan end).
+`toolgate_event_loop_lag_seconds`), the setup and teardown phases, an app's lifespan start and
+end inside the call (`running_app`: it serves no request then, and a second app on the same
+loop would see the first's start as a stall), and a threaded server from its `stop()` on (it
+serves no request; its shutdown is its lifespan end).
 
 A failing verdict names where the loop was: a sampler thread looks every 20 ms at each loop
 whose probe is overdue by more than the bound and keeps the stack of that loop's thread (a stall
@@ -38,6 +40,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
@@ -56,13 +59,15 @@ class _Watch:
         self.since: float | None = None
         self.until: float | None = None
         self.worst = 0.0
+        self.worst_at = 0.0  # when the worst stall ended (epoch seconds)
         self.reported = False
         self.beats: dict[int, float] = {}  # loop thread -> when its probe last woke
         self.stacks: dict[int, tuple[float, str]] = {}  # loop thread -> longest overdue stack
         self.stopping: set[int] = set()  # threads whose server is shutting down: not watched
+        self.lifespans = 0  # apps starting or stopping inside the call: not watched meanwhile
 
     def listen(self, woke: float, lag: float) -> None:  # from any thread
-        if threading.get_ident() in self.stopping:
+        if threading.get_ident() in self.stopping or self.lifespans:
             return
         self.beats[threading.get_ident()] = woke
         since, until = self.since, self.until
@@ -75,10 +80,11 @@ class _Watch:
         within = min(woke, until or woke) - max(woke - lag, since)
         if within > self.worst:
             self.worst = within
+            self.worst_at = time.time() - (time.monotonic() - woke)  # the log lines' clock
 
     def sample(self) -> None:
         """Keeps the stack of every loop thread whose probe is overdue past the bound."""
-        if self.since is None or self.until is not None:
+        if self.since is None or self.until is not None or self.lifespans:
             return
         now = time.monotonic()
         frames = sys._current_frames()
@@ -110,7 +116,7 @@ class _Watch:
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[None]:
-        self.worst, self.reported, self.until = 0.0, False, None
+        self.worst, self.worst_at, self.reported, self.until = 0.0, 0.0, False, None
         self.stacks = {}
         self.since = time.monotonic()
         try:
@@ -127,13 +133,30 @@ class _Watch:
             f"\nloop thread {thread} overdue {overdue * 1000:.0f} ms at:\n{stack}"
             for thread, (overdue, stack) in self.stacks.items()
         )
+        ended = datetime.fromtimestamp(self.worst_at, UTC).strftime("%H:%M:%S.%f")[:-3]
         return (
             f"the event loop of the app stalled {self.worst * 1000:.0f} ms, more than the "
-            f"{BOUND_S * 1000:.0f} ms bound (tests/support/loop_watchdog.py){where}"
+            f"{BOUND_S * 1000:.0f} ms bound, ending at {ended} UTC (the log's clock) "
+            f"(tests/support/loop_watchdog.py){where}"
         )
 
 
 _WATCH = _Watch()
+
+
+@contextlib.contextmanager
+def lifespan_unwatched() -> Iterator[None]:
+    """While a test starts or stops an app (`running_app`): an app's lifespan serves no request
+    (as outside the call phase), and with two apps on one loop (two replicas in one test) the
+    start of one is not a stall of the other, which in a service has a process of its own."""
+    _WATCH.lifespans += 1
+    try:
+        yield
+    finally:
+        _WATCH.lifespans -= 1
+        if _WATCH.since is not None and _WATCH.until is None:
+            _WATCH.since = max(_WATCH.since, time.monotonic())  # later lateness counts from here
+            _WATCH.beats.clear()
 
 
 @contextlib.contextmanager
