@@ -209,6 +209,32 @@ async def test_a_malformed_body_is_422(
         assert response.status_code == 422, (body, response.text)
 
 
+async def test_the_route_answers_alike_at_its_edges(
+    tenant_app: TenantApp,
+) -> None:
+    """The plain invoke is served below FastAPI's routing; the requests around it (another
+    method, a malformed id, no key, a body that is not JSON) get the route's usual answers."""
+    http, acme = tenant_app
+    for method in ("GET", "PUT", "DELETE"):
+        response = await http.request(method, "/tools/adder/invoke", headers=acme.headers)
+        assert response.status_code == 405, (method, response.text)
+        assert response.headers["content-type"] == "application/problem+json"
+    for tool_id in ("a%0A", "x" * 65, "a.b"):
+        response = await _invoke(http, acme, tool_id, arguments={})
+        assert response.status_code == 422, (tool_id, response.text)
+    response = await http.post("/tools/adder/invoke", json={"arguments": {}})
+    assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
+    response = await http.post(
+        "/tools/adder/invoke",
+        content=b"{not json",
+        headers={**acme.headers, "Content-Type": "application/json"},
+    )
+    assert response.status_code == 400 and "not valid JSON" in response.json()["detail"]
+    response = await _invoke(http, acme, "adder", arguments={"a": 2, "b": 3})
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["content"] == "5" and response.headers["x-request-id"]
+
+
 @pytest.mark.settings(rate_limit_chat_per_minute=2)
 async def test_invocations_share_the_chat_rate_limit(
     tenant_app: TenantApp,
