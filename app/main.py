@@ -26,7 +26,7 @@ from app.api import (
 )
 from app.api.console import install_console
 from app.api.docs import install_docs, install_openapi
-from app.api.hot_routes import InvokeRoute
+from app.api.hot_routes import ChatRoute, InvokeRoute
 from app.api.mcp_endpoint import McpGateway
 from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from app.api.problems import PROBLEM_MEDIA_TYPE, install_error_handlers
@@ -193,8 +193,8 @@ def create_app(
     # it, so the credential is checked before anything is said about the method (405 but POST).
     gateway = McpGateway()
     app.router.routes.insert(1, Route("/mcp", gateway))
-    # The plain invoke, answered below FastAPI's routing (app/api/hot_routes.py).
-    app.router.routes.insert(2, InvokeRoute())
+    # The plain invoke and chat, answered below FastAPI's routing (app/api/hot_routes.py).
+    app.router.routes[2:2] = [InvokeRoute(), ChatRoute()]
     if settings.docs_served:
         install_openapi(app, openapi_url=OPENAPI_URL)
         install_docs(app, openapi_url=OPENAPI_URL)
