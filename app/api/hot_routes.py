@@ -17,15 +17,16 @@ exception handlers like any route's.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette._utils import get_route_path
+from starlette.datastructures import URLPath
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Match
+from starlette.routing import BaseRoute, Match, NoMatchFound
 from starlette.types import Receive, Scope, Send
 
 from app.api.routing import parsed_body
@@ -58,7 +59,14 @@ async def invoke_json(tenant: TenantContext, tool_id: str, request: Request) -> 
     return orjson.dumps(result)  # a dataclass
 
 
-class InvokeRoute(BaseRoute):
+class _HotRoute(BaseRoute):
+    """A hot route has no name of its own: `url_for` finds the FastAPI route of its path."""
+
+    def url_path_for(self, name: str, /, **path_params: Any) -> URLPath:
+        raise NoMatchFound(name, path_params)
+
+
+class InvokeRoute(_HotRoute):
     """The plain `POST /tools/{tool_id}/invoke` (see the module docstring)."""
 
     path_format = INVOKE_PATH  # the metrics' and access log's route label
@@ -103,7 +111,7 @@ async def chat_response(tenant: TenantContext, body: ChatRequest, accept: str) -
     )
 
 
-class ChatRoute(BaseRoute):
+class ChatRoute(_HotRoute):
     """`POST /chat` with a JSON body (see the module docstring). FastAPI's order is kept: a body
     that is not JSON is a 400 before the credential is checked, a missing or mis-shaped one a
     422 after."""

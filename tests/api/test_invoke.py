@@ -10,6 +10,7 @@ import httpx
 import orjson
 import pytest
 
+from app.main import create_app
 from tests.support import functions
 from tests.support import upstream as upstream_api
 from tests.support.apps import (
@@ -233,6 +234,13 @@ async def test_the_route_answers_alike_at_its_edges(
     response = await _invoke(http, acme, "adder", arguments={"a": 2, "b": 3})
     assert response.headers["content-type"] == "application/json"
     assert response.json()["content"] == "5" and response.headers["x-request-id"]
+
+
+def test_the_routes_are_found_by_name() -> None:
+    """The hot routes ahead of FastAPI's have no names: `url_path_for` passes them by."""
+    app = create_app(make_settings(None), registry=functions.registry)
+    assert app.url_path_for("invoke_tool", tool_id="adder") == "/tools/adder/invoke"
+    assert app.url_path_for("chat") == "/chat"
 
 
 @pytest.mark.settings(rate_limit_chat_per_minute=2)
