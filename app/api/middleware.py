@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
-import uuid
 
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -97,7 +97,9 @@ class RequestContextMiddleware:
         started = time.perf_counter()
         given = dict(scope["headers"]).get(REQUEST_ID_HEADER, b"")
         if not (0 < len(given) <= _MAX_REQUEST_ID and _ID_CHARS.issuperset(given)):
-            given = uuid.uuid4().hex.encode()
+            # 32 random hex digits, as uuid4().hex without its fixed bits (a quarter of the
+            # cost: `uuid.UUID` is pure Python and every request without an id pays it).
+            given = os.urandom(16).hex().encode()
         request_id = given.decode()
         scope.setdefault("state", {})["request_id"] = request_id
         context = {"request_id": request_id}

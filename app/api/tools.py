@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 
+from app.api.hot_routes import invoke_json, wants_stream
 from app.api.routing import StrictJSONRoute, parsed_body
 from app.api.sse import INVOKE_STREAM_DOC, event_stream
 from app.deps import TenantDep, WriteLimit
@@ -57,18 +57,15 @@ ToolIdPath = Annotated[str, Path(pattern=NAME_PATTERN, description="The tool's i
 async def invoke_tool(tool_id: ToolIdPath, tenant: TenantDep, request: Request) -> Response:
     """Run one tool as a model would, without a model; disabled tools run too (test before
     enabling). Tool failures are answered 200 with `status: "error"`; every call is a run."""
-    body = await parsed_body(request, InvokeRequest)
-    invocations = tenant.services.invocations
-    if "text/event-stream" in request.headers.get("accept", ""):  # progress, then the result
-        prepared = await invocations.prepare_invoke(
+    if wants_stream(request.headers.get("accept", "")):  # progress, then the result
+        body = await parsed_body(request, InvokeRequest)
+        prepared = await tenant.services.invocations.prepare_invoke(
             tool_id, body.arguments, body.context_arguments, tenant_id=tenant.id
         )  # every 4xx before the stream starts
         keepalive_s = tenant.services.settings.chat_stream_keepalive_s
         return event_stream(prepared.events(keepalive_s=keepalive_s), run_id=prepared.run_id)
-    result = await invocations.invoke(
-        tool_id, body.arguments, body.context_arguments, tenant_id=tenant.id
-    )
-    return Response(orjson.dumps(result), media_type="application/json")  # a dataclass
+    # Usually answered by `InvokeRoute` (app/api/hot_routes.py), with the same function.
+    return Response(await invoke_json(tenant, tool_id, request), media_type="application/json")
 
 
 @router.post(

@@ -14,6 +14,7 @@ from typing import Any
 import mcp_types
 
 from app.errors import AppError
+from app.mcp.config import server_of
 from app.mcp.tools import served_tool
 from app.services.client_tokens import ClientToken
 from app.services.invocations import InvocationService, McpToolRun
@@ -38,8 +39,14 @@ class McpGatewayService:
     async def input_schema(
         self, name: str, *, tenant_id: str, token: ClientToken | None
     ) -> dict[str, Any] | None:
-        """The input schema of the tool offered as `name`, as `list_tools` shows it; None when
-        the caller has none by that name (the call then answers why)."""
+        """The input schema of the tool offered as `name`, as `list_tools` shows it, when it can
+        carry `x-mcp-header` annotations (the `Mcp-Param-*` check's only use of it); None when
+        the caller has none by that name (the call then answers why) or it cannot carry them.
+        Only an MCP server's tool can (its names are `{server}__{tool}`): a stored tool's schema
+        takes no such keyword (`app/tools/schema.py`, KEYWORDS), and looking it up opened the
+        caller's toolbox a second time per call."""
+        if server_of(name) is None:
+            return None
         selection = Selection(tool_ids=[name], by_name=True, strict=True)
         try:
             async with await self._toolbox.open(tenant_id, selection, token=token) as toolset:

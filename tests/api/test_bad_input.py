@@ -216,3 +216,40 @@ async def test_stats_windows_at_the_ends_of_the_calendar(
     assert response.status_code == 200, response.text
     assert response.json()["since"] == since
     assert response.json()["calls"] == 0
+
+
+@pytest.mark.parametrize(
+    ("raw", "content_type", "with_key"),
+    [
+        (b"{not json", "application/json", True),
+        (b"{not json", "application/json", False),  # not JSON: 400 before the key is checked
+        (b'{"a": NaN}', "application/json; charset=utf-8", True),
+        (b"\xff\xfe\x00garbage", "application/json", True),
+        (b"", "application/json", True),
+        (b"", "application/json", False),
+        (b"null", "application/json", True),
+        (b"{}", "application/json", False),
+        (b"{}", "text/plain", True),
+        (b"{}", "", True),
+    ],
+)
+async def test_chat_answers_bad_bodies_as_every_body_route_does(
+    client: httpx.AsyncClient,
+    acme: TenantCredentials,
+    raw: bytes,
+    content_type: str,
+    with_key: bool,
+) -> None:
+    """`POST /chat` is answered below FastAPI's routing (app/api/hot_routes.py): a body it
+    cannot read gets the answer a FastAPI body route gives, in the same order of checks."""
+    headers = {**(acme.headers if with_key else {}), "content-type": content_type}
+    answers = []
+    for path in ("/chat", "/tools/create"):
+        response = await client.post(path, content=raw, headers=headers)
+        body = response.json()
+        answers.append((response.status_code, body["detail"], body.get("errors")))
+    if answers[0][0] == 422:  # the schemas differ; where the problem is does not
+        answers = [
+            (status, detail, [e["path"] for e in errors]) for status, detail, errors in answers
+        ]
+    assert answers[0] == answers[1]

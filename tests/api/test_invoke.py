@@ -10,6 +10,7 @@ import httpx
 import orjson
 import pytest
 
+from app.main import create_app
 from tests.support import functions
 from tests.support import upstream as upstream_api
 from tests.support.apps import (
@@ -207,6 +208,39 @@ async def test_a_malformed_body_is_422(
     ):
         response = await http.post("/tools/adder/invoke", json=body, headers=acme.headers)
         assert response.status_code == 422, (body, response.text)
+
+
+async def test_the_route_answers_alike_at_its_edges(
+    tenant_app: TenantApp,
+) -> None:
+    """The plain invoke is served below FastAPI's routing; the requests around it (another
+    method, a malformed id, no key, a body that is not JSON) get the route's usual answers."""
+    http, acme = tenant_app
+    for method in ("GET", "PUT", "DELETE"):
+        response = await http.request(method, "/tools/adder/invoke", headers=acme.headers)
+        assert response.status_code == 405, (method, response.text)
+        assert response.headers["content-type"] == "application/problem+json"
+    for tool_id in ("a%0A", "x" * 65, "a.b"):
+        response = await _invoke(http, acme, tool_id, arguments={})
+        assert response.status_code == 422, (tool_id, response.text)
+    response = await http.post("/tools/adder/invoke", json={"arguments": {}})
+    assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
+    response = await http.post(
+        "/tools/adder/invoke",
+        content=b"{not json",
+        headers={**acme.headers, "Content-Type": "application/json"},
+    )
+    assert response.status_code == 400 and "not valid JSON" in response.json()["detail"]
+    response = await _invoke(http, acme, "adder", arguments={"a": 2, "b": 3})
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["content"] == "5" and response.headers["x-request-id"]
+
+
+def test_the_routes_are_found_by_name() -> None:
+    """The hot routes ahead of FastAPI's have no names: `url_path_for` passes them by."""
+    app = create_app(make_settings(None), registry=functions.registry)
+    assert app.url_path_for("invoke_tool", tool_id="adder") == "/tools/adder/invoke"
+    assert app.url_path_for("chat") == "/chat"
 
 
 @pytest.mark.settings(rate_limit_chat_per_minute=2)
