@@ -70,7 +70,9 @@ def _cache_openapi_documents() -> None:
         documented = [
             (context.original_route, context.path, sorted(context.methods or ()))
             for context in routing.iter_route_contexts(routes)
-            if getattr(context.original_route, "include_in_schema", False)
+            # FastAPI documents API routes only (a plain Route, like each app's /mcp, is not)
+            if isinstance(context.original_route, routing.APIRoute)
+            and context.original_route.include_in_schema
         ]
         key = (
             orjson.dumps(metadata, default=repr),
