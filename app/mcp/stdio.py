@@ -58,7 +58,8 @@ async def stdio_transport(params: StdioServerParameters, errlog: TextIO) -> Asyn
             asyncio.streams.FlowControlMixin, process.stdin
         )
     except BaseException:
-        await _stop(process)
+        with anyio.CancelScope(shield=True):  # a cancelled scope would cut the stop short
+            await _stop(process)
         raise
     writer = asyncio.StreamWriter(stdin, protocol, None, loop)
     incoming, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
