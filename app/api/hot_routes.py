@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
 from starlette._utils import get_route_path
 from starlette.datastructures import URLPath
 from starlette.requests import Request
@@ -29,7 +28,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, NoMatchFound
 from starlette.types import Receive, Scope, Send
 
-from app.api.routing import parsed_body
+from app.api.routing import json_body, parsed_body, validated_body
 from app.api.sse import event_stream
 from app.deps import TenantContext, authenticate, presented_bearer
 from app.schemas.chat import ChatRequest
@@ -129,22 +128,12 @@ class ChatRoute(_HotRoute):
         services: Services = scope["app"].state.services
         request = Request(scope, receive)
         raw = await request.body()
-        try:
-            data = orjson.loads(raw) if raw else None
-        except orjson.JSONDecodeError as exc:  # as FastAPI reports it
-            error = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error"}
-            ctx = {"error": exc.msg}
-            raise RequestValidationError([{**error, "input": {}, "ctx": ctx}]) from None
+        data = json_body(raw) if raw else None
         tenant = await authenticate(services, presented_bearer(request), client_tokens=True)
         if not raw:
             missing = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
             raise RequestValidationError([missing])
-        try:
-            body = ChatRequest.model_validate(data)
-        except ValidationError as exc:
-            raise RequestValidationError(
-                [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
-            ) from None
+        body = validated_body(data, ChatRequest)
         response = await chat_response(tenant, body, request.headers.get("accept", ""))
         await response(scope, receive, send)
 

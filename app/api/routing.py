@@ -17,20 +17,21 @@ M = TypeVar("M", bound=BaseModel)
 async def parsed_body(request: Request, model: type[M]) -> M:
     """The JSON body as `model`, for hot routes that skip FastAPI's body machinery (it costs
     ~0.05 ms a request); errors are the same 400 (bad JSON) and 422 (schema) problems."""
+    return validated_body(json_body(await request.body()), model)
+
+
+def json_body(raw: bytes) -> Any:
+    """The body parsed (orjson: NaN and Infinity refused); bad JSON is the `json_invalid` error
+    FastAPI's own routes raise, which the handler answers with a 400."""
     try:
-        data = orjson.loads(await request.body())
+        return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise RequestValidationError(
-            [
-                {
-                    "type": "json_invalid",
-                    "loc": ("body",),
-                    "msg": "JSON decode error",
-                    "input": {},
-                    "ctx": {"error": str(exc)},
-                }
-            ]
-        ) from None
+        error = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error"}
+        raise RequestValidationError([{**error, "input": {}, "ctx": {"error": exc.msg}}]) from None
+
+
+def validated_body(data: Any, model: type[M]) -> M:
+    """The parsed body as `model`; a mismatch is FastAPI's 422, located under `body`."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
