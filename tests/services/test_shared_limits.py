@@ -20,6 +20,7 @@ from app.services.shared_limits import SPARE_IDLE_S, SharedLimits
 from tests.support.apps import make_settings
 from tests.support.clock import FakeClock
 from tests.support.secantus import SecantusServer, free_port
+from tests.support.waiting import within
 
 
 class CountingRepository(LimitRepository):
@@ -521,16 +522,14 @@ async def test_while_a_lease_write_is_in_flight_a_slow_replica_admits_only_what_
     first = [await a.admit_run("acme") for _ in range(2)]  # a's lease there: 2
     repository = repository_of(a)
     repository.gate = asyncio.Event()
-    for release in first:
-        release()  # the lease write (0 held) waits at the gate, not awaited here
-    await asyncio.sleep(0)
+    written = [release() for release in first]  # the lease write (0 held) waits at the gate
+    await within(lambda: repository.syncs == 1, 5)
     await away(a, how="slow")
     assert (await outcomes(a.admit_run("globex")))[0] == []  # timed out: a is alone, slow
     repository.away = None
     while_in_flight, refused = await outcomes(*(a.admit_run("acme") for _ in range(2)))
     assert while_in_flight == [] and "its share" in refused[0].message
     repository.gate.set()  # the write lands: the database counts 0 runs for a
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await asyncio.wait_for(asyncio.gather(*written), 5)
     shared, _ = await outcomes(*(b.admit_run("acme") for _ in range(5)))
     assert len(shared) == 4

@@ -15,12 +15,13 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+from tests.support.waiting import within_blocking
 
 # The newest that runs on node 20 (5.16 wants node >= 24.18); pinned so every run checks
 # requests the same way.
@@ -107,15 +108,17 @@ class PrismHost:
 
     def wait_ready(self) -> None:
         """Until every server listens; RuntimeError with its output if it exits or is slow."""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if b"ready" in self.output().encode():
-                return
+
+        def ready() -> bool:
             if self.process.poll() is not None:
                 raise RuntimeError(f"Prism exited: {self.output()[-2000:]}")
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"Prism did not start in {START_TIMEOUT_S} s")
+            return "ready" in self.output()
+
+        try:
+            within_blocking(ready, START_TIMEOUT_S, every_s=0.2)
+        except AssertionError:
+            self.stop()
+            raise RuntimeError(f"Prism did not start in {START_TIMEOUT_S} s") from None
 
     def output(self) -> str:
         self.log.seek(0)
