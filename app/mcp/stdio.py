@@ -121,13 +121,17 @@ async def _read(
     params: StdioServerParameters,
 ) -> None:
     """Each line of the server's stdout, parsed; a line past MAX_LINE_BYTES ends the session."""
-    buffer = b""
+    buffer, scanned = bytearray(), 0  # bytes before `scanned` hold no newline
     async with incoming:
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
             while chunk := await reader.read(READ_BYTES):
-                *lines, buffer = (buffer + chunk).split(b"\n")
-                for line in lines:
-                    await incoming.send(_parse(line, params))
+                buffer += chunk  # each byte copied and searched once, however long the line
+                start = 0
+                while (end := buffer.find(b"\n", scanned)) >= 0:
+                    await incoming.send(_parse(bytes(buffer[start:end]), params))
+                    start = scanned = end + 1
+                del buffer[:start]
+                scanned = len(buffer)
                 if len(buffer) > MAX_LINE_BYTES:
                     logger.error(
                         "MCP server %s sent a message longer than %d bytes: session closed",

@@ -100,3 +100,20 @@ async def test_a_server_that_is_not_json_rpc_gives_errors_not_a_crash(errlog: Te
     async with stdio.stdio_transport(params, errlog) as (read, _):
         received = [message async for message in read]
     assert len(received) == 2 and all(isinstance(m, ValueError) for m in received)
+
+
+async def test_messages_split_across_reads_or_sharing_one_arrive_whole(errlog: TextIO) -> None:
+    note = '{"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": %d}}'
+    script = (
+        "import sys, time\n"
+        f"note = {note!r}\n"
+        "half = len(note % 1) // 2\n"
+        "sys.stdout.write((note % 1)[:half]); sys.stdout.flush(); time.sleep(0.05)\n"
+        "sys.stdout.write((note % 1)[half:] + '\\n' + (note % 2) + '\\n' + (note % 3)[:9])\n"
+        "sys.stdout.flush(); time.sleep(0.05)\n"
+        "sys.stdout.write((note % 3)[9:] + '\\n')\n"
+    )
+    params = StdioServerParameters(command=sys.executable, args=["-c", script])
+    async with stdio.stdio_transport(params, errlog) as (read, _):
+        received = [message async for message in read]
+    assert [m.message.params["data"] for m in received] == [1, 2, 3]  # type: ignore[union-attr]
