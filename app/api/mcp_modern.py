@@ -9,12 +9,18 @@ What stays the SDK's: the checks run here are its functions (`classify_inbound_r
 routing-header and `Mcp-Param-*` checks, per-version request validation, result sieving and
 the `serverInfo` stamp), in its order; a request any of them refuses, a notification, an
 unusual envelope or any other method goes to the SDK, which answers it as before.
+
+Progress: a `tools/call` whose `_meta` carries a `progressToken` (from a client that accepts
+`text/event-stream`) is answered on SSE, each progress report a `notifications/progress` event
+before the result, as the SDK's own modern transport does when it streams (this endpoint runs
+the SDK with JSON answers, which would drop them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from functools import partial
+from typing import Any, Protocol
 
 import mcp.types as mcp_types
 import orjson
@@ -38,11 +44,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Scope, Send
 
+from app.api.mcp_progress import answer_with_progress, progress_token
+
 ANSWERED = frozenset({"server/discover", "tools/list", "tools/call"})
 _PARAM_PREFIX = MCP_PARAM_HEADER_PREFIX.lower()
 
 ListTools = Callable[[Any, Any], Awaitable[mcp_types.ListToolsResult]]
-CallTool = Callable[[Any, mcp_types.CallToolRequestParams], Awaitable[mcp_types.CallToolResult]]
+
+
+class CallTool(Protocol):
+    def __call__(
+        self, ctx: Any, params: mcp_types.CallToolRequestParams, *, progress: Any = None
+    ) -> Awaitable[mcp_types.CallToolResult]: ...
+
+
 InputSchema = Callable[[Request, str], Awaitable[dict[str, Any] | None]]
 
 
@@ -96,6 +111,10 @@ class ModernAnswers:
             return False
         if call is not None and await self._param_headers_refused(request, call):
             return False
+        token = progress_token(call, scope) if call is not None else None
+        if call is not None and token is not None:
+            member = partial(self._call_member, request, version, call)
+            return await answer_with_progress(send, message["id"], token, member)
         payload, status = await self._result(request, method, version, call, message["id"])
         await Response(payload, status_code=status, media_type="application/json")(
             scope, _no_body, send
@@ -136,6 +155,20 @@ class ModernAnswers:
             body = {"jsonrpc": "2.0", "id": request_id, "error": _dumped(error)}
             return orjson.dumps(body), ERROR_CODE_HTTP_STATUS.get(error.code, 200)
         return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}), 200
+
+    async def _call_member(
+        self,
+        request: Request,
+        version: str,
+        call: mcp_types.CallToolRequestParams,
+        progress: Any,
+    ) -> dict[str, Any]:
+        """The JSON-RPC `result` (or `error`) member of a call whose progress goes on."""
+        try:
+            result = await self._call_tool(_Context(request), call, progress=progress)
+            return {"result": self._shaped("tools/call", version, result)}
+        except Exception as exc:  # the SDK's boundary, as in `_result`
+            return {"error": _dumped(modern_error_data(exc))}
 
     def _discover(self, version: str) -> dict[str, Any]:
         """The SDK's default `server/discover` answer, built once per version (it depends on

@@ -12,8 +12,9 @@ import httpx
 import orjson
 import pytest
 import uvicorn
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from app.main import create_app
 from tests.support import fake_model as script
@@ -91,6 +92,38 @@ async def test_mcp_forwards_progress_to_a_client_that_asked(served: tuple[str, s
     plain, none = await _session_call(url, key, "plain_steps", {"count": 2}, with_progress=True)
     assert [s[0] for s in none] == [1, 2] and [s[1] for s in none] == [None, None]
     assert plain.content[0].text == '{"steps":2}'
+
+
+async def _modern_call(
+    url: str, key: str, name: str, arguments: dict[str, Any], with_progress: bool
+) -> tuple[Any, list[tuple[float, float | None, str | None]]]:
+    """The call through `mcp.Client`, which speaks 2026-07-28 (per-request envelopes, no
+    session), on a loop of its own as a separate client program would be."""
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async def use() -> Any:
+        http = httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        transport = streamable_http_client(f"{url}/mcp", http_client=http)
+        async with http, Client(transport) as client:
+            callback = on_progress if with_progress else None
+            return await client.call_tool(name, arguments, progress_callback=callback)
+
+    return await asyncio.to_thread(asyncio.run, use()), seen
+
+
+async def test_mcp_forwards_progress_to_a_2026_07_28_client(served: tuple[str, str]) -> None:
+    url, key = served
+    result, seen = await _modern_call(url, key, "countdown", {"count": 2}, with_progress=True)
+    assert not result.is_error and result.content[0].text == "counted down from 2"
+    assert seen == [(0.5, 1.0, "step 1 of 2"), (1.0, 1.0, "step 2 of 2")]
+    quiet, none = await _modern_call(url, key, "countdown", {"count": 2}, with_progress=False)
+    assert quiet.content[0].text == "counted down from 2" and none == []
+    with pytest.raises(ExceptionGroup) as unknown:  # the error answer, raised by the client
+        await _modern_call(url, key, "nope", {}, with_progress=True)
+    assert unknown.group_contains(MCPError, match="Unknown tool: nope", depth=2)
 
 
 async def test_mcp_sends_no_progress_without_a_token(served: tuple[str, str]) -> None:
