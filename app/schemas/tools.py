@@ -406,6 +406,12 @@ class ToolImport(ClientModel):
         Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$", max_length=2048)] | None
     ) = Field(default=None, description="Default: the document's first server.")
     tags: list[Tag] = Field(default_factory=list, max_length=32, description="Tags to add.")
+    category: Name = Field(
+        default="default",
+        description="The category of every imported tool (`/categories`; it must exist): "
+        "enabling or disabling it turns the whole API on or off in chats, and deleting it "
+        "removes the imported tools.",
+    )
     security: dict[Annotated[str, StringConstraints(max_length=256)], Name] = Field(
         default_factory=dict,
         max_length=32,

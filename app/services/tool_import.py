@@ -70,7 +70,15 @@ class ToolImporter:
             max_schema_bytes=max(self._tools.max_schema_bytes - _REST_OF_A_TOOL, 512),
         )
         converted = await self._converted(source, options)
+        for document in converted.tools:
+            document["category"] = request.category
         creates, problems = await self._checked(converted.tools, tenant_id)
+        problems[:0] = [
+            field_error(path, message)
+            for path, message in await self._tools.category_problems(
+                request.category, tenant_id=tenant_id
+            )
+        ]
         answer: dict[str, Any] = {
             "dry_run": request.dry_run,
             "tools": converted.tools,

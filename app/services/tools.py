@@ -56,10 +56,7 @@ class ToolService:
     async def check(self, tool: ToolFields, *, tenant_id: str) -> None:
         """Raise a 422 listing every rule `tool` breaks, each with its JSON path."""
         problems = self.problems(tool, await self._outbound.policy(tenant_id))
-        if await self._category_missing(tool.category, tenant_id):
-            problems.append(
-                ("$.category", f"the tenant has no category '{tool.category}' (POST /categories)")
-            )
+        problems += await self.category_problems(tool.category, tenant_id=tenant_id)
         if problems:
             raise UnprocessableError(
                 "The tool definition is invalid.",
@@ -108,11 +105,13 @@ class ToolService:
                 problems += signature_problems(entry.func, tool.function, tool.context_parameters)
         return problems
 
-    async def _category_missing(self, name: str, tenant_id: str) -> bool:
+    async def category_problems(self, name: str, *, tenant_id: str) -> list[Problem]:
         """A tool names a category the tenant has (one query; `default` always exists)."""
         if name == DEFAULT_CATEGORY or self._categories is None:
-            return False
-        return not await self._categories.exists(name, tenant_id=tenant_id)
+            return []
+        if await self._categories.exists(name, tenant_id=tenant_id):
+            return []
+        return [("$.category", f"the tenant has no category '{name}' (POST /categories)")]
 
     def _bound_problems(self, tool: ToolFields) -> list[Problem]:
         """A tool's own bounds stay under the operator's (TOOL_TIMEOUT_S,

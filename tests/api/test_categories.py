@@ -234,3 +234,57 @@ async def test_hints_are_one_block_of_sections(kit: Kit) -> None:
 async def test_bad_hint_queries_are_422(kit: Kit, query: str) -> None:
     answer = await kit.http.get(f"/categories/hints?{query}", headers=kit.acme.headers)
     assert answer.status_code == 422, answer.text
+
+
+BILLING_API = {
+    "openapi": "3.1.0",
+    "info": {"title": "Billing", "version": "1"},
+    "servers": [{"url": "http://127.0.0.1:8080/billing"}],
+    "paths": {
+        "/invoices": {"get": {"operationId": "list_invoices", "summary": "List invoices"}},
+        "/invoices/{id}": {
+            "delete": {
+                "operationId": "void_invoice",
+                "summary": "Void an invoice",
+                "parameters": [
+                    {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+            }
+        },
+    },
+}
+
+
+async def test_an_import_puts_its_tools_in_one_category(kit: Kit) -> None:
+    """An imported API lives in the category named at import: the category must be the
+    tenant's own (another tenant's is not enough), it counts the tools, disabling it hides
+    them from chats, and deleting it removes them."""
+    headers = kit.acme.headers
+    body = {"document": BILLING_API, "category": "billing"}
+    assert (await kit.post("/categories", {"name": "billing"}, who=kit.globex)).status_code == 201
+    missing = await kit.post("/tools/import", body)
+    assert missing.status_code == 422, missing.text
+    assert {
+        "path": "$.category",
+        "message": "the tenant has no category 'billing' (POST /categories)",
+    } in missing.json()["errors"]
+    assert (await kit.post("/categories", {"name": "billing", "usage_hints": "Bills."})).is_success
+    dry = await kit.post("/tools/import", {**body, "dry_run": True})
+    assert {t["category"] for t in dry.json()["tools"]} == {"billing"}
+    stored = await kit.post("/tools/import", body)
+    assert stored.status_code == 200, stored.text
+    assert {t["tool_id"]: t["category"] for t in stored.json()["tools"]} == {
+        "list_invoices": "billing",
+        "void_invoice": "billing",
+    }
+    assert (await _names(kit))["billing"]["tools"] == 2
+    assert "## billing tools" in (await kit.http.get("/categories/hints", headers=headers)).text
+    await kit.http.put("/categories/billing", json={"enabled": False}, headers=headers)
+    assert "## billing tools" not in (await kit.http.get("/categories/hints", headers=headers)).text
+    done = await kit.http.delete("/categories/billing?confirm=true", headers=headers)
+    assert done.json()["deleted_tools"] == ["list_invoices", "void_invoice"]
+    assert (await kit.http.get("/tools/void_invoice", headers=headers)).status_code == 404
+    plain = await kit.post("/tools/import", {"document": BILLING_API, "dry_run": True})
+    assert {t["category"] for t in plain.json()["tools"]} == {"default"}
+    confused = await kit.post("/tools/import", {**body, "category": ["billing"]})
+    assert confused.status_code == 422 and confused.json()["errors"][0]["path"] == "$.category"
