@@ -165,6 +165,8 @@ class Settings(BaseSettings):
     # Chats: whether tools marked destructive_hint and external DELETE tools wait for a person's
     # approval when their own `approval` is unset (docs/chat.md, "Approval before risky calls").
     risky_tool_approval: Literal["always", "never"] = "always"
+    # How long the calls of an `approval_required` answer wait for the person's decision.
+    approval_wait_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
     tool_output_max_chars: int = Field(default=16_000, ge=100, le=1_000_000)
     tool_response_max_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
     tool_threads: int = Field(default=32, ge=1, le=512)

@@ -53,21 +53,29 @@ def _tenant(base: str, name: str) -> str:
 
 
 def test_chat_approval_examples(service: str) -> None:
+    """Stop, approve, stop again, refuse: each continuation with the id its stop gave (the
+    examples show `call_7`; a decision is taken once, so each needs a stop of its own)."""
     blocks = section_blocks("chat.md", "## Approval before risky calls")
-    assert len(blocks) == 3
-    stop, approved, refused = run_blocks(
-        blocks, base=service, api_key=_tenant(service, "docs-approval")
-    )
-    put, chat = (json.loads(line) for line in stop.splitlines() if line.strip())
+    assert len(blocks) == 4
+    key = _tenant(service, "docs-approval")
+
+    def run(block: str, call_id: str = "call_7") -> str:
+        [output] = run_blocks([block.replace("call_7", call_id)], base=service, api_key=key)
+        return output
+
+    put, chat = (json.loads(line) for line in run(blocks[0]).splitlines() if line.strip())
     assert put["approval"] == "always"
     assert chat["stop_reason"] == "approval_required" and chat["tool_calls"] == []
     [pending] = chat["pending_approvals"]
     assert pending["tool"] == "roll_dice" and pending["arguments"] == {"d": 6}
-    done = json.loads(approved)
+    done = json.loads(run(blocks[1], pending["id"]))
     assert done["stop_reason"] == "completed"
     assert done["tool_calls"][0]["approval"] == {"approved": True, "reason": "fine by Ada"}
     assert 1 <= int(done["message"]["content"].removeprefix("Tool results: ")) <= 6
-    assert json.loads(refused)["message"]["content"] == (
+    again = json.loads(run(blocks[2]))
+    assert again["stop_reason"] == "approval_required"
+    refused = json.loads(run(blocks[3], again["pending_approvals"][0]["id"]))
+    assert refused["message"]["content"] == (
         "Tool results: Error: a person refused this call: not now"
     )
 

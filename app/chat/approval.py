@@ -3,8 +3,9 @@ conversation sent back are still unanswered, and whether the caller's decisions 
 
 The chat stops before running any call of a turn in which one call waits (`approval_required`);
 the caller sends the conversation back with one decision per waiting call, and the turn's calls
-then run (refused ones go to the model as a refusal). Nothing is kept between the two requests:
-what waits is read from the conversation itself.
+then run (refused ones go to the model as a refusal). What waits is read from the conversation
+itself; that the service stopped for exactly those calls, for this caller, once, is the
+approval book's check (`app/services/approvals.py`).
 """
 
 from __future__ import annotations

@@ -84,6 +84,8 @@ class ChatRun:
     # first, those that waited as the person decided (by call id).
     resume: tuple[ModelToolCall, ...] = ()
     decisions: dict[str, Decision] = field(default_factory=dict)
+    # Keeps the calls a chat stops for until a person decides them (before anyone hears).
+    hold: Callable[[list[PendingCall]], Awaitable[None]] | None = None
 
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -208,6 +210,8 @@ class ChatLoop:
         result.message = result.messages[-1]
         result.pending = pending
         result.approvals += [{**_recorded_pending(p), "decision": "pending"} for p in pending]
+        if run.chat.hold is not None:
+            await run.chat.hold(pending)
         if run.emit:
             await run.emit("approval_required", {"pending": [p.shown() for p in pending]})
         return result

@@ -31,8 +31,10 @@ from app.limits import Limits
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub
 from app.metrics import Metrics
+from app.repositories.approvals import ApprovalRepository
 from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Database
+from app.services.approvals import ApprovalBook
 from app.services.catalog import ToolCatalog
 from app.services.categories import CategoryService
 from app.services.chat import ChatService
@@ -107,6 +109,7 @@ def build_tenant_service(
         client_tokens=client_tokens,
         publish=stores.publish,
         model_providers=stores.model_providers,
+        approvals=stores.approvals,
     )
 
 
@@ -125,6 +128,7 @@ class _Runtime:
     toolbox: Toolbox
     hub: McpHub
     model_providers: ModelProviderService
+    approvals: ApprovalRepository
 
 
 def build_chat_service(settings: Settings, run: _Runtime, stack: AsyncExitStack) -> ChatService:
@@ -139,6 +143,7 @@ def build_chat_service(settings: Settings, run: _Runtime, stack: AsyncExitStack)
         limits=run.limits,
         keep_messages=settings.run_store_messages,
         metrics=run.metrics,
+        approvals=ApprovalBook(run.approvals, wait_s=settings.approval_wait_s),
     )
 
 
@@ -198,6 +203,7 @@ def build_runtime(
         toolbox,
         hub,
         providers,
+        stores.approvals,
     )
 
 

@@ -14,6 +14,7 @@ from app.limits import ConcurrencyLimiter, Fence, Limits, RateLimiter, TenantLim
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub
 from app.metrics import Metrics
+from app.repositories.approvals import ApprovalRepository
 from app.repositories.categories import CategoryRepository
 from app.repositories.changes import ChangeStampRepository
 from app.repositories.database import Database
@@ -52,6 +53,7 @@ class Stores:
     catalog: ToolCatalog
     changes: ChangeFeed | None  # None for the in-memory store: one process, nothing to tell
     model_providers: ModelProviderRepository
+    approvals: ApprovalRepository
 
     @property
     def publish(self) -> Publish:
@@ -100,6 +102,7 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
         runs=runs,
         catalog=catalog,
         model_providers=ModelProviderRepository(database),
+        approvals=ApprovalRepository(database),
         changes=(
             None
             if database.in_memory

@@ -7,21 +7,22 @@ import contextlib
 import logging
 import weakref
 from collections.abc import AsyncGenerator
+from functools import partial
 from typing import Any
 
-from app.chat.approval import Decision, decision_problems, unanswered_calls
+from app.chat.approval import unanswered_calls
 from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
-from app.chat.model import ModelNotConfiguredError, ModelToolCall, Usage
+from app.chat.model import ModelNotConfiguredError, Usage
 from app.errors import AppError, ForbiddenError, UnprocessableError, field_error, problem_body
 from app.limits import Limits, Release
 from app.logs import hiding_forms
 from app.metrics import Metrics
 from app.schemas.chat import ChatRequest, ChatResponse
+from app.services.approvals import ApprovalBook
 from app.services.client_tokens import ClientToken
 from app.services.model_providers import ChosenModel, ModelProviderService
 from app.services.runs import RunRecorder, RunRecording, new_run_id, recording
 from app.services.toolbox import Selection, Toolbox, Toolset
-from app.tools.typed import TypedTool
 
 logger = logging.getLogger(__name__)
 # One server-sent event (name, data), or None for a keep-alive comment.
@@ -45,6 +46,7 @@ class ChatService:
         metrics: Metrics | None = None,
         providers: ModelProviderService | None = None,
         operator_model: bool = True,
+        approvals: ApprovalBook,
     ) -> None:
         """`operator_model`: whether the operator configured a model endpoint (without one,
         only chats through a tenant's own provider run)."""
@@ -58,6 +60,7 @@ class ChatService:
         self._limits = limits
         self._keep_messages = keep_messages
         self._metrics = metrics or Metrics()
+        self._approvals = approvals
 
     async def start(
         self, request: ChatRequest, *, tenant_id: str, token: ClientToken | None = None
@@ -93,7 +96,16 @@ class ChatService:
         )
         try:
             messages = [m.model_dump(exclude_none=True) for m in request.messages]
-            resume, decisions = self._decided(request, messages, toolset.tools)
+            holder = token.token_id if token is not None else None
+            calls = unanswered_calls(messages)  # a conversation sent back after a stop
+            resume, decisions = await self._approvals.decided(
+                request.approvals,
+                calls,
+                self._loop.waiting(calls, toolset.tools),
+                tenant_id=tenant_id,
+                holder=holder,
+            )
+            hold = partial(self._approvals.hold, tenant_id=tenant_id, holder=holder)
         except BaseException:
             await toolset.aclose()
             raise
@@ -111,6 +123,7 @@ class ChatService:
             provider=chosen.provider,
             resume=tuple(resume),
             decisions=decisions,
+            hold=hold,
         )
         return chat, toolset
 
@@ -127,26 +140,6 @@ class ChatService:
                 "or register a model provider (/model-providers)."
             )
         return chosen
-
-    def _decided(
-        self, request: ChatRequest, messages: list[dict[str, Any]], tools: list[TypedTool]
-    ) -> tuple[list[ModelToolCall], dict[str, Decision]]:
-        """The unanswered calls a conversation sent back ends with, and the person's decisions
-        on those that wait for one: 422 unless each decision matches a waiting call (id, tool,
-        arguments) and each waiting call has one."""
-        assert self._loop is not None
-        calls = unanswered_calls(messages)
-        pending = self._loop.waiting(calls, tools)
-        problems = decision_problems(request.approvals, pending)
-        if problems:
-            raise UnprocessableError(
-                "The approvals do not match the calls this conversation waits on.",
-                errors=[field_error(path, message) for path, message in problems],
-            )
-        if not pending:  # nothing waited: the conversation goes to the model as it is
-            return [], {}
-        decisions = {d.call_id: Decision(d.approved, d.reason) for d in request.approvals}
-        return calls, decisions
 
     async def run(
         self,

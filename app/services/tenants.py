@@ -13,6 +13,7 @@ from typing import Any
 from app.cache import LoadingCache
 from app.crypto import key_hash
 from app.errors import NotFoundError
+from app.repositories.approvals import ApprovalRepository
 from app.repositories.categories import CategoryRepository
 from app.repositories.mcp_servers import McpServerRepository
 from app.repositories.model_providers import ModelProviderRepository
@@ -65,7 +66,9 @@ class TenantService:
         publish: Publish = unpublished,
         clock: Callable[[], float] = time.monotonic,
         model_providers: ModelProviderRepository | None = None,
+        approvals: ApprovalRepository | None = None,
     ) -> None:
+        self._approvals = approvals
         self._outbound = outbound
         self._publish = publish
         self._client_tokens = client_tokens
@@ -192,3 +195,5 @@ class TenantService:
         await self._secrets.drop_all(tenant_id=tenant_id)
         if self._model_providers is not None:
             await self._model_providers.drop_all(tenant_id=tenant_id)
+        if self._approvals is not None:
+            await self._approvals.drop_all(tenant_id=tenant_id)
