@@ -10,9 +10,9 @@ from collections.abc import AsyncGenerator
 from functools import partial
 from typing import Any
 
-from app.chat.approval import unanswered_calls
+from app.chat.approval import Decision, unanswered_calls
 from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
-from app.chat.model import ModelNotConfiguredError, Usage
+from app.chat.model import ModelNotConfiguredError, ModelToolCall, Usage
 from app.errors import AppError, ForbiddenError, UnprocessableError, field_error, problem_body
 from app.limits import Limits, Release
 from app.logs import hiding_forms
@@ -97,14 +97,7 @@ class ChatService:
         try:
             messages = [m.model_dump(exclude_none=True) for m in request.messages]
             holder = token.token_id if token is not None else None
-            calls = unanswered_calls(messages)  # a conversation sent back after a stop
-            resume, decisions = await self._approvals.decided(
-                request.approvals,
-                calls,
-                self._loop.waiting(calls, toolset.tools),
-                tenant_id=tenant_id,
-                holder=holder,
-            )
+            resume, decisions = await self._resumed(request, messages, toolset, tenant_id, holder)
             hold = partial(self._approvals.hold, tenant_id=tenant_id, holder=holder)
         except BaseException:
             await toolset.aclose()
@@ -126,6 +119,22 @@ class ChatService:
             hold=hold,
         )
         return chat, toolset
+
+    async def _resumed(
+        self,
+        request: ChatRequest,
+        messages: list[dict[str, Any]],
+        toolset: Toolset,
+        tenant_id: str,
+        holder: str | None,
+    ) -> tuple[list[ModelToolCall], dict[str, Decision]]:
+        """A conversation sent back after `approval_required`: its unanswered calls and the
+        person's decisions (the approval book's 422 for any that do not match)."""
+        calls = unanswered_calls(messages)
+        pending = self._loop.waiting(calls, toolset.tools)
+        return await self._approvals.decided(
+            request.approvals, calls, pending, tenant_id=tenant_id, holder=holder
+        )
 
     async def _chosen_model(self, request: ChatRequest, *, tenant_id: str) -> ChosenModel:
         if self._providers is None:

@@ -70,15 +70,7 @@ class ToolImporter:
             max_schema_bytes=max(self._tools.max_schema_bytes - _REST_OF_A_TOOL, 512),
         )
         converted = await self._converted(source, options)
-        for document in converted.tools:
-            document["category"] = request.category
-        creates, problems = await self._checked(converted.tools, tenant_id)
-        problems[:0] = [
-            field_error(path, message)
-            for path, message in await self._tools.category_problems(
-                request.category, tenant_id=tenant_id
-            )
-        ]
+        creates, problems = await self._checked(converted.tools, request.category, tenant_id)
         answer: dict[str, Any] = {
             "dry_run": request.dry_run,
             "tools": converted.tools,
@@ -105,15 +97,20 @@ class ToolImporter:
         return answer
 
     async def _checked(
-        self, documents: list[dict[str, Any]], tenant_id: str
+        self, documents: list[dict[str, Any]], category: str, tenant_id: str
     ) -> tuple[list[ToolCreate], list[dict[str, str]]]:
-        """Each built tool checked like `POST /tools/create`; problems by `$.tools[i]` path."""
+        """Each built tool, put in `category`, checked like `POST /tools/create`; problems by
+        `$.tools[i]` path (the category's at `$.category`)."""
+        for document in documents:
+            document["category"] = category
+        missing = await self._tools.category_problems(category, tenant_id=tenant_id)
         policy = await self._outbound.policy(tenant_id)
         taken_ids, taken_names = await self._tools.taken(tenant_id=tenant_id)
         loop = asyncio.get_running_loop()  # checking a document's tools is CPU: off the loop
         creates, problems = await loop.run_in_executor(
             self._threads, self._validated, documents, policy, taken_ids, taken_names
         )
+        problems[:0] = [field_error(path, message) for path, message in missing]
         room = await self._tools.room(tenant_id=tenant_id)
         if len(creates) > room:
             problems.append(
