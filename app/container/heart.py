@@ -13,7 +13,6 @@ from app.chat.apis import build_model_api
 from app.chat.http_model_client import HTTPModelClient
 from app.chat.loop import ChatLoop, LoopLimits
 from app.chat.model import MissingModel, ModelClient
-from app.chat.openai_sdk import OpenAISDKClient
 from app.config import Settings
 from app.mcp.hub import McpHub, McpLimits
 from app.mcp.pool import PoolLimits
@@ -38,6 +37,8 @@ def build_model_client(settings: Settings) -> ModelClient | None:
         return None
     api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "unused"
     if settings.model_client == "openai-sdk":
+        from app.chat.openai_sdk import OpenAISDKClient  # the `openai` package: 1 s of imports
+
         return OpenAISDKClient(
             base_url=settings.openai_base_url,
             api_key=api_key,

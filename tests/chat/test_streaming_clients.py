@@ -10,7 +10,6 @@ import pytest
 
 from app.chat.http_model_client import HTTPModelClient
 from app.chat.model import ModelClient, ModelTurn, ModelUpstreamError, TurnAssembler
-from app.chat.openai_sdk import OpenAISDKClient
 from tests.support import fake_model as script
 from tests.support.fake_model import FakeModel
 from tests.support.fixtures.chat import MODEL_CLIENTS
@@ -27,7 +26,10 @@ def served() -> Iterator[tuple[FakeModel, ThreadedServer]]:
 
 @pytest.fixture(params=MODEL_CLIENTS)
 async def client(request: pytest.FixtureRequest, served: tuple[FakeModel, ThreadedServer]):  # type: ignore[no-untyped-def]
-    kind = HTTPModelClient if request.param == "http" else OpenAISDKClient
+    if request.param == "http":
+        kind: Any = HTTPModelClient
+    else:  # imported here: the `openai` package is 1 s of imports at collection
+        from app.chat.openai_sdk import OpenAISDKClient as kind
     model = kind(base_url=f"{served[1].url}/v1", api_key="k", timeout_s=5, max_retries=1)
     yield model
     await model.close()

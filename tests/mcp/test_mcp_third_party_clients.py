@@ -18,11 +18,8 @@ from typing import Any
 
 import jsonschema
 import pytest
-from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner
-from agents.mcp import MCPServerStreamableHttp
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from openai import AsyncOpenAI
 
 from tests.support import fake_model as script
 from tests.support.apps import create_tenant
@@ -59,6 +56,11 @@ async def agents_run_past_stalled_servers(
 ) -> None:
     """The operator's hung stdio and refusing HTTP servers, and one the tenant registered that
     takes connections and never answers: all in the tenant's set, all listed concurrently."""
+    # Imported here: openai-agents costs every test process 1.3 s of imports at collection.
+    from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner
+    from agents.mcp import MCPServerStreamableHttp
+    from openai import AsyncOpenAI
+
     async with serve({"hung": HUNG_STDIO, "gone": refusing_http()}) as service:
         tenant = await create_tenant(service.http, "acme")
         stalled = {"name": "stalled", "type": "streamable-http", "url": stalled_url}
