@@ -15,10 +15,16 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 import orjson
+from pymongo.errors import PyMongoError
 
 from app.chat.approval import Decision, PendingCall, decision_problems
 from app.chat.model import ModelToolCall
-from app.errors import UnprocessableError, field_error
+from app.errors import (
+    ServiceUnavailableError,
+    UnprocessableError,
+    database_unavailable,
+    field_error,
+)
 from app.repositories.approvals import ApprovalRepository
 from app.repositories.database import utc_now
 from app.schemas.chat import ApprovalDecision
@@ -39,18 +45,25 @@ class ApprovalBook:
     async def hold(
         self, pending: Sequence[PendingCall], *, tenant_id: str, holder: str | None
     ) -> None:
-        """Keep the calls a chat stopped for (before the caller hears of them)."""
+        """Keep the calls a chat stopped for (before the caller hears of them): a 503 when the
+        database cannot take them, for a whole chat and a streamed one alike (no call ran)."""
         now = self._clock()
-        await self._repository.hold(
-            {
-                "key": waiting_key(pending),
-                "holder": holder,
-                "calls": [call.shown() for call in pending],
-                "held_at": now,
-                "expires_at": now + self._wait,
-            },
-            tenant_id=tenant_id,
-        )
+        document = {
+            "key": waiting_key(pending),
+            "holder": holder,
+            "calls": [call.shown() for call in pending],
+            "held_at": now,
+            "expires_at": now + self._wait,
+        }
+        try:
+            await self._repository.hold(document, tenant_id=tenant_id)
+        except PyMongoError as exc:
+            if not database_unavailable(exc):
+                raise
+            raise ServiceUnavailableError(
+                "The chat stopped for a person's approval, but the calls waiting could not be "
+                "kept (the database is unavailable); no call ran: send the chat again."
+            ) from exc
 
     async def decided(
         self,

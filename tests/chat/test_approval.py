@@ -8,7 +8,9 @@ from typing import Any
 
 import orjson
 import pytest
+from pymongo.errors import ServerSelectionTimeoutError
 
+from app.repositories.approvals import ApprovalRepository
 from tests.support import fake_model as script
 from tests.support.apps import create_tenant
 from tests.support.chat_clients import ChatClient
@@ -421,3 +423,27 @@ async def test_only_the_caller_whose_chat_stopped_decides(
     done = await chat.http.post("/chat", json=_continued(answer, yes), headers=alice)
     assert done.status_code == 200 and done.json()["stop_reason"] == "completed", done.text
     assert len(_deletes()) == 1
+
+
+async def test_a_database_that_cannot_keep_the_waiting_calls_is_a_503(
+    chat: ChatClient, fake: FakeModel, upstream: ThreadedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stop is answered only once its calls are kept: whole or streamed, the caller gets
+    a 503 that says no call ran, never an `approval_required` no continuation could match."""
+    await chat.add_tool(_deleter(upstream))
+    RECEIVED.clear()
+
+    async def unreachable(*args: Any, **kwargs: Any) -> None:
+        raise ServerSelectionTimeoutError("127.0.0.1:9: connection refused")
+
+    monkeypatch.setattr(ApprovalRepository, "hold", unreachable)
+    fake.reset(script.tool_calls(("delete_everything", {})), repeat=script.text("done"))
+    whole = await chat.chat()
+    assert whole.status_code == 503, whole.text
+    assert "no call ran" in whole.json()["detail"]
+    fake.reset(script.streamed_tool_calls(("call_a", "delete_everything", "{}")))
+    streamed = await chat.chat(stream=True)
+    blocks = [b for b in streamed.text.strip().split("\n\n") if b.startswith("event:")]
+    assert blocks[-1].startswith("event: error") and '"status":503' in blocks[-1]
+    assert "approval_required" not in streamed.text
+    assert _deletes() == []

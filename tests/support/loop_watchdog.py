@@ -23,6 +23,14 @@ end inside the call (`running_app`: it serves no request then, and a second app 
 loop would see the first's start as a stall), and a threaded server from its `stop()` on (it
 serves no request; its shutdown is its lifespan end).
 
+Time the loop's thread spent runnable but not run is not the app's stall: with more test
+workers than cores (`scripts/test -n`), the kernel leaves a thread waiting for a CPU now and
+then. Each sample subtracts the loop thread's run-queue wait over its interval (Linux's
+`/proc/thread-self/schedstat`), so what is judged is the stall the loop would have had with a
+CPU to itself: a callback that computes or blocks keeps all of its own time (blocked or
+sleeping is not waiting for a CPU), and time spent waiting for the GIL another thread of the
+process holds still counts.
+
 A failing verdict names where the loop was: a sampler thread looks every 20 ms at each loop
 whose probe is overdue by more than the bound and keeps the stack of that loop's thread (a stall
 in C code that holds the GIL shows where it returned to Python).
@@ -65,11 +73,23 @@ class _Watch:
         self.stacks: dict[int, tuple[float, str]] = {}  # loop thread -> longest overdue stack
         self.stopping: set[int] = set()  # threads whose server is shutting down: not watched
         self.lifespans = 0  # apps starting or stopping inside the call: not watched meanwhile
+        # loop thread -> (when its probe last woke, its run-queue wait then)
+        self.queued: dict[int, tuple[float, float]] = {}
+        self.unscheduled = 0.0  # the longest run-queue wait taken out of a long lag, this call
 
-    def listen(self, woke: float, lag: float) -> None:  # from any thread
-        if threading.get_ident() in self.stopping or self.lifespans:
+    def listen(self, woke: float, lag: float) -> None:  # from the probe's loop thread
+        thread = threading.get_ident()
+        queued = _run_queue_wait()
+        before, self.queued[thread] = self.queued.get(thread), (woke, queued)
+        if thread in self.stopping or self.lifespans:
             return
-        self.beats[threading.get_ident()] = woke
+        self.beats[thread] = woke
+        # Only against this probe's own previous wake (a thread id may be a new thread's).
+        if before is not None and woke - before[0] <= LAG_PROBE_INTERVAL_S + lag + 0.01:
+            waited = min(max(queued - before[1], 0.0), lag)
+            if lag > BOUND_S:
+                self.unscheduled = max(self.unscheduled, waited)
+            lag -= waited
         since, until = self.since, self.until
         if since is None:
             return
@@ -117,6 +137,7 @@ class _Watch:
     @contextlib.contextmanager
     def watching(self) -> Iterator[None]:
         self.worst, self.worst_at, self.reported, self.until = 0.0, 0.0, False, None
+        self.unscheduled = 0.0
         self.stacks = {}
         self.since = time.monotonic()
         try:
@@ -136,9 +157,23 @@ class _Watch:
         ended = datetime.fromtimestamp(self.worst_at, UTC).strftime("%H:%M:%S.%f")[:-3]
         return (
             f"the event loop of the app stalled {self.worst * 1000:.0f} ms, more than the "
-            f"{BOUND_S * 1000:.0f} ms bound, ending at {ended} UTC (the log's clock) "
+            f"{BOUND_S * 1000:.0f} ms bound, ending at {ended} UTC (the log's clock), not "
+            f"counting up to {self.unscheduled * 1000:.0f} ms its thread waited for a CPU "
             f"(tests/support/loop_watchdog.py){where}"
         )
+
+
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def _run_queue_wait() -> float:
+    """Seconds the calling thread has waited, runnable, for a CPU (0 where Linux's scheduler
+    statistics are not readable: nothing is then subtracted)."""
+    try:
+        with open(_SCHEDSTAT, "rb") as stats:
+            return int(stats.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 _WATCH = _Watch()
