@@ -5,10 +5,12 @@ sessions, and which servers are down.
   every server whose list is not cached at once and waits for each at most
   MCP_LIST_DEADLINE_S. A server that fails, or has not answered by then, is skipped and marked
   down: listings skip it at once (no connect) until its backoff has passed (5 s, doubling up to
-  5 min). A fetch that outlived the deadline goes on in the background (up to the connect
-  timeout) and, if it succeeds, fills the cache and clears the mark. Lists are kept for
-  MCP_TOOLS_CACHE_TTL_S; concurrent callers share one fetch per server; a server's
-  `notifications/tools/list_changed` drops its cached lists at once.
+  5 min); the listing that then asks it again waits at most RETRY_GRACE_S for it (a server that
+  stays down costs a listing after each backoff a quarter of a second, not the deadline again).
+  A fetch that outlived its wait goes on in the background (up to the connect timeout) and, if
+  it succeeds, fills the cache and clears the mark. Lists are kept for MCP_TOOLS_CACHE_TTL_S;
+  concurrent callers share one fetch per server; a server's `notifications/tools/list_changed`
+  drops its cached lists at once.
 - Sessions: `McpHub.session` opens one (with the server's outbound policy and the connect
   timeout); pooled sessions are `app/mcp/pool.py`, the sessions of one run `McpSessions`
   (`app/mcp/sessions.py`), and MCP tools as typed tools `app/mcp/tools.py`.
@@ -43,6 +45,8 @@ logger = logging.getLogger(__name__)
 CACHE_ENTRIES = 1024
 DOWN_ENTRIES = 4096
 BACKOFF_FIRST_S = 5.0
+# How long a listing waits for a server marked down once its backoff has passed.
+RETRY_GRACE_S = 0.25
 BACKOFF_MAX_S = 300.0
 NO_POOL = PoolLimits(idle_s=0, per_tenant=1, total=1)
 
@@ -180,6 +184,8 @@ class McpHub:
             raise down.error
         pending = self._fetching(server, headers, key, tenant_id)
         deadline = self._limits.list_deadline_s
+        if down is not None:  # down before: asked again, but not waited for long
+            deadline = min(deadline, RETRY_GRACE_S)
         try:
             tools = await asyncio.wait_for(asyncio.shield(pending), deadline)
         except TimeoutError:

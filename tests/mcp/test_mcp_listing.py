@@ -4,6 +4,7 @@ a late answer kept for the next listing; and the same seen by an MCP client on `
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -11,7 +12,7 @@ import orjson
 import pytest
 
 from app.mcp.config import McpServer, parse_operator_servers
-from app.mcp.hub import McpHub, McpLimits
+from app.mcp.hub import RETRY_GRACE_S, McpHub, McpLimits
 from app.tools.netguard import OutboundPolicy
 from tests.support.apps import create_tenant
 from tests.support.clock import FakeClock
@@ -65,6 +66,39 @@ async def test_a_refusing_server_is_down_until_its_backoff_has_passed() -> None:
         assert hub.handshakes == 4
     finally:
         await hub.aclose()
+
+
+async def test_after_its_backoff_a_hung_server_is_waited_for_briefly() -> None:
+    """A server that takes connections and never answers: the first listing waits the
+    deadline for it; the listing after its backoff asks again but waits only the grace."""
+    clock, skips = FakeClock(), list[tuple[str, str]]()
+    hub = hub_with(clock, skips, deadline_s=0.5)
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # read nothing, answer nothing
+
+    listener = await asyncio.start_server(hold, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}/mcp"
+    [stalled] = servers(stalled={"type": "streamable-http", "url": url}).values()
+    try:
+        _, skipped = await hub.reachable_tools([stalled], {}, tenant_id="acme")
+        assert skipped["stalled"].message == (
+            "MCP server 'stalled' did not list its tools within 0.5 s."
+        )
+        clock.advance(2)  # within the backoff: not asked
+        _, skipped = await hub.reachable_tools([stalled], {}, tenant_id="acme")
+        clock.advance(4)  # past it: asked, for the grace only
+        _, again = await hub.reachable_tools([stalled], {}, tenant_id="acme")
+        assert again["stalled"].message == (
+            f"MCP server 'stalled' did not list its tools within {RETRY_GRACE_S:g} s."
+        )
+        assert skips == [("operator", "timeout"), ("operator", "down"), ("operator", "timeout")]
+    finally:
+        await hub.aclose()
+        listener.close()
+        for writer in held:
+            writer.close()
 
 
 @pytest.mark.slow
