@@ -84,17 +84,19 @@ def test_tools_page_categories_shaping_and_presets(
     assert len(blocks) == 1
     toolkit.FORECAST_SEEN.clear()
     answers = [json.loads(line) for line in run_blocks(blocks, service, forecast, tmp_path)]
-    category, tool, invoked, toggled, dry, deleted = answers
+    category, tool, imported, invoked, toggled, dry, deleted = answers
     assert category["name"] == "weather" and tool["category"] == "weather"
+    assert [(t["tool_id"], t["category"]) for t in imported["tools"]] == [("tides", "weather")]
     assert invoked["status"] == "ok"
     assert json.loads(invoked["content"]) == [
         {"day": "2026-11-25", "max": 19},
         {"day": "2026-11-26", "max": 17},
     ]
     assert toolkit.FORECAST_SEEN == [{"city": "Lisbon", "units": "metric"}]  # the preset
-    assert toggled == [{**toggled[0], "name": "weather", "enabled": False, "tools": 1}]
-    assert dry == {"name": "weather", "dry_run": True, "deleted_tools": ["forecast"]}
-    assert deleted == {"name": "weather", "dry_run": False, "deleted_tools": ["forecast"]}
+    assert toggled == [{**toggled[0], "name": "weather", "enabled": False, "tools": 2}]
+    both = ["forecast", "tides"]
+    assert dry == {"name": "weather", "dry_run": True, "deleted_tools": both}
+    assert deleted == {"name": "weather", "dry_run": False, "deleted_tools": both}
 
 
 def test_chat_page_usage_hints(service: str, fake: FakeModel, tmp_path: Path) -> None:
