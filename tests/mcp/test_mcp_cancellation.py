@@ -82,3 +82,42 @@ async def test_notifications_cancelled_stops_the_request_of_the_same_credential(
         return [r["stop_reason"] for r in runs] == ["cancelled"]
 
     await within(recorded, 10)
+
+
+async def test_a_2026_07_28_client_that_asked_for_progress_and_disconnects_cancels_its_call(
+    served: Served,
+) -> None:
+    """The same on the modern fast path's SSE answer (a progress token was sent)."""
+    tenant = await create_tenant(served.http, "acme")
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+        "progressToken": "p-1",
+    }
+    body = {**_call(2), "params": {**SLOW_CALL, "_meta": meta}}
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "sleep_async",
+    }
+    async with httpx.AsyncClient(base_url=served.url, headers=tenant.headers) as client:
+        quick = {**body, "params": {**body["params"], "arguments": {"seconds": 0}}}
+        answered = await client.post("/mcp", json=quick, headers=headers)  # the SSE answer
+        assert answered.headers["content-type"].startswith("text/event-stream"), answered.text
+        assert '"resultType":"complete"' in answered.text
+        call = asyncio.create_task(client.post("/mcp", json=body, headers=headers))
+        await within(lambda: _running(served), 10)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    async def cancelled() -> bool:
+        runs = await _runs(served, tenant.headers)
+        return functions.CANCELLED == ["sleep_async"] and "cancelled" in [
+            r["stop_reason"] for r in runs
+        ]
+
+    await within(cancelled, 10)
+    assert served.app.state.services.limits.active_runs == 0
