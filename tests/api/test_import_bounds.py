@@ -191,6 +191,7 @@ async def test_a_path_without_a_leading_slash_cannot_change_the_host(
     assert skipped["reason"] == "its path '.evil.example/x' does not start with '/'"
 
 
+@pytest.mark.slow  # 2 s or more in the inner loop
 async def test_a_3_mb_yaml_import_never_stalls_another_request(
     client: httpx.AsyncClient, acme: TenantCredentials, upstream: ThreadedServer
 ) -> None:

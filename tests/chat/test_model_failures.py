@@ -20,6 +20,7 @@ async def test_rate_limit_then_success_is_retried(chat: ChatClient, fake: FakeMo
     assert time.monotonic() - started >= 1.0  # Retry-After was honoured
 
 
+@pytest.mark.slow  # 2 s or more in the inner loop
 async def test_persistent_rate_limit_is_503_with_retry_after(
     chat: ChatClient, fake: FakeModel
 ) -> None:

@@ -220,6 +220,7 @@ async def test_the_policy_is_checked_again_at_every_connection(
     assert fake.requests == []
 
 
+@pytest.mark.slow  # 2 s or more in the inner loop
 @pytest.mark.settings(openai_base_url=None, openai_api_key=None)
 async def test_without_an_operator_model_a_provider_still_chats(
     chat: ChatClient, fake: FakeModel, fake_model_server: tuple[FakeModel, ThreadedServer]

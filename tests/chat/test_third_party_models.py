@@ -183,6 +183,7 @@ def events_of(text: str) -> list[tuple[str, Any]]:
     return found
 
 
+@pytest.mark.slow  # 2 s or more in the inner loop
 async def test_streaming(chat: ChatClient, model: tuple[ScriptedModel, str]) -> None:
     server, _ = model
     await server.script(

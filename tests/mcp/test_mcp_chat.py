@@ -290,6 +290,7 @@ class _Rendezvous:
         await self._app(scope, replay, send)
 
 
+@pytest.mark.slow  # 2 s or more in the inner loop
 @pytest.mark.settings(mcp_connect_timeout_s=8)
 async def test_servers_are_listed_concurrently(mcp_chat: McpChat) -> None:
     barrier = threading.Barrier(3)
@@ -382,6 +383,7 @@ async def test_single_mcp_tools_are_picked_by_id_in_tool_ids(mcp_chat: McpChat) 
     ]
 
 
+@pytest.mark.slow  # 2 s or more in the inner loop
 async def test_include_and_exclude_choose_a_servers_tools(
     mcp_chat: McpChat, demo_http: McpDemoServer
 ) -> None:
