@@ -15,18 +15,16 @@ from app.repositories.database import Database, Document
 class ApprovalRepository:
     def __init__(self, database: Database) -> None:
         self._database = database
-        self._indexed: set[str] = set()
 
     def _waiting(self, tenant_id: str) -> Any:
         return self._database.tenant_collection(tenant_id, "approvals")
 
     async def _ensure_indexes(self, tenant_id: str) -> None:
-        if tenant_id in self._indexed:
-            return
+        """On every hold (a stop for approval is rare): a tenant deleted and made again on
+        another replica gets its indexes back, which a per-process memo would not know."""
         waiting = self._waiting(tenant_id)
         await waiting.create_index([("key", ASCENDING), ("holder", ASCENDING)])
         await waiting.create_index([("expires_at", ASCENDING)], expireAfterSeconds=0)
-        self._indexed.add(tenant_id)
 
     async def hold(self, document: Document, *, tenant_id: str) -> None:
         await self._ensure_indexes(tenant_id)
@@ -44,4 +42,3 @@ class ApprovalRepository:
 
     async def drop_all(self, *, tenant_id: str) -> None:
         await self._waiting(tenant_id).drop()
-        self._indexed.discard(tenant_id)

@@ -12,7 +12,7 @@ from pymongo.errors import ServerSelectionTimeoutError
 
 from app.repositories.approvals import ApprovalRepository
 from tests.support import fake_model as script
-from tests.support.apps import create_tenant
+from tests.support.apps import ADMIN, create_tenant
 from tests.support.chat_clients import ChatClient
 from tests.support.documents import external
 from tests.support.fake_model import FakeModel
@@ -446,4 +446,19 @@ async def test_a_database_that_cannot_keep_the_waiting_calls_is_a_503(
     blocks = [b for b in streamed.text.strip().split("\n\n") if b.startswith("event:")]
     assert blocks[-1].startswith("event: error") and '"status":503' in blocks[-1]
     assert "approval_required" not in streamed.text
+    assert _deletes() == []
+
+
+async def test_a_tenant_deleted_and_made_again_finds_nothing_waiting(
+    chat: ChatClient, fake: FakeModel, upstream: ThreadedServer
+) -> None:
+    await chat.add_tool(_deleter(upstream))
+    RECEIVED.clear()
+    answer = await _stopped(chat, fake, ("delete_everything", {}))
+    deleted = await chat.http.delete("/tenants/acme", headers=ADMIN)
+    assert deleted.status_code == 204, deleted.text
+    chat.tenant = await create_tenant(chat.http, "acme")
+    await chat.add_tool(_deleter(upstream))
+    yes = {"call_id": answer["pending_approvals"][0]["id"], "approved": True}
+    _not_held(await chat.chat(**_continued(answer, yes)))
     assert _deletes() == []
