@@ -113,7 +113,7 @@ class ModernAnswers:
             return False
         token = progress_token(call, scope) if call is not None else None
         if call is not None and token is not None:
-            member = partial(self._call_member, request, version, call)
+            member = partial(self._member, request, method, version, call)
             return await answer_with_progress(send, message["id"], token, member)
         payload, status = await self._result(request, method, version, call, message["id"])
         await Response(payload, status_code=status, media_type="application/json")(
@@ -142,33 +142,33 @@ class ModernAnswers:
         call: mcp_types.CallToolRequestParams | None,
         request_id: str | int,
     ) -> tuple[bytes, int]:
+        member = await self._member(request, method, version, call)
+        error = member.get("error")
+        status = ERROR_CODE_HTTP_STATUS.get(error["code"], 200) if error is not None else 200
+        return orjson.dumps({"jsonrpc": "2.0", "id": request_id, **member}), status
+
+    async def _member(
+        self,
+        request: Request,
+        method: str,
+        version: str,
+        call: mcp_types.CallToolRequestParams | None,
+        progress: Any = None,
+    ) -> dict[str, Any]:
+        """The JSON-RPC `result` (or `error`) member of the answer; a call's progress reports
+        go to `progress`."""
         ctx = _Context(request)
         try:
             if method == "server/discover":
                 result = self._discover(version)
             elif call is not None:
-                result = self._shaped(method, version, await self._call_tool(ctx, call))
+                called = await self._call_tool(ctx, call, progress=progress)
+                result = self._shaped(method, version, called)
             else:
                 result = self._shaped(method, version, await self._list_tools(ctx, None))
         except Exception as exc:  # the SDK's boundary: MCPError as is, the rest INTERNAL_ERROR
-            error = modern_error_data(exc)
-            body = {"jsonrpc": "2.0", "id": request_id, "error": _dumped(error)}
-            return orjson.dumps(body), ERROR_CODE_HTTP_STATUS.get(error.code, 200)
-        return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}), 200
-
-    async def _call_member(
-        self,
-        request: Request,
-        version: str,
-        call: mcp_types.CallToolRequestParams,
-        progress: Any,
-    ) -> dict[str, Any]:
-        """The JSON-RPC `result` (or `error`) member of a call whose progress goes on."""
-        try:
-            result = await self._call_tool(_Context(request), call, progress=progress)
-            return {"result": self._shaped("tools/call", version, result)}
-        except Exception as exc:  # the SDK's boundary, as in `_result`
             return {"error": _dumped(modern_error_data(exc))}
+        return {"result": result}
 
     def _discover(self, version: str) -> dict[str, Any]:
         """The SDK's default `server/discover` answer, built once per version (it depends on

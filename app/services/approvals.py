@@ -29,6 +29,8 @@ from app.repositories.approvals import ApprovalRepository
 from app.repositories.database import utc_now
 from app.schemas.chat import ApprovalDecision
 
+MISMATCH = "The approvals do not match the calls this conversation waits on."
+
 
 class ApprovalBook:
     def __init__(
@@ -82,7 +84,7 @@ class ApprovalBook:
         problems = decision_problems(approvals, pending)
         if problems:
             raise UnprocessableError(
-                "The approvals do not match the calls this conversation waits on.",
+                MISMATCH,
                 errors=[field_error(path, message) for path, message in problems],
             )
         if not pending:
@@ -91,7 +93,7 @@ class ApprovalBook:
         if await self._repository.take(key, holder, self._clock(), tenant_id=tenant_id) is None:
             wait = f"{self._wait.total_seconds():g}"
             raise UnprocessableError(
-                "The approvals do not match the calls this conversation waits on.",
+                MISMATCH,
                 errors=[
                     field_error(
                         "$.approvals",

@@ -142,7 +142,7 @@ async def test_an_mcp_param_header_that_disagrees_with_its_argument_goes_to_the_
     }
     calls: list[str] = []
 
-    async def call_tool(ctx: Any, params: Any) -> CallToolResult:
+    async def call_tool(ctx: Any, params: Any, *, progress: Any = None) -> CallToolResult:
         calls.append(params.name)
         return CallToolResult(content=[TextContent(type="text", text="ok")])
 
