@@ -254,6 +254,11 @@ for _ in range(200):
     DEEP = [DEEP]
 
 
+def _event_blocks(text: str) -> list[str]:
+    """A streamed chat's events, each `event: name\ndata: {...}`."""
+    return [block for block in text.strip().split("\n\n") if block.startswith("event:")]
+
+
 def _problem_paths(response: Any) -> list[str]:
     assert response.status_code == 422, response.text
     return [error["path"] for error in response.json()["errors"]]
@@ -338,7 +343,7 @@ async def test_a_streamed_continuation_runs_the_approved_call(
     fake.reset(script.streamed_text("deleted"))
     decision = {"call_id": call_id, "approved": True}
     response = await chat.chat(stream=True, **_continued(answer, decision))
-    blocks = [b for b in response.text.strip().split("\n\n") if b.startswith("event:")]
+    blocks = _event_blocks(response.text)
     names = [b.split("\n")[0].removeprefix("event: ") for b in blocks]
     assert names[:2] == ["tool_call", "tool_result"] and names[-1] == "done"
     done = orjson.loads(blocks[-1].split("data: ", 1)[1])
@@ -443,7 +448,7 @@ async def test_a_database_that_cannot_keep_the_waiting_calls_is_a_503(
     assert "no call ran" in whole.json()["detail"]
     fake.reset(script.streamed_tool_calls(("call_a", "delete_everything", "{}")))
     streamed = await chat.chat(stream=True)
-    blocks = [b for b in streamed.text.strip().split("\n\n") if b.startswith("event:")]
+    blocks = _event_blocks(streamed.text)
     assert blocks[-1].startswith("event: error") and '"status":503' in blocks[-1]
     assert "approval_required" not in streamed.text
     assert _deletes() == []

@@ -11,10 +11,12 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+import anyio
 import pytest
 import uvloop
 from mcp import StdioServerParameters
@@ -59,9 +61,14 @@ def test_a_stdio_server_starts_and_stops_on_uvloop_without_forking_the_service()
 async def test_a_start_whose_caller_leaves_stops_the_server_it_started(
     monkeypatch: pytest.MonkeyPatch, errlog: TextIO
 ) -> None:
+    """The caller is cancelled while the server is being started on its thread: the server
+    that start then makes is stopped and reaped."""
     started: list[subprocess.Popen[bytes]] = []
+    on_thread, go_on = threading.Event(), threading.Event()
 
     def popen(params: StdioServerParameters, errlog: Any) -> subprocess.Popen[bytes]:
+        on_thread.set()
+        go_on.wait(10)  # held until the caller has left
         started.append(stdio_popen(params, errlog))
         return started[-1]
 
@@ -72,12 +79,13 @@ async def test_a_start_whose_caller_leaves_stops_the_server_it_started(
         command=sys.executable, args=["-c", "import time; time.sleep(60)"]
     )
     starting = asyncio.create_task(stdio._spawn(params, errlog))
-    await asyncio.sleep(0)  # under way on its thread
+    await within(on_thread.is_set, 10)
     starting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await starting
+    go_on.set()
     await within(lambda: bool(started) and started[0].returncode is not None, 10)
-    assert not stdio._STOPPING  # stopped and reaped, nothing left behind
+    await within(lambda: not stdio._STOPPING, 10)  # stopped and reaped, nothing left behind
 
 
 async def test_a_line_longer_than_the_bound_ends_the_session(
@@ -102,18 +110,25 @@ async def test_a_server_that_is_not_json_rpc_gives_errors_not_a_crash(errlog: Te
     assert len(received) == 2 and all(isinstance(m, ValueError) for m in received)
 
 
-async def test_messages_split_across_reads_or_sharing_one_arrive_whole(errlog: TextIO) -> None:
-    note = '{"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": %d}}'
-    script = (
-        "import sys, time\n"
-        f"note = {note!r}\n"
-        "half = len(note % 1) // 2\n"
-        "sys.stdout.write((note % 1)[:half]); sys.stdout.flush(); time.sleep(0.05)\n"
-        "sys.stdout.write((note % 1)[half:] + '\\n' + (note % 2) + '\\n' + (note % 3)[:9])\n"
-        "sys.stdout.flush(); time.sleep(0.05)\n"
-        "sys.stdout.write((note % 3)[9:] + '\\n')\n"
-    )
-    params = StdioServerParameters(command=sys.executable, args=["-c", script])
-    async with stdio.stdio_transport(params, errlog) as (read, _):
-        received = [message async for message in read]
-    assert [m.message.params["data"] for m in received] == [1, 2, 3]  # type: ignore[union-attr]
+class Chunks(asyncio.StreamReader):
+    """A server's stdout as the reader gets it, read by read (a pipe would merge them)."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        super().__init__()
+        self.chunks = list(chunks)
+
+    async def read(self, n: int = -1) -> bytes:
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+async def test_messages_split_across_reads_or_sharing_one_arrive_whole() -> None:
+    note = b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": %d}}'
+    one, two, three = note % 1, note % 2, note % 3
+    half = len(one) // 2
+    reads = Chunks(one[:half], one[half:] + b"\n" + two + b"\n" + three[:9], three[9:] + b"\n")
+    incoming, received = anyio.create_memory_object_stream[Any](10)
+    params = StdioServerParameters(command="server")
+    await stdio._read(reads, incoming, params)
+    async with received:
+        messages = [message async for message in received]
+    assert [m.message.params["data"] for m in messages] == [1, 2, 3]
