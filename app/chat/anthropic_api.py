@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -68,7 +69,7 @@ class AnthropicMessagesAPI:
             payload["stream"] = True
         return orjson.dumps(payload)
 
-    def parse(self, raw: bytes) -> ModelTurn:
+    def parse(self, raw: bytes, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
         try:
             data = orjson.loads(raw)
             if data.get("type") == "error":
@@ -78,7 +79,7 @@ class AnthropicMessagesAPI:
             logger.warning("malformed model answer: %s", type(exc).__name__)
             raise malformed_answer() from None
 
-    def assembler(self) -> StreamAssembler:
+    def assembler(self, asked: Sequence[dict[str, Any]] = ()) -> StreamAssembler:
         return AnthropicAssembler()
 
 

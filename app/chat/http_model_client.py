@@ -14,7 +14,7 @@ import asyncio
 import logging
 import random
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from email.utils import parsedate_to_datetime
 from time import time
 from typing import Any
@@ -82,10 +82,10 @@ class ChatCompletionsAPI:
             payload["stream_options"] = {"include_usage": True}
         return orjson.dumps(payload)
 
-    def parse(self, raw: bytes) -> ModelTurn:
+    def parse(self, raw: bytes, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
         return parse_completion(raw)
 
-    def assembler(self) -> StreamAssembler:
+    def assembler(self, asked: Sequence[dict[str, Any]] = ()) -> StreamAssembler:
         return TurnAssembler()
 
 
@@ -137,7 +137,7 @@ class HTTPModelClient:
         try:
             for attempt in range(self._max_retries + 1):
                 try:
-                    return await self._attempt(body)
+                    return await self._attempt(body, messages)
                 except _Retryable as retry:
                     if attempt == self._max_retries:
                         raise retry.error from None
@@ -155,7 +155,7 @@ class HTTPModelClient:
             return type(error)(shown, error.status_code, headers=error.headers)
         return error
 
-    async def _attempt(self, body: bytes) -> ModelTurn:
+    async def _attempt(self, body: bytes, messages: list[dict[str, Any]]) -> ModelTurn:
         try:
             async with asyncio.timeout(self._timeout_s):
                 response = await self._pool.post(body, self._headers)
@@ -165,7 +165,7 @@ class HTTPModelClient:
             raise _Retryable(unreachable(self._host, exc), None) from None
         if response.status >= 400:
             raise _status_error(response.status, response.headers, response.body)
-        return self._api.parse(response.body)
+        return self._api.parse(response.body, messages)
 
     async def stream(
         self,
@@ -187,7 +187,7 @@ class HTTPModelClient:
         try:
             for attempt in range(self._max_retries + 1):
                 try:
-                    async for item in self._stream_attempt(body):
+                    async for item in self._stream_attempt(body, messages):
                         yield item
                     return
                 except _Retryable as retry:
@@ -197,8 +197,10 @@ class HTTPModelClient:
         except ModelError as error:
             raise self._told(error) from None
 
-    async def _stream_attempt(self, body: bytes) -> AsyncIterator[str | ModelTurn]:
-        assembler = self._api.assembler()
+    async def _stream_attempt(
+        self, body: bytes, messages: list[dict[str, Any]]
+    ) -> AsyncIterator[str | ModelTurn]:
+        assembler = self._api.assembler(messages)
         whole: ModelTurn | None = None
         try:
             async with asyncio.timeout(self._timeout_s) as deadline:
@@ -208,7 +210,7 @@ class HTTPModelClient:
                         raise _status_error(response.status, response.headers, raw)
                     if "event-stream" not in response.headers.get("content-type", ""):
                         # A server that ignores `stream: true` answers with one completion.
-                        whole = self._api.parse(await response.read())
+                        whole = self._api.parse(await response.read(), messages)
                     async for data in server_sent_events(response):
                         if data.strip() == "[DONE]":
                             continue

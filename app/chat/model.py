@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -142,11 +142,12 @@ class ModelAPI(Protocol):
         stream: bool,
     ) -> bytes: ...
 
-    def parse(self, raw: bytes) -> ModelTurn:
-        """A whole answer; anything malformed raises `malformed_answer()`."""
+    def parse(self, raw: bytes, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
+        """A whole answer to the request that sent the messages `asked`; anything malformed
+        raises `malformed_answer()`."""
         ...
 
-    def assembler(self) -> StreamAssembler: ...
+    def assembler(self, asked: Sequence[dict[str, Any]] = ()) -> StreamAssembler: ...
 
 
 class ModelClient(Protocol):

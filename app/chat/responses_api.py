@@ -5,13 +5,19 @@
 - Stateless by default: the whole conversation is sent each turn, since the caller's messages
   are the conversation. `chain=True` sends `previous_response_id` and only the items after it.
 - Reasoning items a turn returns are sent back before that turn's function calls, as the API
-  requires; they are remembered (bounded) by the calls' ids, since chat messages cannot hold them.
+  requires; they are remembered (bounded), since chat messages cannot hold them, under the digest
+  of the whole conversation before that turn and the turn's calls (ids, names, arguments). One
+  client serves every tenant of the operator's endpoint, and call ids need not be unique (a
+  server may number them): a turn is found again only by a conversation that holds it, the same
+  to the byte up to and including its calls.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -34,19 +40,44 @@ MAX_REMEMBERED_TURNS = 10_000
 _MALFORMED = (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError, ValueError)
 
 
+def conversation_digests(messages: Sequence[dict[str, Any]]) -> list[bytes]:
+    """The digest of the conversation before each message, and after the last (one more)."""
+    digests = [b""]
+    for message in messages:
+        canonical = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+        digests.append(hashlib.blake2b(digests[-1] + canonical, digest_size=16).digest())
+    return digests
+
+
+def turn_key(before: bytes, calls: Sequence[tuple[str, str, str]]) -> bytes:
+    """One assistant turn: the conversation before it and its calls (id, name, arguments)."""
+    return hashlib.blake2b(before + orjson.dumps(calls), digest_size=16).digest()
+
+
 class _TurnMemory:
-    """What a turn returned that chat messages cannot carry, by the id of its first call."""
+    """What a turn returned that chat messages cannot carry, by `turn_key`."""
 
     def __init__(self) -> None:
-        self._turns: OrderedDict[str, tuple[str, list[dict[str, Any]]]] = OrderedDict()
+        self._turns: OrderedDict[bytes, tuple[str, list[dict[str, Any]]]] = OrderedDict()
 
-    def remember(self, call_id: str, response_id: str, reasoning: list[dict[str, Any]]) -> None:
-        self._turns[call_id] = (response_id, reasoning)
+    def __len__(self) -> int:
+        return len(self._turns)
+
+    def remember(self, key: bytes, response_id: str, reasoning: list[dict[str, Any]]) -> None:
+        self._turns[key] = (response_id, reasoning)
         while len(self._turns) > MAX_REMEMBERED_TURNS:
             self._turns.popitem(last=False)
 
-    def get(self, call_id: str) -> tuple[str, list[dict[str, Any]]] | None:
-        return self._turns.get(call_id)
+    def get(
+        self, before: bytes, calls: list[dict[str, Any]] | None
+    ) -> tuple[str, list[dict[str, Any]]] | None:
+        if not calls or not self._turns:
+            return None
+        made = [
+            (str(c.get("id")), str(c["function"]["name"]), str(c["function"]["arguments"]))
+            for c in calls
+        ]
+        return self._turns.get(turn_key(before, made))
 
 
 class ResponsesAPI:
@@ -89,19 +120,20 @@ class ResponsesAPI:
 
     def _input(self, messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
         start, previous = 0, None
-        if self._chain:  # the items after the last turn the API already holds
+        digests = conversation_digests(messages) if self._memory else None
+        if self._chain and digests:  # the items after the last turn the API already holds
             for index in range(len(messages) - 1, -1, -1):
-                calls = messages[index].get("tool_calls")
-                remembered = self._memory.get(calls[0]["id"]) if calls else None
+                remembered = self._memory.get(digests[index], messages[index].get("tool_calls"))
                 if remembered:
                     start, previous = index + 1, remembered[0]
                     break
         items: list[dict[str, Any]] = []
-        for message in messages[start:]:
-            items += self._items(message)
+        for index in range(start, len(messages)):
+            before = digests[index] if digests else b""
+            items += self._items(messages[index], before)
         return previous, items
 
-    def _items(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+    def _items(self, message: dict[str, Any], before: bytes) -> list[dict[str, Any]]:
         role, content = message["role"], message.get("content")
         if role == "tool":
             call_id = message["tool_call_id"]
@@ -110,7 +142,7 @@ class ResponsesAPI:
             return [{"role": role, "content": _input_content(content)}]
         items: list[dict[str, Any]] = []
         calls = message.get("tool_calls") or []
-        remembered = self._memory.get(calls[0]["id"]) if calls else None
+        remembered = self._memory.get(before, calls)
         if remembered:
             items += remembered[1]
         if content:
@@ -126,16 +158,17 @@ class ResponsesAPI:
         ]
         return items
 
-    def parse(self, raw: bytes) -> ModelTurn:
+    def parse(self, raw: bytes, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
         try:
             data = orjson.loads(raw)
-            return self.turn_of(data)
+            return self.turn_of(data, asked)
         except _MALFORMED as exc:
             logger.warning("malformed model answer: %s", type(exc).__name__)
             raise malformed_answer() from None
 
-    def turn_of(self, response: dict[str, Any]) -> ModelTurn:
-        """A `response` object -> ModelTurn; remembers its reasoning items for the next turn."""
+    def turn_of(self, response: dict[str, Any], asked: Sequence[dict[str, Any]]) -> ModelTurn:
+        """A `response` object -> ModelTurn; remembers its reasoning items for the next turn of
+        the conversation `asked` (the messages the request sent)."""
         if response.get("status") == "failed" or isinstance(response.get("error"), dict):
             error = response.get("error") or {}
             raise upstream_status(500, str(error.get("message") or "the response failed"))
@@ -163,23 +196,25 @@ class ResponsesAPI:
             elif kind == "reasoning":
                 reasoning.append(item)
         if calls and (reasoning or self._chain):
-            self._memory.remember(calls[0].id, str(response.get("id") or ""), reasoning)
+            made = [(call.id, call.name, call.arguments) for call in calls]
+            key = turn_key(conversation_digests(asked)[-1], made)
+            self._memory.remember(key, str(response.get("id") or ""), reasoning)
         if response.get("status") == "incomplete":
             finish = finished((response.get("incomplete_details") or {}).get("reason"))
         elif finish is None:
             finish = "tool_calls" if calls else "stop"
         return ModelTurn("".join(texts) or None, calls, _usage(response.get("usage")), finish)
 
-    def assembler(self) -> StreamAssembler:
-        return ResponsesAssembler(self)
+    def assembler(self, asked: Sequence[dict[str, Any]] = ()) -> StreamAssembler:
+        return ResponsesAssembler(self, asked)
 
 
 class ResponsesAssembler:
     """Builds a ModelTurn from Responses streaming events: text deltas as they come, the whole
     turn from `response.completed` (or, if a server leaves that out, from the items it sent)."""
 
-    def __init__(self, api: ResponsesAPI) -> None:
-        self._api = api
+    def __init__(self, api: ResponsesAPI, asked: Sequence[dict[str, Any]]) -> None:
+        self._api, self._asked = api, asked
         self._items: dict[int, dict[str, Any]] = {}
         self._arguments: dict[int, list[str]] = {}
         self._response: dict[str, Any] | None = None
@@ -210,14 +245,15 @@ class ResponsesAssembler:
 
     def _turn(self) -> ModelTurn:
         if isinstance(self._response, dict) and self._response.get("output"):
-            return self._api.turn_of(self._response)
+            return self._api.turn_of(self._response, self._asked)
         output = []
         for index, item in sorted(self._items.items()):
             if item.get("type") == "function_call" and not item.get("arguments"):
                 item = {**item, "arguments": "".join(self._arguments.get(index, []))}
             output.append(item)
         usage = (self._response or {}).get("usage")
-        return self._api.turn_of({"output": output, "usage": usage, "status": "completed"})
+        whole = {"output": output, "usage": usage, "status": "completed"}
+        return self._api.turn_of(whole, self._asked)
 
 
 def responses_tool(tool: dict[str, Any]) -> dict[str, Any]:

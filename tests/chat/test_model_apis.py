@@ -408,3 +408,77 @@ async def test_reasoning_items_go_back_before_their_calls(
     kinds = [item.get("type", "message") for item in fake.requests[1]["input"]]
     assert kinds == ["message", "reasoning", "function_call", "function_call_output"]
     assert fake.requests[1]["input"][1] == reasoning
+
+
+def _sent_tool_schema(api: str, request: dict[str, Any], name: str) -> dict[str, Any]:
+    for tool in request["tools"]:
+        if api == "chat_completions" and tool["function"]["name"] == name:
+            return dict(tool["function"]["parameters"])
+        if api == "responses" and tool["name"] == name:
+            return dict(tool["parameters"])
+        if api == "anthropic_messages" and tool["name"] == name:
+            return dict(tool["input_schema"])
+    raise AssertionError(f"{name} was not offered")
+
+
+async def test_context_parameters_on_every_api(chat: ChatClient, fake: FakeModel, api: str) -> None:
+    """The model never sees a context parameter, and the server's value wins over the model's."""
+    steps = fake_apis.steps(api)
+    asked = ("get_profile", {"field": "email", "user_id": "mallory"})
+    fake.reset(steps.tool_calls(asked), steps.text("ok"))
+    before = len(functions.RECEIVED)
+    response = await chat.chat(
+        tool_ids=["profile"], context_arguments={"user_id": "alice", "api_token": "t0k-ctx-value"}
+    )
+    assert response.status_code == 200, response.text
+    schema = _sent_tool_schema(api, fake.requests[0], "get_profile")
+    assert set(schema["properties"]) == {"field"}, schema
+    assert functions.RECEIVED[before:] == [
+        {"user_id": "alice", "api_token": "t0k-ctx-value", "field": "email"}
+    ]
+    assert b"t0k-ctx-value" not in orjson.dumps(fake.requests)
+    [record] = await runs_recorded(chat.http, chat.tenant.headers, 1)
+    assert b"t0k-ctx-value" not in orjson.dumps(record)
+
+
+async def test_reasoning_is_found_only_by_its_own_conversation(
+    fake_model_server: tuple[FakeModel, ThreadedServer], fake: FakeModel
+) -> None:
+    """A server that numbers its calls (`call_0` in every answer) behind the operator's endpoint,
+    which every tenant shares: one conversation's reasoning items never reach another's request,
+    another tenant's or the same tenant's (a conversation the same to the byte, calls included,
+    would find them: what the model made of that very conversation)."""
+    from tests.support.fake_model import Reply
+
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [{"text": "acme's plan"}]}
+
+    def numbered(*, with_reasoning: bool) -> Any:
+        def step(request: dict[str, Any]) -> Reply:
+            answer = orjson.loads(
+                fake_apis.responses_tool_calls(("add", {"a": 1, "b": 1}))(request).body
+            )
+            answer["output"][0]["call_id"] = "call_0"
+            if with_reasoning:
+                answer["output"].insert(0, reasoning)
+            return Reply(body=orjson.dumps(answer), headers={"content-type": "application/json"})
+
+        return step
+
+    settings = make_settings(
+        None,
+        openai_base_url=f"{fake_model_server[1].url}/v1",
+        openai_api_key="k",
+        model_api="responses",
+    )
+    async with running_app(settings, functions.registry) as app, http_client(app) as http:
+        acme, globex = await create_tenant(http, "acme"), await create_tenant(http, "globex")
+        fake.reset(numbered(with_reasoning=True), fake_apis.responses_text("2"))
+        first = {"messages": [{"role": "user", "content": "1+1"}]}
+        assert (await http.post("/chat", json=first, headers=acme.headers)).status_code == 200
+        assert fake.requests[1]["input"][1] == reasoning  # its own conversation finds it
+        for tenant, text in ((globex, "one and one"), (acme, "again: 1+1")):
+            fake.reset(numbered(with_reasoning=False), fake_apis.responses_text("2"))
+            other = {"messages": [{"role": "user", "content": text}]}
+            assert (await http.post("/chat", json=other, headers=tenant.headers)).status_code == 200
+            kinds = [item.get("type", "message") for item in fake.requests[1]["input"]]
+            assert kinds == ["message", "function_call", "function_call_output"]
