@@ -221,6 +221,7 @@ async def test_max_iterations(chat: ChatClient, fake: FakeModel, api: str) -> No
 ERRORS = [
     pytest.param(429, {"Retry-After": "7"}, 503, "rate limiting", id="rate-limited"),
     pytest.param(529, {"Retry-After": "3"}, 503, "overloaded", id="overloaded"),
+    pytest.param(503, {"Retry-After": "2"}, 503, "overloaded", id="unavailable"),
     pytest.param(401, {}, 502, "credentials", id="credentials"),
     pytest.param(400, {}, 502, "HTTP 400: fake error 400", id="bad-request"),
 ]
