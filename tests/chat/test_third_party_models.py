@@ -92,6 +92,36 @@ def check_results_sent(model: tuple[ScriptedModel, str], index: int, body: dict[
         assert [content for _, content in read] == tool_messages
 
 
+async def recorded(chat: ChatClient) -> dict[str, Any]:
+    """The chat's run record, as it must read on every API and server (the model's name is
+    the operator's default; usage is each server's own count)."""
+    [record] = await runs_recorded(chat.http, chat.tenant.headers, 1)
+    assert record["usage"]["total_tokens"] >= 0
+    return {
+        "model": record["model"],
+        "provider": record.get("provider"),
+        "stop_reason": record["stop_reason"],
+        "finish_reason": record.get("finish_reason"),
+        "iterations": record["iterations"],
+        "tool_calls": [(c["name"], c["tool_id"], c["status"]) for c in record["tool_calls"]],
+    }
+
+
+def completed(iterations: int, *calls: tuple[str, str, str]) -> dict[str, Any]:
+    return {
+        "model": "gpt-4o-mini",
+        "provider": None,
+        "stop_reason": "completed",
+        "finish_reason": "stop",
+        "iterations": iterations,
+        "tool_calls": list(calls),
+    }
+
+
+ADD_OK = ("add", "adder", "ok")
+SLEEP_OK = ("sleep_async", "sleeper", "ok")
+
+
 async def test_one_call(chat: ChatClient, model: tuple[ScriptedModel, str]) -> None:
     server, _ = model
     await server.script(Calls([("add", {"a": 2, "b": 3})]), Text("It is 5."))
@@ -103,11 +133,7 @@ async def test_one_call(chat: ChatClient, model: tuple[ScriptedModel, str]) -> N
     assert calls_of(body) == [("add", {"a": 2, "b": 3}, "ok")]
     assert body["usage"]["total_tokens"] > 0
     check_results_sent(model, 1, body)
-    [record] = await runs_recorded(chat.http, chat.tenant.headers, 1)
-    assert record["stop_reason"] == "completed" and record["iterations"] == 2
-    assert [(c["name"], c["tool_id"], c["status"]) for c in record["tool_calls"]] == [
-        ("add", "adder", "ok")
-    ]
+    assert await recorded(chat) == completed(2, ADD_OK)
 
 
 async def test_three_parallel_calls(chat: ChatClient, model: tuple[ScriptedModel, str]) -> None:
@@ -124,6 +150,7 @@ async def test_three_parallel_calls(chat: ChatClient, model: tuple[ScriptedModel
     (_, first_end), (second_start, _) = sorted(functions.TIMELINE)
     assert second_start < first_end  # they overlapped
     check_results_sent(model, 1, body)
+    assert await recorded(chat) == completed(2, SLEEP_OK, ADD_OK, SLEEP_OK)
 
 
 async def test_a_chain_of_four(chat: ChatClient, model: tuple[ScriptedModel, str]) -> None:
@@ -136,6 +163,7 @@ async def test_a_chain_of_four(chat: ChatClient, model: tuple[ScriptedModel, str
     assert [c[1]["a"] for c in calls_of(body)] == [1, 2, 4, 8]
     assert [m["content"] for m in body["messages"] if m["role"] == "tool"] == ["2", "4", "8", "16"]
     check_results_sent(model, 4, body)
+    assert await recorded(chat) == completed(5, ADD_OK, ADD_OK, ADD_OK, ADD_OK)
 
 
 async def test_malformed_arguments(chat: ChatClient, model: tuple[ScriptedModel, str]) -> None:
@@ -145,6 +173,7 @@ async def test_malformed_arguments(chat: ChatClient, model: tuple[ScriptedModel,
     [call] = body["tool_calls"]
     assert call["status"] == "error" and "'a' must be an integer" in call["error"]
     assert (body["stop_reason"], body["message"]["content"]) == ("completed", "Sorry.")
+    assert await recorded(chat) == completed(2, ("add", "adder", "error"))
 
 
 @pytest.mark.parametrize(
@@ -171,6 +200,11 @@ async def test_max_iterations(chat: ChatClient, model: tuple[ScriptedModel, str]
     ).json()
     assert (body["stop_reason"], body["iterations"]) == ("max_iterations", 3)
     assert len(body["tool_calls"]) == 2
+    assert await recorded(chat) == {
+        **completed(3, ADD_OK, ADD_OK),
+        "stop_reason": "max_iterations",
+        "finish_reason": "tool_calls",  # the last turn asked for more
+    }
 
 
 def events_of(text: str) -> list[tuple[str, Any]]:
@@ -204,3 +238,4 @@ async def test_streaming(chat: ChatClient, model: tuple[ScriptedModel, str]) -> 
     done = events[-1][1]
     assert done["message"]["content"] == "The answer is 42." and done["iterations"] == 2
     assert [c["status"] for c in done["tool_calls"]] == ["ok", "ok"]
+    assert await recorded(chat) == completed(2, ADD_OK, ADD_OK)
