@@ -18,7 +18,7 @@ import math
 import re
 from typing import Any
 
-from app.tools.openapi_fields import short
+from app.tools.openapi_fields import kind, short
 from app.tools.openapi_refs import Resolver, Skip
 from app.tools.schema import PROPERTY_NAME, TYPES, compile_problem, value_fits
 
@@ -95,11 +95,8 @@ class SchemaConverter:
         description = node.get("description")
         if isinstance(description, str) and description:
             out["description"] = description[:4096]
-        values = node.get("enum")
-        if isinstance(values, list) and 0 < len(values) <= 256:
-            kept = [v for v in values if _fits(v, types)]
-            if kept and all(not isinstance(v, str) or len(v) <= 256 for v in kept):
-                out["enum"] = kept
+        if "enum" in node:
+            self._enum(node["enum"], types, out, where)
         const = node.get("const")
         if const is not None and _fits(const, types):
             out["const"] = node["const"]
@@ -128,6 +125,25 @@ class SchemaConverter:
             out["default"] = node["default"]
         return out
 
+    def _enum(self, values: Any, types: list[str], out: dict[str, Any], where: str) -> None:
+        """The values that fit the type; a note says what was left out."""
+        place = f"'{short(where)}'" if where else "the body"
+        if not isinstance(values, list) or not 0 < len(values) <= 256:
+            shown = kind(values) if not isinstance(values, list) else f"{len(values)} values"
+            self.notes.append(f"{place} has an 'enum' of {shown}: any value of its type is taken")
+            return
+        kept = [v for v in values if _fits(v, types)]
+        if not kept or any(isinstance(v, str) and len(v) > 256 for v in kept):
+            self.notes.append(
+                f"{place} has an 'enum' no value of which it can take (of its type, 256 "
+                "characters at most): any value of its type is taken"
+            )
+            return
+        if len(kept) < len(values):
+            left = len(values) - len(kept)
+            self.notes.append(f"{place} has {left} 'enum' value(s) not of its type: left out")
+        out["enum"] = kept
+
     def _nested(
         self,
         node: dict[str, Any],
@@ -136,6 +152,12 @@ class SchemaConverter:
         depth: int,
         active: tuple[str, ...],
     ) -> None:
+        required = node.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(n, str) for n in required):
+            # which members a call must send is not known: no tool rather than a wrong one
+            place = f"'{short(where)}'" if where else "the body"
+            shown = kind(required) if not isinstance(required, list) else "a list of non-names"
+            raise Skip(f"{place} has a 'required' that is {shown}, not a list of member names")
         items = node.get("items")
         if isinstance(items, dict):
             try:
@@ -145,11 +167,7 @@ class SchemaConverter:
                 self.notes.append(f"{why}: an empty list there")
         properties = node.get("properties")
         if isinstance(properties, dict):
-            required = node.get("required")
-            names = (
-                [n for n in required if isinstance(n, str)] if isinstance(required, list) else []
-            )
-            out["properties"], kept = self.members(properties, names, where, depth, active)
+            out["properties"], kept = self.members(properties, required, where, depth, active)
             if kept:
                 out["required"] = kept
         extra = node.get("additionalProperties")

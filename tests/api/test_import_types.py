@@ -68,6 +68,11 @@ def _body_schema(doc: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def _body_schema_of(operation: dict[str, Any]) -> dict[str, Any]:
+    schema: dict[str, Any] = operation["requestBody"]["content"]["application/json"]["schema"]
+    return schema
+
+
 def _set(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return lambda node: node.__setitem__(key, value)
 
@@ -100,6 +105,16 @@ SKIPPED = [
             lambda op: op["requestBody"]["content"]["application/json"].__setitem__("schema", "x")
         ),
         "the body's schema is a string, not an object",
+    ),
+    (
+        "required: [['x']]",
+        _operation(lambda op: _body_schema_of(op).__setitem__("required", [["x"]])),
+        "the body has a 'required' that is a list of non-names, not a list of member names",
+    ),
+    (
+        "required: 'x'",
+        _operation(lambda op: _body_schema_of(op).__setitem__("required", "x")),
+        "the body has a 'required' that is a string, not a list of member names",
     ),
 ]
 
@@ -187,4 +202,37 @@ async def test_yaml_only_values(client: httpx.AsyncClient, acme: TenantCredentia
             "message": '$.paths["/things/{id}"].post.summary: binary data (!!binary) has no '
             "JSON form",
         }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("enum", "kept", "note"),
+    [
+        (5, None, "'x' has an 'enum' of a number: any value of its type is taken"),
+        ([], None, "'x' has an 'enum' of 0 values: any value of its type is taken"),
+        (
+            [1, 2],
+            None,
+            "'x' has an 'enum' no value of which it can take (of its type, 256 characters at "
+            "most): any value of its type is taken",
+        ),
+        (["a", 1, None], ["a"], "'x' has 2 'enum' value(s) not of its type: left out"),
+    ],
+)
+async def test_an_enum_it_cannot_keep_whole_is_noted(
+    client: httpx.AsyncClient, acme: TenantCredentials, enum: Any, kept: Any, note: str
+) -> None:
+    """A member's `enum` of the wrong type or with values of another type imports the member
+    with what it can keep, and the answer's notes say what was left out."""
+    doc = document()
+    doc["paths"][PATH]["post"]["requestBody"]["content"]["application/json"]["schema"][
+        "properties"
+    ]["x"]["enum"] = enum
+    body = {"document": doc, "dry_run": True}
+    answer = await client.post("/tools/import", json=body, headers=acme.headers)
+    assert answer.status_code == 200, answer.text
+    [tool] = answer.json()["tools"]
+    assert tool["function"]["parameters"]["properties"]["x"].get("enum") == kept
+    assert answer.json()["notes"] == [
+        {"operation": f"POST {PATH}", "tool_id": "makeThing", "note": note}
     ]
