@@ -145,3 +145,24 @@ async def test_the_ring_keeps_the_newest_runs() -> None:
     store = MemoryRunRepository(limit=5)
     await store.insert_many([run(i) for i in range(1, 21)], tenant_id="acme")
     assert await page(store) == ["14", "13", "12", "11", "10"]
+
+
+async def test_a_record_the_encoder_cannot_take_leaves_its_batch_whole(store: RunStore) -> None:
+    """A record nested past the BSON encoder's recursion limit (it raises RecursionError, as
+    `/mcp` arguments 980 levels deep once did) is kept reduced; the records batched with it
+    are stored whole."""
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(5000):
+        node["a"] = {}
+        node = node["a"]
+    bad = run(2)
+    bad["tool_calls"][0]["arguments"] = deep
+    await store.insert_many([run(1), bad, run(3)], tenant_id="acme")
+    assert await page(store) == ["03", "02", "01"]
+    innocent = await store.get(run(1)["run_id"], tenant_id="acme")
+    assert innocent is not None and innocent["tool_calls"] == run(1)["tool_calls"]
+    kept = await store.get(bad["run_id"], tenant_id="acme")
+    assert kept is not None and kept["stop_reason"] == "completed"
+    if isinstance(store, RunRepository):  # the ring keeps objects, the database BSON
+        assert "[unstorable" in repr(kept["tool_calls"])
