@@ -14,10 +14,13 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 ITERATION_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 50, 100)
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 LAG_PROBE_INTERVAL_S = 0.05
-# Also told every lag sample, as (time.monotonic() when the probe woke, lag in seconds), from
-# whichever thread runs the loop: the test suite's loop watchdog listens here
-# (tests/support/loop_watchdog.py). Listeners must be quick and must not raise.
-LAG_LISTENERS: list[Callable[[float, float], None]] = []
+# Also told every lag sample, as (time.monotonic() when the probe woke, lag, the part of the lag
+# the loop's thread waited for a CPU, in seconds), from whichever thread runs the loop: the test
+# suite's loop watchdog listens here (tests/support/loop_watchdog.py). Listeners must be quick
+# and must not raise.
+LagListener = Callable[[float, float, float], None]
+LAG_LISTENERS: list[LagListener] = []
+_SCHEDSTAT = "/proc/thread-self/schedstat"
 
 
 class Metrics:
@@ -118,6 +121,13 @@ class Metrics:
             buckets=LAG_BUCKETS,
             registry=registry,
         )
+        self.loop_held = Histogram(
+            "toolgate_event_loop_held_seconds",
+            "The same lag less the time the loop's thread waited for a CPU (Linux): what this "
+            "process's own work held the loop. A machine short of CPU raises the lag, not this.",
+            buckets=LAG_BUCKETS,
+            registry=registry,
+        )
         self.run_records_lost = Counter(
             "toolgate_run_records_lost",
             "Run records lost: memory and journal full or failing, or refused by the database.",
@@ -209,22 +219,37 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+def run_queue_wait() -> float:
+    """Seconds the calling thread has waited, runnable, for a CPU (Linux's scheduler statistics;
+    0 where they cannot be read, so nothing is taken off the lag)."""
+    try:
+        with open(_SCHEDSTAT, "rb") as stats:
+            return int(stats.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 async def probe_loop_lag(
     metrics: Metrics,
     *,
     interval_s: float = LAG_PROBE_INTERVAL_S,
     clock: Callable[[], float] = time.monotonic,
-    listeners: Sequence[Callable[[float, float], None]] = LAG_LISTENERS,
+    cpu_wait: Callable[[], float] = run_queue_wait,
+    listeners: Sequence[LagListener] = LAG_LISTENERS,
 ) -> None:
-    """Forever: sleep `interval_s` and record how much later than that the loop woke us."""
+    """Forever: sleep `interval_s` and record how much later than that the loop woke us, and
+    how much of that the loop's thread only waited for a CPU. Time waiting for the GIL, held by
+    another thread of the process, is not waiting for a CPU: it counts as held."""
     while True:
-        start = clock()
+        start, queued = clock(), cpu_wait()
         await asyncio.sleep(interval_s)
         woke = clock()
         lag = max(0.0, woke - start - interval_s)
+        waited = min(max(cpu_wait() - queued, 0.0), lag)
         metrics.loop_lag.observe(lag)
+        metrics.loop_held.observe(lag - waited)
         for listener in listeners:
-            listener(woke, lag)
+            listener(woke, lag, waited)
 
 
 @contextlib.asynccontextmanager

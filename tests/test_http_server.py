@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.loop_watchdog import BOUND_S
+from tests.support.processes import loop_stalls
 from tests.support.secantus import free_port
 from tests.test_shutdown import start_service
 
@@ -27,9 +29,12 @@ def port() -> Iterator[int]:
         MAX_CONNECTIONS=str(MAX_CONNECTIONS),
         ACCESS_LOG="false",
     )
-    yield port
-    process.terminate()
-    process.communicate(timeout=30)
+    try:
+        yield port
+        assert loop_stalls(f"http://127.0.0.1:{port}", BOUND_S) is None
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
 
 
 def _connect(port: int) -> socket.socket:

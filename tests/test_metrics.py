@@ -20,13 +20,19 @@ async def test_the_probe_records_how_late_the_loop_woke_it() -> None:
     times = iter([100.0, 100.45, 200.0, 200.051, 300.0])
     heard: list[tuple[float, float]] = []
 
-    def hear(woke: float, lag: float) -> None:
+    def hear(woke: float, lag: float, waited: float) -> None:
         heard.append((woke, lag))
         if len(heard) == 2:
             probe.cancel()  # at the probe's next sleep
 
     probe = asyncio.create_task(
-        probe_loop_lag(metrics, interval_s=0.05, clock=lambda: next(times), listeners=[hear])
+        probe_loop_lag(
+            metrics,
+            interval_s=0.05,
+            clock=lambda: next(times),
+            cpu_wait=lambda: 0.0,
+            listeners=[hear],
+        )
     )
     with contextlib.suppress(asyncio.CancelledError):
         await probe

@@ -19,7 +19,8 @@ from pymongo import AsyncMongoClient
 from tests.support import fake_model as script
 from tests.support.apps import ADMIN, ADMIN_KEY, KEY_SECRET
 from tests.support.fake_model import FakeModel
-from tests.support.processes import start_app, wait_serving
+from tests.support.loop_watchdog import BOUND_S
+from tests.support.processes import loop_stalls, start_app, wait_serving
 from tests.support.secantus import SecantusServer, free_port
 from tests.support.servers import ThreadedServer
 from tests.support.waiting import within
@@ -65,6 +66,7 @@ async def test_sigterm_lets_the_chat_in_flight_finish(
                 )
             )
             await within(lambda: bool(fake.requests), 10)  # the chat waits on the model
+            assert await asyncio.to_thread(loop_stalls, base, BOUND_S) is None
             process.send_signal(signal.SIGTERM)
             signalled = time.monotonic()
             await asyncio.sleep(0.3)

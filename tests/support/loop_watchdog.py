@@ -17,17 +17,20 @@ shared machine (measured: 1.5 s for the 210,000 objects of one app's process, un
 objects alive once the tests are collected are frozen (`gc.freeze`) so later collections skip
 them. The service's own collections are in its metric.
 
-Not covered: apps a test starts as a separate process (their lag is in their own
-`toolgate_event_loop_lag_seconds`), the setup and teardown phases, an app's lifespan start and
+Apps a test starts as a separate process are judged on the same bound from their own
+`toolgate_event_loop_held_seconds` (`tests.support.processes.loop_stalls`, before they stop).
+
+Not covered: the setup and teardown phases, an app's lifespan start and
 end inside the call (`running_app`: it serves no request then, and a second app on the same
 loop would see the first's start as a stall), and a threaded server from its `stop()` on (it
 serves no request; its shutdown is its lifespan end).
 
 Time the loop's thread spent runnable but not run is not the app's stall: with more test
 workers than cores (`scripts/test -n`), the kernel leaves a thread waiting for a CPU now and
-then. Each sample subtracts the loop thread's run-queue wait over its interval (Linux's
-`/proc/thread-self/schedstat`), so what is judged is the stall the loop would have had with a
-CPU to itself: a callback that computes or blocks keeps all of its own time (blocked or
+then. Each sample subtracts the loop thread's run-queue wait over its interval, as the probe
+measures it (Linux's `/proc/thread-self/schedstat`; the service's own
+`toolgate_event_loop_held_seconds`), so what is judged is the stall the loop would have had with
+a CPU to itself: a callback that computes or blocks keeps all of its own time (blocked or
 sleeping is not waiting for a CPU), and time spent waiting for the GIL another thread of the
 process holds still counts.
 
@@ -73,23 +76,16 @@ class _Watch:
         self.stacks: dict[int, tuple[float, str]] = {}  # loop thread -> longest overdue stack
         self.stopping: set[int] = set()  # threads whose server is shutting down: not watched
         self.lifespans = 0  # apps starting or stopping inside the call: not watched meanwhile
-        # loop thread -> (when its probe last woke, its run-queue wait then)
-        self.queued: dict[int, tuple[float, float]] = {}
         self.unscheduled = 0.0  # the longest run-queue wait taken out of a long lag, this call
 
-    def listen(self, woke: float, lag: float) -> None:  # from the probe's loop thread
+    def listen(self, woke: float, lag: float, waited: float) -> None:  # from the loop's thread
         thread = threading.get_ident()
-        queued = _run_queue_wait()
-        before, self.queued[thread] = self.queued.get(thread), (woke, queued)
         if thread in self.stopping or self.lifespans:
             return
         self.beats[thread] = woke
-        # Only against this probe's own previous wake (a thread id may be a new thread's).
-        if before is not None and woke - before[0] <= LAG_PROBE_INTERVAL_S + lag + 0.01:
-            waited = min(max(queued - before[1], 0.0), lag)
-            if lag > BOUND_S:
-                self.unscheduled = max(self.unscheduled, waited)
-            lag -= waited
+        if lag > BOUND_S:
+            self.unscheduled = max(self.unscheduled, waited)
+        lag -= waited  # the probe's own measure: what the service's held-time metric records
         since, until = self.since, self.until
         if since is None:
             return
@@ -161,19 +157,6 @@ class _Watch:
             f"counting up to {self.unscheduled * 1000:.0f} ms its thread waited for a CPU "
             f"(tests/support/loop_watchdog.py){where}"
         )
-
-
-_SCHEDSTAT = "/proc/thread-self/schedstat"
-
-
-def _run_queue_wait() -> float:
-    """Seconds the calling thread has waited, runnable, for a CPU (0 where Linux's scheduler
-    statistics are not readable: nothing is then subtracted)."""
-    try:
-        with open(_SCHEDSTAT, "rb") as stats:
-            return int(stats.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 _WATCH = _Watch()

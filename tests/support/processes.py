@@ -122,3 +122,29 @@ def connections_to(port: int) -> int:
             if remote_port == port and fields[3] == "01":
                 count += 1
     return count
+
+
+def loop_stalls(url: str, bound_s: float) -> str | None:
+    """The loop watchdog's verdict on an app a test runs as a process (`python -m app`), from its
+    `/metrics`: how many of its lag probe's samples, less the time its loop's thread waited for
+    a CPU (`toolgate_event_loop_held_seconds`), passed `bound_s` (one of the metric's buckets)
+    since it started. None when none did."""
+    past, count = _held_past(httpx.get(f"{url}/metrics", timeout=10).text, bound_s)
+    if not past:
+        return None
+    return (
+        f"the event loop of the service at {url} stalled longer than {bound_s * 1000:.0f} ms "
+        f"in {past} of its {count} lag samples (toolgate_event_loop_held_seconds; its log "
+        "has what it was doing)"
+    )
+
+
+def _held_past(text: str, bound_s: float) -> tuple[int, int]:
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("toolgate_event_loop_held_seconds_"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    count = int(values["toolgate_event_loop_held_seconds_count"])
+    within = int(values[f'toolgate_event_loop_held_seconds_bucket{{le="{bound_s}"}}'])
+    return count - within, count

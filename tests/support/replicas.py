@@ -9,7 +9,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.processes import start_app, wait_serving
+import httpx
+
+from tests.support.loop_watchdog import BOUND_S
+from tests.support.processes import loop_stalls, start_app, wait_serving
 
 
 @dataclass
@@ -38,7 +41,15 @@ def kill_9(replica: Replica) -> None:
 
 
 def stop_replicas(replicas: list[Replica]) -> None:
-    """SIGTERM (a drain), then SIGKILL for any still running after 15 s."""
+    """SIGTERM (a drain), then SIGKILL for any still running after 15 s; then fails if the loop
+    of any that was still running had stalled past the loop watchdog's bound."""
+    stalls = []
+    for replica in replicas:
+        if replica.process.poll() is None:
+            try:
+                stalls.append(loop_stalls(replica.url, BOUND_S))
+            except httpx.HTTPError as exc:  # stopped all the same
+                stalls.append(f"{replica.url}/metrics could not be read: {exc!r}")
     for replica in replicas:
         if replica.process.poll() is None:
             os.killpg(replica.process.pid, signal.SIGTERM)
@@ -47,3 +58,4 @@ def stop_replicas(replicas: list[Replica]) -> None:
             replica.process.wait(15)
         except subprocess.TimeoutExpired:
             os.killpg(replica.process.pid, signal.SIGKILL)
+    assert not any(stalls), "; ".join(filter(None, stalls))
