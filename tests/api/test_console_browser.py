@@ -9,6 +9,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -89,6 +90,18 @@ def unexpected(tab: Tab) -> list[str]:
     """Errors other than the browser's note on an answered 4xx (the console's probes for pages
     of newer services answer 404, and a wrong key 401, on purpose)."""
     return [e for e in tab.errors if "Failed to load resource" not in e]
+
+
+async def unlabelled(page: Page) -> list[str]:
+    """The page's visible controls that have no name: no label, no aria-label, no text."""
+    names: list[str] = await page.evaluate(
+        """() => [...document.querySelectorAll('input, select, textarea, button')]
+        .filter(c => !c.hidden && !c.closest('[hidden]'))
+        .filter(c => !(c.labels && c.labels.length) && !c.getAttribute('aria-label')
+                     && !(c.tagName === 'BUTTON' && c.textContent.trim()))
+        .map(c => c.outerHTML)"""
+    )
+    return names
 
 
 async def new_tenant(page: Page, service: ConsoleService, tenant_id: str) -> None:
@@ -227,6 +240,101 @@ async def test_client_tokens_and_write_only_secrets(service: ConsoleService) -> 
     assert (tab.cut, unexpected(tab)) == ([], [])
 
 
+async def continued(page: Page, decide: str, reason: str) -> dict[str, Any]:
+    """Decide the one waiting call in the page; the request the console sent for it."""
+    approvals = page.get_by_role("region", name="Approvals")
+    await approvals.get_by_label(f"{decide} roll_dice").check()
+    await approvals.get_by_label("Reason for roll_dice").fill(reason)
+    async with page.expect_request(lambda r: r.url.endswith("/chat")) as sent:
+        await approvals.get_by_role("button", name="Send decisions").click()
+    body: dict[str, Any] = (await sent.value).post_data_json
+    return body
+
+
+async def test_a_chat_waits_for_a_persons_decision_and_shows_progress(
+    service: ConsoleService,
+) -> None:
+    """As docs/chat.md's approval section, by clicking: the die waits for a person; approved it
+    rolls, refused the model reads the reason. A counting tool's progress updates one line."""
+    async with browser_tab(service.url, height=1200) as (page, tab):
+        await new_tenant(page, service, "approver")
+        await page.goto(f"{service.url}/console#/edit/rolldice")
+        editor = page.get_by_label("Tool document (JSON)")
+        document = json.loads(await editor.input_value())
+        await editor.fill(json.dumps({**document, "approval": "always"}, indent=2))
+        await page.get_by_role("button", name="Save changes").click()
+        await expect(page.locator("#status")).to_have_text("Saved rolldice.")
+
+        await page.get_by_role("link", name="Chat").click()
+        await page.get_by_label("Message").fill("Roll a die")
+        await page.get_by_label("Only these tool ids").fill("rolldice")
+        await page.get_by_role("button", name="Send").click()
+        approvals = page.get_by_role("region", name="Approvals")
+        await expect(approvals.get_by_role("group")).to_contain_text("roll_dice (call_")
+        await expect(approvals.get_by_label("Arguments of roll_dice")).to_have_text(
+            json.dumps({"d": 6}, indent=2)
+        )
+        events = page.get_by_role("list", name="Events")
+        await expect(events.locator(".event-approval_required")).to_contain_text(
+            'Waiting for a person: roll_dice {"d":6}'
+        )
+        await expect(events.locator(".event-tool_result")).to_have_count(0)  # nothing ran
+        await expect(page.get_by_role("button", name="Send", exact=True)).to_be_disabled()
+        assert await unlabelled(page) == []
+        await shot(page, "chat-approval")
+        waiting = await page.evaluate("document.querySelector('.event-done').textContent")
+
+        body = await continued(page, "Approve", "fine by Ada")
+        await expect(events.locator(".event-done")).to_contain_text("Done (completed)")
+        await expect(events.locator(".event-tool_result")).to_contain_text("Result ok")
+        conversation = page.get_by_role("list", name="Conversation")
+        await expect(conversation).to_contain_text("person: Approved roll_dice (fine by Ada)")
+        await expect(conversation.locator(".answer").last).to_contain_text("Tool results: ")
+        await expect(approvals).to_have_count(0)
+        [user, assistant] = body["messages"]
+        [call] = assistant["tool_calls"]
+        assert "approval_required" in waiting and user == {"role": "user", "content": "Roll a die"}
+        assert body == {
+            "tool_ids": ["rolldice"],
+            "messages": [user, assistant],
+            "approvals": [
+                {
+                    "call_id": call["id"],
+                    "approved": True,
+                    "tool": "roll_dice",
+                    "arguments": {"d": 6},
+                    "reason": "fine by Ada",
+                }
+            ],
+            "stream": True,
+        }
+
+        await page.get_by_label("Message").fill("Roll a die")
+        await page.get_by_role("button", name="Send").click()
+        body = await continued(page, "Refuse", "not now")
+        assert body["approvals"][0]["approved"] is False
+        await expect(conversation.locator(".answer").last).to_have_text(
+            re.compile(r"^Tool results: .*Error: a person refused this call: not now$")
+        )
+        await expect(page.get_by_role("button", name="Send", exact=True)).to_be_enabled()
+
+        await page.get_by_role("button", name="New conversation").click()
+        await page.get_by_label("Message").fill("Please count_slowly for me.")
+        await page.get_by_label("Only these tool ids").fill("count-slowly")
+        await page.get_by_role("button", name="Send").click()
+        await expect(events.locator(".event-done")).to_contain_text("Done (completed)")
+        progress = events.locator(".event-tool_progress")
+        await expect(progress).to_have_count(1)  # each report updates the call's line
+        await expect(progress).to_have_text(
+            "tool_progress count_slowly: counted 3 of 3 100% (report 3)"
+        )
+        await expect(progress.get_by_label("Progress of count_slowly")).to_have_attribute(
+            "value", "1"
+        )
+        await expect(events.locator(".event-tool_result")).to_contain_text("counted to 3")
+    assert (tab.cut, unexpected(tab)) == ([], [])
+
+
 async def test_hostile_names_descriptions_and_outputs_stay_text(service: ConsoleService) -> None:
     async with browser_tab(service.url, height=1000) as (page, tab):
         await page.add_init_script(
@@ -292,13 +400,7 @@ async def test_every_control_has_a_label_and_the_keyboard_reaches_it(
             await page.wait_for_load_state("networkidle")
             shown = await page.locator("main").inner_text()
             assert "[object " not in shown and "null" not in shown.split(), (route, shown)
-            unnamed[route] = await page.evaluate(
-                """() => [...document.querySelectorAll('input, select, textarea, button')]
-                .filter(c => !c.hidden && !c.closest('[hidden]'))
-                .filter(c => !(c.labels && c.labels.length) && !c.getAttribute('aria-label')
-                             && !(c.tagName === 'BUTTON' && c.textContent.trim()))
-                .map(c => c.outerHTML)"""
-            )
+            unnamed[route] = await unlabelled(page)
         # Each collection the service has (MCP servers, categories, model providers) is listed.
         nav = page.get_by_role("navigation")
         await expect(nav.get_by_role("link", name="MCP servers")).to_be_visible()
