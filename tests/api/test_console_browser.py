@@ -335,6 +335,125 @@ async def test_a_chat_waits_for_a_persons_decision_and_shows_progress(
     assert (tab.cut, unexpected(tab)) == ([], [])
 
 
+async def test_categories_are_made_edited_and_deleted_with_their_tools(
+    service: ConsoleService,
+) -> None:
+    async with browser_tab(service.url, height=1000) as (page, tab):
+        await new_tenant(page, service, "categorized")
+        await page.get_by_role("link", name="Categories").click()
+        form = page.get_by_role("heading", name="New category")
+        await expect(form).to_be_visible()
+        await page.get_by_label("Name", exact=True).fill("bad name!")
+        await page.get_by_role("button", name="Create category").click()
+        await expect(page.get_by_role("alert")).to_contain_text("$.name")
+        await page.get_by_label("Name", exact=True).fill("weather")
+        await page.get_by_label("Description").fill("Forecasts and tides")
+        await page.get_by_label("Usage hints").fill("Use for weather questions only.")
+        await page.get_by_role("button", name="Create category").click()
+        await expect(page.locator("#status")).to_have_text("Saved the category weather.")
+        row = page.locator("tbody tr", has_text="weather")
+        await expect(row).to_contain_text("Use for weather questions only.")
+        await page.get_by_label("Name", exact=True).fill("weather")  # a name taken: 409
+        await page.get_by_role("button", name="Create category").click()
+        await expect(page.get_by_role("alert")).to_contain_text("already exists")
+
+        # Edit: the name stays, the rest is replaced.
+        await page.get_by_role("button", name="Edit category weather").click()
+        await expect(page.get_by_role("heading", name="Edit weather")).to_be_visible()
+        await expect(page.get_by_label("Name", exact=True)).to_have_attribute("readonly", "")
+        await expect(page.get_by_label("Usage hints")).to_have_value(
+            "Use for weather questions only."
+        )
+        await page.get_by_label("Enabled").uncheck()
+        await page.get_by_role("button", name="Save category").click()
+        await expect(row.locator("td").nth(2)).to_have_text("no")
+        await page.get_by_role("button", name="Edit category default").click()
+        await page.get_by_label("Enabled").uncheck()
+        await page.get_by_role("button", name="Save category").click()
+        problem = page.get_by_role("alert")
+        await expect(problem).to_contain_text("The 'default' category cannot be disabled")
+        await expect(problem).to_contain_text("$.enabled: 'default' is always enabled")
+        await page.get_by_role("button", name="Cancel editing").click()
+        await expect(page.get_by_role("heading", name="New category")).to_be_visible()
+        await expect(page.get_by_role("button", name="Delete category default")).to_have_count(0)
+
+        # A tool in the category goes with it; the second press says so.
+        await page.goto(f"{service.url}/console#/edit")
+        await expect(page.get_by_role("heading", name="New tool")).to_be_focused()
+        tool = {**WEATHER, "category": "weather"}
+        await page.get_by_label("Tool document (JSON)").fill(json.dumps(tool, indent=2))
+        await page.get_by_role("button", name="Create tool").click()
+        await expect(page.locator("#status")).to_have_text("Saved weather-api.")
+        await page.get_by_role("link", name="Categories").click()
+        await expect(row.locator("td").nth(4)).to_have_text("1")
+        await shot(page, "categories")
+        delete = page.get_by_role("button", name="Delete category weather")
+        await delete.click()
+        await expect(
+            page.get_by_role("button", name="Delete weather and its 1 tool?")
+        ).to_be_visible()
+        await page.get_by_role("button", name="Delete weather and its 1 tool?").click()
+        await expect(page.locator("#status")).to_have_text(
+            "Deleted weather and 1 tool: weather-api."
+        )
+        await expect(row).to_have_count(0)
+        await page.get_by_role("link", name="Tools").click()
+        await expect(page.get_by_role("link", name="rolldice")).to_be_visible()
+        await expect(page.get_by_role("link", name="weather-api")).to_have_count(0)
+    assert (tab.cut, unexpected(tab)) == ([], [])
+
+
+async def test_model_providers_name_a_secret_and_never_show_a_key(
+    service: ConsoleService,
+) -> None:
+    async with browser_tab(service.url, height=1100) as (page, tab):
+        await new_tenant(page, service, "providers")
+        await page.get_by_role("link", name="Secrets").click()
+        await page.get_by_label("Name", exact=True).fill("openai_key")
+        await page.get_by_label("Value (write-only)").fill("sk-never-shown-0123456789")
+        await page.get_by_role("button", name="Save secret").click()
+        await expect(page.get_by_role("table")).to_contain_text("openai_key")
+
+        await page.get_by_role("link", name="Model providers").click()
+        await page.get_by_label("Name", exact=True).fill("openai")
+        await page.get_by_label("API", exact=True).select_option("responses")
+        await page.get_by_label("Base URL").fill("http://127.0.0.1:9/v1")  # not a public host
+        await page.get_by_label("API key secret").select_option("openai_key")
+        await page.get_by_label("Default model").fill("gpt-4o-mini")
+        await page.get_by_label("Other models chats may name").fill("gpt-4o")
+        await page.get_by_label("The tenant's default provider").check()
+        await page.get_by_role("button", name="Create provider").click()
+        problem = page.get_by_role("alert")
+        await expect(problem).to_contain_text("The model provider cannot be used as given.")
+        await expect(problem).to_contain_text("$.base_url")
+        await page.get_by_label("Base URL").fill("https://api.openai.com/v1")
+        await page.get_by_role("button", name="Create provider").click()
+        await expect(page.locator("#status")).to_have_text("Saved the model provider openai.")
+        row = page.locator("tbody tr", has_text="openai")
+        for text in ("responses", "https://api.openai.com/v1", "openai_key", "gpt-4o-mini, gpt-4o"):
+            await expect(row).to_contain_text(text)
+        await expect(row.locator("td").nth(6)).to_have_text("yes")
+
+        await page.get_by_role("button", name="Edit provider openai").click()
+        await expect(page.get_by_role("heading", name="Edit openai")).to_be_visible()
+        await expect(page.get_by_label("API key secret")).to_have_value("openai_key")
+        await expect(page.get_by_label("Other models chats may name")).to_have_value("gpt-4o")
+        await page.get_by_label("Default model").fill("gpt-4o")
+        await page.get_by_label("Other models chats may name").fill("")
+        await page.get_by_role("button", name="Save provider").click()
+        await expect(page.locator("#status")).to_have_text("Saved the model provider openai.")
+        await expect(row.locator("td").nth(5)).to_have_text("gpt-4o")
+        await shot(page, "providers")
+        assert "sk-never-shown" not in await page.content()
+
+        await page.get_by_role("button", name="Delete provider openai").click()
+        await page.get_by_role("button", name="Delete openai?").click()  # confirmed
+        await expect(page.locator("#status")).to_have_text("Deleted the model provider openai.")
+        await expect(page.get_by_role("table")).to_contain_text("0 model providers")
+    assert not [r for r in tab.requests if "sk-never-shown" in r]
+    assert (tab.cut, unexpected(tab)) == ([], [])
+
+
 async def test_hostile_names_descriptions_and_outputs_stay_text(service: ConsoleService) -> None:
     async with browser_tab(service.url, height=1000) as (page, tab):
         await page.add_init_script(
