@@ -63,6 +63,7 @@ WEATHER = {
         "url": "https://api.example.com/weather",
         "method": "GET",
     },
+    "context_parameters": [{"name": "user_id", "type": "string"}],
     "tags": ["weather"],
 }
 
@@ -143,6 +144,22 @@ async def test_the_readme_tour_by_clicking(service: ConsoleService) -> None:
         await page.get_by_role("button", name="Create tool").click()
         await expect(page.get_by_role("heading", name="Edit weather-api")).to_be_visible()
         await expect(page.locator("#status")).to_have_text("Saved weather-api.")
+        stored = json.loads(await editor.input_value())  # as the service answers it now
+        assert stored["context_parameters"][0]["name"] == "user_id"
+
+        # `GET /tools/?type=external&tag=weather`, by the Tools page's filters.
+        await page.get_by_role("link", name="Tools").click()
+        await page.get_by_label("Type").select_option("external")
+        await expect(page.get_by_role("link", name="rolldice")).to_have_count(0)
+        await page.get_by_label("Tag").fill("weather")
+        await page.get_by_label("Tag").press("Enter")
+        await expect(page.locator("tbody tr")).to_have_count(1)
+        await expect(page.locator("tbody tr")).to_contain_text("weather-api")
+        assert [
+            r
+            for r in tab.requests
+            if r.endswith("/tools/?limit=100&offset=0&type=external&tag=weather")
+        ]
 
         await page.goto(f"{service.url}/console#/import")
         await page.get_by_label("Document (JSON or YAML)").fill(json.dumps(SHOP))
@@ -170,7 +187,12 @@ async def test_the_readme_tour_by_clicking(service: ConsoleService) -> None:
 
         await page.goto(f"{service.url}/console#/chat")
         await page.get_by_label("Message").fill("Roll a six-sided die for me.")
-        await page.get_by_role("button", name="Send").click()
+        await page.get_by_label("Context arguments (JSON object)").fill('{"user_id": "u-42"}')
+        await page.get_by_label("Only these tool ids").fill("rolldice")
+        async with page.expect_request(lambda r: r.url.endswith("/chat")) as sent:
+            await page.get_by_role("button", name="Send").click()
+        body = (await sent.value).post_data_json
+        assert (body["context_arguments"], body["tool_ids"]) == ({"user_id": "u-42"}, ["rolldice"])
         events = page.get_by_role("list", name="Events")
         await expect(events.locator(".event-done")).to_be_visible()
         await expect(events.locator(".event-tool_call")).to_contain_text('roll_dice {"d":6}')
@@ -178,6 +200,15 @@ async def test_the_readme_tour_by_clicking(service: ConsoleService) -> None:
         answer = page.get_by_role("list", name="Conversation")
         await expect(answer).to_contain_text("Tool results:")
         await shot(page, "chat")
+        # The context value never comes back to the caller.
+        assert "u-42" not in await events.inner_text() + await answer.inner_text()
+        await page.get_by_role("button", name="New conversation").click()
+        await page.get_by_label("Context arguments (JSON object)").fill("")
+        await page.get_by_label("Only these tool ids").fill("")
+        await page.get_by_label("Message").fill("Roll again.")
+        await page.get_by_role("button", name="Send").click()
+        await expect(events.locator(".event-done")).to_contain_text("Done (completed)")
+        await expect(answer).to_contain_text("user: Roll again.")
 
         await page.goto(f"{service.url}/console#/runs")
         chat_run = page.locator("tbody tr", has_text="chat").first
