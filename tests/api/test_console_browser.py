@@ -18,6 +18,7 @@ from playwright.async_api import Page, expect
 from tests.support.apps import ADMIN_KEY
 from tests.support.browser import Tab, browser_tab
 from tests.support.console import HOSTILE, SCREENSHOTS, ConsoleService, console_service
+from tests.support.screenshots import stamped
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -75,8 +76,15 @@ def service() -> Iterator[ConsoleService]:
 
 
 async def shot(page: Page, name: str) -> None:
+    """The page as a PNG stamped with the navigation it shows (who is signed in, which links):
+    tests/api/test_console.py checks the committed pictures against the console's pages."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    png = await page.screenshot(full_page=True)
+    role = await page.evaluate(
+        "JSON.parse(sessionStorage.getItem('toolgate.console.credential') || 'null')?.role ?? null"
+    )
+    nav = await page.locator("#nav a").all_inner_texts()
+    (SCREENSHOTS / f"{name}.png").write_bytes(stamped(png, {"role": role, "nav": nav}))
 
 
 async def sign_in(page: Page, key: str) -> None:
@@ -518,6 +526,8 @@ async def test_admin_edits_an_allow_list_and_rotates_a_key(service: ConsoleServi
         await page.goto(f"{service.url}/console")
         await sign_in(page, ADMIN_KEY)
         row = page.locator("tbody tr", has_text="allowed")
+        await expect(row).to_be_visible()
+        await shot(page, "tenants")
         await row.get_by_role("button", name="Rotate the key of allowed").click()
         await row.get_by_role("button", name="Rotate the key of allowed").click()  # confirmed
         await expect(page.get_by_label("The key of allowed: shown only now")).to_be_visible()
@@ -548,6 +558,8 @@ async def test_every_control_has_a_label_and_the_keyboard_reaches_it(
             await page.goto(f"{service.url}/console#/{route}")
             await expect(page.locator("main h1")).to_be_focused()
             await page.wait_for_load_state("networkidle")
+            if route == "mcp-servers":  # the one page no other test opens
+                await shot(page, route)
             shown = await page.locator("main").inner_text()
             assert "[object " not in shown and "null" not in shown.split(), (route, shown)
             unnamed[route] = await unlabelled(page)

@@ -18,12 +18,13 @@ from app.tools.builtin import roll_dice
 from app.tools.progress import Progress
 from app.tools.registry import FunctionRegistry
 from tests.support.apps import make_settings
+from tests.support.screenshots import DOCS_SCREENSHOTS
 from tests.support.servers import ThreadedServer
 
 # Each run screenshots every page; the pictures in docs/console/ are replaced only when asked
 # (TOOLGATE_UPDATE_SCREENSHOTS=1), so a test run leaves the checkout as it found it.
 SCREENSHOTS = (
-    Path(__file__).resolve().parents[2] / "docs" / "console"
+    DOCS_SCREENSHOTS
     if os.environ.get("TOOLGATE_UPDATE_SCREENSHOTS") == "1"
     else Path(tempfile.gettempdir()) / "toolgate-console-screenshots"
 )
