@@ -29,6 +29,14 @@ def tour_blocks() -> list[str]:
     return re.findall(r"```bash\n(.*?)```", tour, flags=re.S)
 
 
+def _one_json(line: str) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
 def test_readme_first_screen_is_the_two_commands() -> None:
     first = README.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
     assert [line.split()[0] for line in first] == ["scripts/run", "scripts/test"]
@@ -42,14 +50,13 @@ def test_readme_tour_runs_top_to_bottom(tmp_path: Path) -> None:
     assert blocks[0].startswith("scripts/run --fake-model > toolgate.log 2>&1 &")
     assert "kill %1" in blocks[-1]
     port, model_port = free_port(), free_port()
-    transcript = tmp_path / "transcript"
     script = "\n".join(
         [
             "set -euo pipefail",
             "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT",  # a failed step stops the service
-            # Every curl of the tour must succeed; the body of a failure is shown.
-            f'curl() {{ local rc=0; command curl --fail-with-body "$@" | tee -a {transcript} '
-            f"|| rc=$?; echo >> {transcript}; return $rc; }}",
+            # Every curl of the tour must succeed; the body of a failure is shown. Nothing is
+            # added to what it prints: the terminal below is the one a reader sees.
+            'curl() { command curl --fail-with-body "$@"; }',
             *(
                 block.replace("127.0.0.1:8000", f"127.0.0.1:{port}").replace(
                     "scripts/run ", f"{ROOT}/scripts/run "
@@ -85,8 +92,18 @@ def test_readme_tour_runs_top_to_bottom(tmp_path: Path) -> None:
     assert '"logger"' not in output, output[-4000:]
     assert '"Uvicorn running' in (tmp_path / "toolgate.log").read_text()
 
-    answers = transcript.read_text()
+    answers = output
     lines = [line for line in answers.splitlines() if line.strip()]
+    # Each answer ends its own line (`-w '\n'`): none runs into the next one or into the
+    # prompt. Each line is one JSON answer, a status code, or a line of the streamed chat.
+    stream_lines = ("event: ", "data: ", ": ")
+    run_together = [
+        line
+        for line in lines
+        if not line.startswith(stream_lines) and not line.isdigit() and not _one_json(line)
+    ]
+    assert run_together == [], answers[-4000:]
+    assert answers.endswith("\n")
     ids = next(json.loads(line) for line in lines if line.startswith('[{"tool_id"'))
     assert {"rolldice", "current-time", "calculator"} <= {t["tool_id"] for t in ids}
     assert '"tool_id":"weather-api"' in answers.replace(" ", "")

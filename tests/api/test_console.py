@@ -1,6 +1,6 @@
 """/console is served by the service: a page and local assets under a strict
 Content-Security-Policy, no inline script, no markup sinks in its scripts, nothing outside its
-directory."""
+directory; its pictures in docs/ show the pages its navigation offers now."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from app.api.console import CONSOLE
 from tests.support import functions
 from tests.support.apps import http_client, make_settings, running_app
+from tests.support.screenshots import DOCS_SCREENSHOTS, nav_pages, nav_titles, stamp_of
 
 SCRIPTS = sorted((CONSOLE / "assets").rglob("*.js"))
 # Ways a string becomes markup or code in a page: the console never uses one.
@@ -82,3 +83,20 @@ async def test_nothing_outside_the_console_directory(method: str, path: str, sta
         answer = await client.request(method, path)
     assert answer.status_code == status
     assert "Settings" not in answer.text
+
+
+def test_the_screenshots_show_the_navigation_the_console_offers() -> None:
+    """A picture per page of the navigation, each taken with today's navigation (the stamp the
+    browser tests write), each shown in docs/console.md. Otherwise regenerate them:
+    TOOLGATE_UPDATE_SCREENSHOTS=1 pytest tests/api/test_console_browser.py"""
+    shots = {path.stem: path for path in DOCS_SCREENSHOTS.glob("*.png")}
+    assert [page.id for page in nav_pages() if page.id not in shots] == []
+    stamps = {name: stamp_of(path) for name, path in shots.items()}
+    stale = {
+        name: stamp
+        for name, stamp in stamps.items()
+        if stamp is None or stamp["nav"] != nav_titles(str(stamp["role"]))
+    }
+    assert stale == {}
+    manual = (DOCS_SCREENSHOTS.parent / "console.md").read_text()
+    assert [name for name in shots if f"(console/{name}.png)" not in manual] == []

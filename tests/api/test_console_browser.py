@@ -9,6 +9,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -17,6 +18,7 @@ from playwright.async_api import Page, expect
 from tests.support.apps import ADMIN_KEY
 from tests.support.browser import Tab, browser_tab
 from tests.support.console import HOSTILE, SCREENSHOTS, ConsoleService, console_service
+from tests.support.screenshots import stamped
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -62,6 +64,7 @@ WEATHER = {
         "url": "https://api.example.com/weather",
         "method": "GET",
     },
+    "context_parameters": [{"name": "user_id", "type": "string"}],
     "tags": ["weather"],
 }
 
@@ -73,8 +76,15 @@ def service() -> Iterator[ConsoleService]:
 
 
 async def shot(page: Page, name: str) -> None:
+    """The page as a PNG stamped with the navigation it shows (who is signed in, which links):
+    tests/api/test_console.py checks the committed pictures against the console's pages."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    png = await page.screenshot(full_page=True)
+    role = await page.evaluate(
+        "JSON.parse(sessionStorage.getItem('toolgate.console.credential') || 'null')?.role ?? null"
+    )
+    nav = await page.locator("#nav a").all_inner_texts()
+    (SCREENSHOTS / f"{name}.png").write_bytes(stamped(png, {"role": role, "nav": nav}))
 
 
 async def sign_in(page: Page, key: str) -> None:
@@ -89,6 +99,18 @@ def unexpected(tab: Tab) -> list[str]:
     """Errors other than the browser's note on an answered 4xx (the console's probes for pages
     of newer services answer 404, and a wrong key 401, on purpose)."""
     return [e for e in tab.errors if "Failed to load resource" not in e]
+
+
+async def unlabelled(page: Page) -> list[str]:
+    """The page's visible controls that have no name: no label, no aria-label, no text."""
+    names: list[str] = await page.evaluate(
+        """() => [...document.querySelectorAll('input, select, textarea, button')]
+        .filter(c => !c.hidden && !c.closest('[hidden]'))
+        .filter(c => !(c.labels && c.labels.length) && !c.getAttribute('aria-label')
+                     && !(c.tagName === 'BUTTON' && c.textContent.trim()))
+        .map(c => c.outerHTML)"""
+    )
+    return names
 
 
 async def new_tenant(page: Page, service: ConsoleService, tenant_id: str) -> None:
@@ -130,6 +152,22 @@ async def test_the_readme_tour_by_clicking(service: ConsoleService) -> None:
         await page.get_by_role("button", name="Create tool").click()
         await expect(page.get_by_role("heading", name="Edit weather-api")).to_be_visible()
         await expect(page.locator("#status")).to_have_text("Saved weather-api.")
+        stored = json.loads(await editor.input_value())  # as the service answers it now
+        assert stored["context_parameters"][0]["name"] == "user_id"
+
+        # `GET /tools/?type=external&tag=weather`, by the Tools page's filters.
+        await page.get_by_role("link", name="Tools").click()
+        await page.get_by_label("Type").select_option("external")
+        await expect(page.get_by_role("link", name="rolldice")).to_have_count(0)
+        await page.get_by_label("Tag").fill("weather")
+        await page.get_by_label("Tag").press("Enter")
+        await expect(page.locator("tbody tr")).to_have_count(1)
+        await expect(page.locator("tbody tr")).to_contain_text("weather-api")
+        assert [
+            r
+            for r in tab.requests
+            if r.endswith("/tools/?limit=100&offset=0&type=external&tag=weather")
+        ]
 
         await page.goto(f"{service.url}/console#/import")
         await page.get_by_label("Document (JSON or YAML)").fill(json.dumps(SHOP))
@@ -157,7 +195,12 @@ async def test_the_readme_tour_by_clicking(service: ConsoleService) -> None:
 
         await page.goto(f"{service.url}/console#/chat")
         await page.get_by_label("Message").fill("Roll a six-sided die for me.")
-        await page.get_by_role("button", name="Send").click()
+        await page.get_by_label("Context arguments (JSON object)").fill('{"user_id": "u-42"}')
+        await page.get_by_label("Only these tool ids").fill("rolldice")
+        async with page.expect_request(lambda r: r.url.endswith("/chat")) as sent:
+            await page.get_by_role("button", name="Send").click()
+        body = (await sent.value).post_data_json
+        assert (body["context_arguments"], body["tool_ids"]) == ({"user_id": "u-42"}, ["rolldice"])
         events = page.get_by_role("list", name="Events")
         await expect(events.locator(".event-done")).to_be_visible()
         await expect(events.locator(".event-tool_call")).to_contain_text('roll_dice {"d":6}')
@@ -165,6 +208,15 @@ async def test_the_readme_tour_by_clicking(service: ConsoleService) -> None:
         answer = page.get_by_role("list", name="Conversation")
         await expect(answer).to_contain_text("Tool results:")
         await shot(page, "chat")
+        # The context value never comes back to the caller.
+        assert "u-42" not in await events.inner_text() + await answer.inner_text()
+        await page.get_by_role("button", name="New conversation").click()
+        await page.get_by_label("Context arguments (JSON object)").fill("")
+        await page.get_by_label("Only these tool ids").fill("")
+        await page.get_by_label("Message").fill("Roll again.")
+        await page.get_by_role("button", name="Send").click()
+        await expect(events.locator(".event-done")).to_contain_text("Done (completed)")
+        await expect(answer).to_contain_text("user: Roll again.")
 
         await page.goto(f"{service.url}/console#/runs")
         chat_run = page.locator("tbody tr", has_text="chat").first
@@ -227,6 +279,220 @@ async def test_client_tokens_and_write_only_secrets(service: ConsoleService) -> 
     assert (tab.cut, unexpected(tab)) == ([], [])
 
 
+async def continued(page: Page, decide: str, reason: str) -> dict[str, Any]:
+    """Decide the one waiting call in the page; the request the console sent for it."""
+    approvals = page.get_by_role("region", name="Approvals")
+    await approvals.get_by_label(f"{decide} roll_dice").check()
+    await approvals.get_by_label("Reason for roll_dice").fill(reason)
+    async with page.expect_request(lambda r: r.url.endswith("/chat")) as sent:
+        await approvals.get_by_role("button", name="Send decisions").click()
+    body: dict[str, Any] = (await sent.value).post_data_json
+    return body
+
+
+async def test_a_chat_waits_for_a_persons_decision_and_shows_progress(
+    service: ConsoleService,
+) -> None:
+    """As docs/chat.md's approval section, by clicking: the die waits for a person; approved it
+    rolls, refused the model reads the reason. A counting tool's progress updates one line."""
+    async with browser_tab(service.url, height=1200) as (page, tab):
+        await new_tenant(page, service, "approver")
+        await page.goto(f"{service.url}/console#/edit/rolldice")
+        editor = page.get_by_label("Tool document (JSON)")
+        document = json.loads(await editor.input_value())
+        await editor.fill(json.dumps({**document, "approval": "always"}, indent=2))
+        await page.get_by_role("button", name="Save changes").click()
+        await expect(page.locator("#status")).to_have_text("Saved rolldice.")
+
+        await page.get_by_role("link", name="Chat").click()
+        await page.get_by_label("Message").fill("Roll a die")
+        await page.get_by_label("Only these tool ids").fill("rolldice")
+        await page.get_by_role("button", name="Send").click()
+        approvals = page.get_by_role("region", name="Approvals")
+        await expect(approvals.get_by_role("group")).to_contain_text("roll_dice (call_")
+        await expect(approvals.get_by_label("Arguments of roll_dice")).to_have_text(
+            json.dumps({"d": 6}, indent=2)
+        )
+        events = page.get_by_role("list", name="Events")
+        await expect(events.locator(".event-approval_required")).to_contain_text(
+            'Waiting for a person: roll_dice {"d":6}'
+        )
+        await expect(events.locator(".event-tool_result")).to_have_count(0)  # nothing ran
+        await expect(page.get_by_role("button", name="Send", exact=True)).to_be_disabled()
+        assert await unlabelled(page) == []
+        await shot(page, "chat-approval")
+        waiting = await page.evaluate("document.querySelector('.event-done').textContent")
+
+        body = await continued(page, "Approve", "fine by Ada")
+        await expect(events.locator(".event-done")).to_contain_text("Done (completed)")
+        await expect(events.locator(".event-tool_result")).to_contain_text("Result ok")
+        conversation = page.get_by_role("list", name="Conversation")
+        await expect(conversation).to_contain_text("person: Approved roll_dice (fine by Ada)")
+        await expect(conversation.locator(".answer").last).to_contain_text("Tool results: ")
+        await expect(approvals).to_have_count(0)
+        [user, assistant] = body["messages"]
+        [call] = assistant["tool_calls"]
+        assert "approval_required" in waiting and user == {"role": "user", "content": "Roll a die"}
+        assert body == {
+            "tool_ids": ["rolldice"],
+            "messages": [user, assistant],
+            "approvals": [
+                {
+                    "call_id": call["id"],
+                    "approved": True,
+                    "tool": "roll_dice",
+                    "arguments": {"d": 6},
+                    "reason": "fine by Ada",
+                }
+            ],
+            "stream": True,
+        }
+
+        await page.get_by_label("Message").fill("Roll a die")
+        await page.get_by_role("button", name="Send").click()
+        body = await continued(page, "Refuse", "not now")
+        assert body["approvals"][0]["approved"] is False
+        await expect(conversation.locator(".answer").last).to_have_text(
+            re.compile(r"^Tool results: .*Error: a person refused this call: not now$")
+        )
+        await expect(page.get_by_role("button", name="Send", exact=True)).to_be_enabled()
+
+        await page.get_by_role("button", name="New conversation").click()
+        await page.get_by_label("Message").fill("Please count_slowly for me.")
+        await page.get_by_label("Only these tool ids").fill("count-slowly")
+        await page.get_by_role("button", name="Send").click()
+        await expect(events.locator(".event-done")).to_contain_text("Done (completed)")
+        progress = events.locator(".event-tool_progress")
+        await expect(progress).to_have_count(1)  # each report updates the call's line
+        await expect(progress).to_have_text(
+            "tool_progress count_slowly: counted 3 of 3 100% (report 3)"
+        )
+        await expect(progress.get_by_label("Progress of count_slowly")).to_have_attribute(
+            "value", "1"
+        )
+        await expect(events.locator(".event-tool_result")).to_contain_text("counted to 3")
+    assert (tab.cut, unexpected(tab)) == ([], [])
+
+
+async def test_categories_are_made_edited_and_deleted_with_their_tools(
+    service: ConsoleService,
+) -> None:
+    async with browser_tab(service.url, height=1000) as (page, tab):
+        await new_tenant(page, service, "categorized")
+        await page.get_by_role("link", name="Categories").click()
+        form = page.get_by_role("heading", name="New category")
+        await expect(form).to_be_visible()
+        await page.get_by_label("Name", exact=True).fill("bad name!")
+        await page.get_by_role("button", name="Create category").click()
+        await expect(page.get_by_role("alert")).to_contain_text("$.name")
+        await page.get_by_label("Name", exact=True).fill("weather")
+        await page.get_by_label("Description").fill("Forecasts and tides")
+        await page.get_by_label("Usage hints").fill("Use for weather questions only.")
+        await page.get_by_role("button", name="Create category").click()
+        await expect(page.locator("#status")).to_have_text("Saved the category weather.")
+        row = page.locator("tbody tr", has_text="weather")
+        await expect(row).to_contain_text("Use for weather questions only.")
+        await page.get_by_label("Name", exact=True).fill("weather")  # a name taken: 409
+        await page.get_by_role("button", name="Create category").click()
+        await expect(page.get_by_role("alert")).to_contain_text("already exists")
+
+        # Edit: the name stays, the rest is replaced.
+        await page.get_by_role("button", name="Edit category weather").click()
+        await expect(page.get_by_role("heading", name="Edit weather")).to_be_visible()
+        await expect(page.get_by_label("Name", exact=True)).to_have_attribute("readonly", "")
+        await expect(page.get_by_label("Usage hints")).to_have_value(
+            "Use for weather questions only."
+        )
+        await page.get_by_label("Enabled").uncheck()
+        await page.get_by_role("button", name="Save category").click()
+        await expect(row.locator("td").nth(2)).to_have_text("no")
+        await page.get_by_role("button", name="Edit category default").click()
+        await page.get_by_label("Enabled").uncheck()
+        await page.get_by_role("button", name="Save category").click()
+        problem = page.get_by_role("alert")
+        await expect(problem).to_contain_text("The 'default' category cannot be disabled")
+        await expect(problem).to_contain_text("$.enabled: 'default' is always enabled")
+        await page.get_by_role("button", name="Cancel editing").click()
+        await expect(page.get_by_role("heading", name="New category")).to_be_visible()
+        await expect(page.get_by_role("button", name="Delete category default")).to_have_count(0)
+
+        # A tool in the category goes with it; the second press says so.
+        await page.goto(f"{service.url}/console#/edit")
+        await expect(page.get_by_role("heading", name="New tool")).to_be_focused()
+        tool = {**WEATHER, "category": "weather"}
+        await page.get_by_label("Tool document (JSON)").fill(json.dumps(tool, indent=2))
+        await page.get_by_role("button", name="Create tool").click()
+        await expect(page.locator("#status")).to_have_text("Saved weather-api.")
+        await page.get_by_role("link", name="Categories").click()
+        await expect(row.locator("td").nth(4)).to_have_text("1")
+        await shot(page, "categories")
+        delete = page.get_by_role("button", name="Delete category weather")
+        await delete.click()
+        await expect(
+            page.get_by_role("button", name="Delete weather and its 1 tool?")
+        ).to_be_visible()
+        await page.get_by_role("button", name="Delete weather and its 1 tool?").click()
+        await expect(page.locator("#status")).to_have_text(
+            "Deleted weather and 1 tool: weather-api."
+        )
+        await expect(row).to_have_count(0)
+        await page.get_by_role("link", name="Tools").click()
+        await expect(page.get_by_role("link", name="rolldice")).to_be_visible()
+        await expect(page.get_by_role("link", name="weather-api")).to_have_count(0)
+    assert (tab.cut, unexpected(tab)) == ([], [])
+
+
+async def test_model_providers_name_a_secret_and_never_show_a_key(
+    service: ConsoleService,
+) -> None:
+    async with browser_tab(service.url, height=1100) as (page, tab):
+        await new_tenant(page, service, "providers")
+        await page.get_by_role("link", name="Secrets").click()
+        await page.get_by_label("Name", exact=True).fill("openai_key")
+        await page.get_by_label("Value (write-only)").fill("sk-never-shown-0123456789")
+        await page.get_by_role("button", name="Save secret").click()
+        await expect(page.get_by_role("table")).to_contain_text("openai_key")
+
+        await page.get_by_role("link", name="Model providers").click()
+        await page.get_by_label("Name", exact=True).fill("openai")
+        await page.get_by_label("API", exact=True).select_option("responses")
+        await page.get_by_label("Base URL").fill("http://127.0.0.1:9/v1")  # not a public host
+        await page.get_by_label("API key secret").select_option("openai_key")
+        await page.get_by_label("Default model").fill("gpt-4o-mini")
+        await page.get_by_label("Other models chats may name").fill("gpt-4o")
+        await page.get_by_label("The tenant's default provider").check()
+        await page.get_by_role("button", name="Create provider").click()
+        problem = page.get_by_role("alert")
+        await expect(problem).to_contain_text("The model provider cannot be used as given.")
+        await expect(problem).to_contain_text("$.base_url")
+        await page.get_by_label("Base URL").fill("https://api.openai.com/v1")
+        await page.get_by_role("button", name="Create provider").click()
+        await expect(page.locator("#status")).to_have_text("Saved the model provider openai.")
+        row = page.locator("tbody tr", has_text="openai")
+        for text in ("responses", "https://api.openai.com/v1", "openai_key", "gpt-4o-mini, gpt-4o"):
+            await expect(row).to_contain_text(text)
+        await expect(row.locator("td").nth(6)).to_have_text("yes")
+
+        await page.get_by_role("button", name="Edit provider openai").click()
+        await expect(page.get_by_role("heading", name="Edit openai")).to_be_visible()
+        await expect(page.get_by_label("API key secret")).to_have_value("openai_key")
+        await expect(page.get_by_label("Other models chats may name")).to_have_value("gpt-4o")
+        await page.get_by_label("Default model").fill("gpt-4o")
+        await page.get_by_label("Other models chats may name").fill("")
+        await page.get_by_role("button", name="Save provider").click()
+        await expect(page.locator("#status")).to_have_text("Saved the model provider openai.")
+        await expect(row.locator("td").nth(5)).to_have_text("gpt-4o")
+        await shot(page, "providers")
+        assert "sk-never-shown" not in await page.content()
+
+        await page.get_by_role("button", name="Delete provider openai").click()
+        await page.get_by_role("button", name="Delete openai?").click()  # confirmed
+        await expect(page.locator("#status")).to_have_text("Deleted the model provider openai.")
+        await expect(page.get_by_role("table")).to_contain_text("0 model providers")
+    assert not [r for r in tab.requests if "sk-never-shown" in r]
+    assert (tab.cut, unexpected(tab)) == ([], [])
+
+
 async def test_hostile_names_descriptions_and_outputs_stay_text(service: ConsoleService) -> None:
     async with browser_tab(service.url, height=1000) as (page, tab):
         await page.add_init_script(
@@ -260,6 +526,8 @@ async def test_admin_edits_an_allow_list_and_rotates_a_key(service: ConsoleServi
         await page.goto(f"{service.url}/console")
         await sign_in(page, ADMIN_KEY)
         row = page.locator("tbody tr", has_text="allowed")
+        await expect(row).to_be_visible()
+        await shot(page, "tenants")
         await row.get_by_role("button", name="Rotate the key of allowed").click()
         await row.get_by_role("button", name="Rotate the key of allowed").click()  # confirmed
         await expect(page.get_by_label("The key of allowed: shown only now")).to_be_visible()
@@ -290,15 +558,11 @@ async def test_every_control_has_a_label_and_the_keyboard_reaches_it(
             await page.goto(f"{service.url}/console#/{route}")
             await expect(page.locator("main h1")).to_be_focused()
             await page.wait_for_load_state("networkidle")
+            if route == "mcp-servers":  # the one page no other test opens
+                await shot(page, route)
             shown = await page.locator("main").inner_text()
             assert "[object " not in shown and "null" not in shown.split(), (route, shown)
-            unnamed[route] = await page.evaluate(
-                """() => [...document.querySelectorAll('input, select, textarea, button')]
-                .filter(c => !c.hidden && !c.closest('[hidden]'))
-                .filter(c => !(c.labels && c.labels.length) && !c.getAttribute('aria-label')
-                             && !(c.tagName === 'BUTTON' && c.textContent.trim()))
-                .map(c => c.outerHTML)"""
-            )
+            unnamed[route] = await unlabelled(page)
         # Each collection the service has (MCP servers, categories, model providers) is listed.
         nav = page.get_by_role("navigation")
         await expect(nav.get_by_role("link", name="MCP servers")).to_be_visible()

@@ -1,6 +1,6 @@
-// A read-only page for a tenant collection the console has no page of its own for yet
-// (categories, model providers): listed only when the service has the route (`probe`), each
-// item's plain fields as text. A dedicated page replaces it through `registerPage`.
+// A read-only page for a tenant collection the console has no page of its own for yet (MCP
+// servers): listed only when the service has the route (`probe`), each item's plain fields as
+// text. A dedicated page replaces it through `registerPage`.
 import { api } from "../api.js";
 import { append, asText, h, table } from "../dom.js";
 

@@ -127,8 +127,9 @@ export const editorPage = {
       }
       return result;
     };
-    editor.addEventListener("input", () => check(false));
-    editor.addEventListener("change", () => check(true));
+    // The parameter form follows the document as it is typed: redrawn on "change" (the blur a
+    // click on "Create tool" starts), it moved the button away before the click ended.
+    editor.addEventListener("input", () => check(true));
     const submit = async (event) => {
       event.preventDefault();
       const { doc: body } = check(false);

@@ -2,12 +2,14 @@
 //   {id, title, hash, roles, render(main, params, ctx), nav?, probe?}
 // `roles`: which credentials see it ("tenant", "client", "admin"). `probe`: a GET path; the page
 // is listed only when the service has that route, so a page for a feature a newer service adds
-// (categories, model providers) can ship before the service does, and stays hidden until then.
+// can ship before the service does, and stays hidden until then.
+import { categoriesPage } from "./categories.js";
 import { chatPage } from "./chat.js";
 import { collectionPage } from "./collection.js";
 import { editorPage } from "./editor.js";
 import { importPage } from "./import.js";
 import { invokePage } from "./invoke.js";
+import { providersPage } from "./providers.js";
 import { runsPage } from "./runs.js";
 import { secretsPage } from "./secrets.js";
 import { tenantsPage } from "./tenants.js";
@@ -24,8 +26,8 @@ export const pages = [
   tokensPage,
   secretsPage,
   collectionPage({ id: "mcp-servers", title: "MCP servers", path: "/mcp-servers" }),
-  collectionPage({ id: "categories", title: "Categories", path: "/categories" }),
-  collectionPage({ id: "providers", title: "Model providers", path: "/model-providers" }),
+  categoriesPage,
+  providersPage,
   tenantsPage,
 ];
 
