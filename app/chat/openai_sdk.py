@@ -37,6 +37,9 @@ class OpenAISDKClient:
         self._client = AsyncOpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries
         )
+        # The SDK imports its resource modules on first use (30 ms here): here, at start-up,
+        # not on the event loop under the first chat.
+        self._completions = self._client.chat.completions
 
     async def complete(
         self,
@@ -48,7 +51,7 @@ class OpenAISDKClient:
     ) -> ModelTurn:
         options = tool_options(tools, parallel_tool_calls)
         try:
-            completion = await self._client.chat.completions.create(
+            completion = await self._completions.create(
                 model=model,
                 messages=cast(Any, messages),  # already OpenAI-format dicts
                 **options,
@@ -75,7 +78,7 @@ class OpenAISDKClient:
         }
         assembler = TurnAssembler()
         try:
-            chunks = await self._client.chat.completions.create(
+            chunks = await self._completions.create(
                 model=model, messages=cast(Any, messages), **options
             )
             async for chunk in chunks:
