@@ -14,7 +14,7 @@ import asyncio
 import logging
 import random
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from email.utils import parsedate_to_datetime
 from time import time
 from typing import Any
@@ -48,6 +48,9 @@ logger = logging.getLogger(__name__)
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 MAX_RETRY_AFTER_S = 60.0
 INITIAL_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
+# The wait between attempts, looked up at each wait: the test suite puts a recorder here, so no
+# test waits on the real clock for a backoff or a Retry-After (tests/support/fixtures/shared.py).
+retry_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 _RETRY_STATUSES = frozenset({408, 409, 429})
 _REJECTED = credentials_rejected().message  # `_told` names the client's own credentials
 
@@ -141,7 +144,7 @@ class HTTPModelClient:
                 except _Retryable as retry:
                     if attempt == self._max_retries:
                         raise retry.error from None
-                    await asyncio.sleep(_backoff(attempt, retry.delay_s))
+                    await retry_sleep(_backoff(attempt, retry.delay_s))
         except ModelError as error:
             raise self._told(error) from None
         raise AssertionError("unreachable")
@@ -193,7 +196,7 @@ class HTTPModelClient:
                 except _Retryable as retry:
                     if attempt == self._max_retries:
                         raise retry.error from None
-                    await asyncio.sleep(_backoff(attempt, retry.delay_s))
+                    await retry_sleep(_backoff(attempt, retry.delay_s))
         except ModelError as error:
             raise self._told(error) from None
 

@@ -11,33 +11,38 @@ from tests.support.chat_clients import ChatClient
 from tests.support.fake_model import FakeModel
 
 
-async def test_rate_limit_then_success_is_retried(chat: ChatClient, fake: FakeModel) -> None:
-    fake.reset(script.status(429, {"Retry-After": "1"}), script.text("finally"))
-    started = time.monotonic()
+async def test_rate_limit_then_success_is_retried(
+    chat: ChatClient, fake: FakeModel, model_retry_waits: list[float]
+) -> None:
+    fake.reset(script.status(429, {"Retry-After": "1.5"}), script.text("finally"))
     response = await chat.chat()
     assert response.status_code == 200 and response.json()["message"]["content"] == "finally"
     assert len(fake.requests) == 2
-    assert time.monotonic() - started >= 1.0  # Retry-After was honoured
+    assert model_retry_waits == [1.5]  # Retry-After was honoured
 
 
-@pytest.mark.slow  # 2 s or more in the inner loop
 async def test_persistent_rate_limit_is_503_with_retry_after(
-    chat: ChatClient, fake: FakeModel
+    chat: ChatClient, fake: FakeModel, model_retry_waits: list[float]
 ) -> None:
     fake.reset(repeat=script.status(429, {"Retry-After": "1"}))
     response = await chat.chat()
     assert response.status_code == 503
     assert response.headers["retry-after"] == "1"
     assert len(fake.requests) == 3  # one call and two retries
+    assert model_retry_waits == [1.0, 1.0]
     assert response.headers["content-type"] == "application/problem+json"
 
 
-async def test_always_500_is_502_after_retries(chat: ChatClient, fake: FakeModel) -> None:
+async def test_always_500_is_502_after_retries(
+    chat: ChatClient, fake: FakeModel, model_retry_waits: list[float]
+) -> None:
     fake.reset(repeat=script.status(500))
     response = await chat.chat()
     assert response.status_code == 502
     assert "HTTP 500" in response.json()["detail"]
     assert len(fake.requests) == 3
+    first, second = model_retry_waits  # exponential backoff, jittered by up to 25%
+    assert 0.375 <= first <= 0.5 and 0.75 <= second <= 1.0  # the SDK's: the same
 
 
 @pytest.mark.settings(model_timeout_s=0.5, model_max_retries=0)
