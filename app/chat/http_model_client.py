@@ -142,12 +142,17 @@ class HTTPModelClient:
                 try:
                     return await self._attempt(body, messages)
                 except _Retryable as retry:
-                    if attempt == self._max_retries:
-                        raise retry.error from None
-                    await retry_sleep(_backoff(attempt, retry.delay_s))
+                    await self._before_retry(attempt, retry)
         except ModelError as error:
             raise self._told(error) from None
         raise AssertionError("unreachable")
+
+    async def _before_retry(self, attempt: int, retry: _Retryable) -> None:
+        """The wait before the next attempt (backoff, or the endpoint's Retry-After); after the
+        last attempt, its error."""
+        if attempt == self._max_retries:
+            raise retry.error from None
+        await retry_sleep(_backoff(attempt, retry.delay_s))
 
     def _told(self, error: ModelError) -> ModelError:
         """The error as the caller may see it: credentials named, never quoted."""
@@ -194,9 +199,7 @@ class HTTPModelClient:
                         yield item
                     return
                 except _Retryable as retry:
-                    if attempt == self._max_retries:
-                        raise retry.error from None
-                    await retry_sleep(_backoff(attempt, retry.delay_s))
+                    await self._before_retry(attempt, retry)
         except ModelError as error:
             raise self._told(error) from None
 
