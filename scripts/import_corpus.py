@@ -197,7 +197,6 @@ def main() -> None:
         documents.append(github_document())
     prism = serve(program, documents)
     try:
-        prism.wait_ready()
         rows = [run_document(path, prism, args.most) for path in documents]
     finally:
         prism.stop()

@@ -70,7 +70,6 @@ def prism() -> Iterator[PrismHost]:
         pytest.skip("node and npm are not installed: Prism (an npm package) cannot run")
     host = serve(program, DOCUMENTS)
     try:
-        host.wait_ready()
         yield host
     finally:
         host.stop()
@@ -133,3 +132,30 @@ def test_sampled_calls_are_spread_over_the_document() -> None:
     assert corpus.spread(tools, None) == tools
     assert corpus.spread(tools[:3], 25) == [0, 1, 2]
     assert corpus.spread(tools, 1) == [0]
+
+
+def test_a_port_taken_before_prism_binds_it_is_picked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ports are found free, then bound by node seconds later; a port another process took in
+    between (EADDRINUSE: a test worker's server) starts Prism again on fresh ports."""
+    import socket
+
+    from tests.support import prism
+
+    program = prism_program()
+    if program is None:
+        pytest.skip("node and npm are not installed: Prism (an npm package) cannot run")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = iter([taken.getsockname()[1]])
+        real = prism.free_port
+        monkeypatch.setattr(prism, "free_port", lambda: next(ports, None) or real())
+        document = ROOT / "tests/fixtures/openapi/petstore-3.0.yaml"
+        host = serve(program, [document])
+        try:
+            assert host.urls[document] != f"http://127.0.0.1:{taken.getsockname()[1]}"
+            assert httpx.get(f"{host.urls[document]}/pets", timeout=10).status_code < 500
+        finally:
+            host.stop()

@@ -130,9 +130,23 @@ class PrismHost:
         self.log.close()
 
 
-def serve(program: str, documents: list[Path]) -> PrismHost:
-    """`prism mock` for each document, each on its own loopback port; not waited for
-    (`PrismHost.wait_ready`)."""
+def serve(program: str, documents: list[Path], *, attempts: int = 3) -> PrismHost:
+    """`prism mock` for each document, each on its own loopback port, ready. The ports are
+    found free here and bound by node seconds later, when Prism has loaded: another process
+    (a test worker's server) may take one in between, and then all are picked again."""
+    for attempt in range(1, attempts + 1):
+        host = _spawn(program, documents)
+        try:
+            host.wait_ready()
+            return host
+        except RuntimeError as exc:
+            host.stop()
+            if "EADDRINUSE" not in str(exc) or attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _spawn(program: str, documents: list[Path]) -> PrismHost:
     cli = Path(program).resolve().parents[1]  # @stoplight/prism-cli/dist/index.js
     if not (cli / "dist" / "util" / "createServer.js").exists():
         raise RuntimeError(f"{program} is not a Prism 5 install (no {cli}/dist/util)")
