@@ -1,6 +1,7 @@
 """The loop's held-out behaviours on scripted model servers written by others (llm-mock-api on
 all three APIs, fakellm on chat completions and Anthropic Messages): one call, three parallel
-calls, a chain of four, malformed arguments, model errors, max iterations and streaming."""
+calls, a chain of four, context parameters, malformed arguments, model errors, max iterations
+and streaming, each with the same run record."""
 
 from __future__ import annotations
 
@@ -134,6 +135,29 @@ async def test_one_call(chat: ChatClient, model: tuple[ScriptedModel, str]) -> N
     assert body["usage"]["total_tokens"] > 0
     check_results_sent(model, 1, body)
     assert await recorded(chat) == completed(2, ADD_OK)
+
+
+async def test_context_parameters(chat: ChatClient, model: tuple[ScriptedModel, str]) -> None:
+    """The tool gets the server's context values, the model's own `user_id` loses, and neither
+    the answer nor the run record shows the hidden token."""
+    server, _ = model
+    await server.script(
+        Calls([("get_profile", {"field": "email", "user_id": "mallory"})]), Text("ok")
+    )
+    before = len(functions.RECEIVED)
+    context = {"user_id": "alice", "api_token": "t0k-third-party"}
+    response = await chat.chat(
+        messages=[{"role": "user", "content": "my email?"}],
+        tool_ids=["profile"],
+        context_arguments=context,
+    )
+    assert response.status_code == 200, response.text
+    assert functions.RECEIVED[before:] == [{**context, "field": "email"}]
+    assert "t0k-third-party" not in response.text
+    record = await recorded(chat)
+    assert record == completed(2, ("get_profile", "profile", "ok"))
+    [stored] = await runs_recorded(chat.http, chat.tenant.headers, 1)
+    assert "t0k-third-party" not in orjson.dumps(stored).decode()
 
 
 async def test_three_parallel_calls(chat: ChatClient, model: tuple[ScriptedModel, str]) -> None:
