@@ -120,7 +120,10 @@ class ResponsesAPI:
 
     def _input(self, messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
         start, previous = 0, None
-        digests = conversation_digests(messages) if self._memory else None
+        # Digests only where a remembered turn could be found: a conversation without calls
+        # (every chat's first model call) has none to look up.
+        looked_up = self._memory and any(m.get("tool_calls") for m in messages)
+        digests = conversation_digests(messages) if looked_up else None
         if self._chain and digests:  # the items after the last turn the API already holds
             for index in range(len(messages) - 1, -1, -1):
                 remembered = self._memory.get(digests[index], messages[index].get("tool_calls"))
