@@ -17,15 +17,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from app.config import Settings
-from app.mcp.config import McpConfigError, load_operator_servers
-from app.tools.registry import FunctionDictionaryError, load_registry, validate_registry
+if TYPE_CHECKING:
+    from app.config import Settings
 
 
 def _check(settings_only: bool = False) -> Settings:
+    # Imported here: `fake-model` and `new-secrets-key` need none of it (the MCP SDK alone
+    # is most of a second of start-up).
+    from pydantic import ValidationError
+
+    from app.config import Settings
+    from app.mcp.config import McpConfigError, load_operator_servers
+    from app.tools.registry import FunctionDictionaryError, load_registry, validate_registry
+
     try:
         settings = Settings()
     except ValidationError as exc:

@@ -7,6 +7,7 @@ the HTTP client and the MCP transport own.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 # Headers the HTTP client owns: a configured value could smuggle or break requests.
@@ -43,8 +44,11 @@ DEFAULT_BLOCKED_PORTS = (
 )
 
 
+@functools.lru_cache(maxsize=16)
 def parse_ports(spec: str) -> frozenset[int]:
-    """`80,443,1025-65535` -> the set of ports; ValueError naming a bad part."""
+    """`80,443,1025-65535` -> the set of ports; ValueError naming a bad part. Kept per spec (an
+    operator's setting: a handful of values): the default is a set of 64k ports, and settings
+    and every tenant's outbound policy are built from the same few specs."""
     ports: set[int] = set()
     for part in (p.strip() for p in spec.split(",")):
         if not part:
@@ -55,6 +59,12 @@ def parse_ports(spec: str) -> frozenset[int]:
             raise ValueError(f"'{part}' is not a port or a range of ports in 1-65535")
         ports.update(range(first, last + 1))
     return frozenset(ports)
+
+
+@functools.lru_cache(maxsize=16)
+def open_ports(ports: str, blocked: str) -> frozenset[int]:
+    """The ports outbound calls may reach: those of `ports` less those of `blocked`."""
+    return parse_ports(ports) - parse_ports(blocked)
 
 
 def reserved_header_problems(names: Iterable[str], *, mcp: bool = False) -> list[str]:

@@ -190,7 +190,7 @@ async def test_a_cap_holds_while_the_database_is_busy(
         with database_writers(database):
             counted.reset()
             codes = await closed_loop(
-                started, tenant, clients=12, seconds=15, pause_after_429_s=0.05
+                started, tenant, clients=12, seconds=8, pause_after_429_s=0.05
             )
         lines = alone_log_lines(started)
     print(f"cap {CAP}: at most {counted.most} in flight; {dict(codes)}; {len(lines)} alone lines")
@@ -205,7 +205,7 @@ async def test_a_rate_holds_while_the_database_is_busy(
 ) -> None:
     """Before: 143 chats admitted against a bound of 45 (30 a minute, over 30 s)."""
     model.fake.reset(repeat=script.text_after(0.01, "hello"))
-    seconds = 30
+    seconds = 20
     bound = RATE + RATE * seconds // 60  # a full bucket, then its refill
     with replicas(
         database,
@@ -233,7 +233,7 @@ async def test_exactly_cap_many_closed_loop_clients_are_never_refused(
     so the client's next chat, on another replica, found the slot still taken."""
     model.fake.reset(repeat=script.text_after(0.01, "hello"))
     with replicas(database, model, tmp_path, MAX_CONCURRENT_CHATS_PER_TENANT=str(CAP)) as started:
-        codes = await closed_loop(started, await warm_tenant(started), clients=CAP, seconds=10)
+        codes = await closed_loop(started, await warm_tenant(started), clients=CAP, seconds=6)
     print(f"{CAP} clients, cap {CAP}: {dict(codes)}")
     assert codes[429] == 0
     assert codes[200] > 100

@@ -30,7 +30,7 @@ import certifi
 import httpcore
 import httpx
 
-from app.outbound import DEFAULT_BLOCKED_PORTS, DEFAULT_PORTS, parse_ports
+from app.outbound import DEFAULT_BLOCKED_PORTS, DEFAULT_PORTS, open_ports
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -100,7 +100,7 @@ class OutboundPolicy:
         self._networks: list[Network] = []
         self._host_ports: set[tuple[str, int]] = set()
         self._network_ports: list[tuple[Network, int]] = []
-        self._ports = parse_ports(ports) - parse_ports(blocked_ports)
+        self._ports = open_ports(ports, blocked_ports)
         for entry in allow:
             target, port = _split_port(entry.strip())
             try:

@@ -283,7 +283,7 @@ class Bench:
             self.session,
             "POST",
             f"http://127.0.0.1:{self.model_port}/v1/chat/completions",
-            count=300 * concurrency,
+            count=self.args.round_trips * concurrency,
             concurrency=concurrency,
             body=body,
         )
@@ -375,7 +375,8 @@ class Bench:
     async def run(self) -> None:
         args = self.args
         await self.memory()  # first: counts chats from the service's start
-        self.naive_chats("fake-calls-1", 50, 1)
+        if not args.quick:
+            self.naive_chats("fake-calls-1", 50, 1)  # warm-up: the fake model's first answers
         for round_index in range(args.rounds):
             print(f"round {round_index + 1}/{args.rounds}", file=sys.stderr)
             for model, label in (("fake-calls-1", "1 call"), ("fake-calls-3", "3 parallel calls")):
@@ -567,12 +568,18 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--slow-chats", type=int, default=1000)
     parser.add_argument("--memory-chats", type=int, default=10_000)
+    parser.add_argument(
+        "--round-trips",
+        type=int,
+        default=300,
+        help="calls to the fake model alone, per unit of concurrency (its own latency)",
+    )
     parser.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
     parser.add_argument("--out", default=str(ROOT / "bench-results"))
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.chats_c1, args.chats_c50, args.requests = 1, 10, 60, 100
-        args.slow_chats, args.memory_chats = 100, 1100
+        args.slow_chats, args.memory_chats, args.round_trips = 100, 1100, 20
     results = asyncio.run(measure(args))
     summary = summarize(results)
     lines = headline(summary)
