@@ -47,6 +47,7 @@ from starlette.types import Message, Scope, Send
 from app.api.mcp_progress import answer_with_progress, progress_token
 
 ANSWERED = frozenset({"server/discover", "tools/list", "tools/call"})
+_ACCEPT_VALUES_KEPT = 64
 _PARAM_PREFIX = MCP_PARAM_HEADER_PREFIX.lower()
 
 ListTools = Callable[[Any, Any], Awaitable[mcp_types.ListToolsResult]]
@@ -85,6 +86,10 @@ class ModernAnswers:
         self._call_tool = call_tool
         self._input_schema = input_schema
         self._discovered: dict[str, dict[str, Any]] = {}
+        # The SDK deep-copies its `serverInfo` stamp on every access so that a caller may
+        # mutate it; the answers built here only serialize it: one copy serves them all.
+        self._server_stamp = server.server_info_stamp
+        self._accept_verdicts: dict[str, bool] = {}
 
     async def answer(self, scope: Scope, message: dict[str, Any], send: Send) -> bool:
         """Answer `message` and return True, or return False (nothing sent) for the SDK."""
@@ -92,7 +97,7 @@ class ModernAnswers:
         method, params = message.get("method"), message.get("params")
         if method not in ANSWERED or self._server.cache_hints or not _plain_request(message):
             return False
-        if not check_accept_headers(request)[0]:
+        if not self._accepts_json(request):
             return False  # the SDK's 406
         if find_duplicated_routing_header(request.headers.items()) is not None:
             return False
@@ -198,7 +203,19 @@ class ModernAnswers:
         return dumped
 
     def _stamp(self) -> dict[str, Any]:
-        return self._server.server_info_stamp
+        return self._server_stamp
+
+    def _accepts_json(self, request: Request) -> bool:
+        """The SDK's Accept check (`check_accept_headers`), its verdict kept per header value:
+        clients send the same one or two values on every request."""
+        accept = request.headers.get("accept", "")
+        verdict = self._accept_verdicts.get(accept)
+        if verdict is None:
+            verdict = check_accept_headers(request)[0]
+            if len(self._accept_verdicts) >= _ACCEPT_VALUES_KEPT:
+                self._accept_verdicts.clear()  # a client varying it gets no unbounded dict
+            self._accept_verdicts[accept] = verdict
+        return verdict
 
 
 class _Context:

@@ -121,3 +121,60 @@ async def test_a_2026_07_28_client_that_asked_for_progress_and_disconnects_cance
 
     await within(cancelled, 10)
     assert served.app.state.services.limits.active_runs == 0
+
+
+async def test_a_call_cancelled_from_outside_is_not_taken_for_its_clients(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The answer runs in the request's own task: a cancellation that is not the client's (the
+    server shutting down) propagates, whichever of the client's own came before; the client's
+    leaving, or its `notifications/cancelled`, end the call and nothing more."""
+    from app.api.mcp_endpoint import CALLER, McpGateway
+    from app.deps import TenantContext
+
+    gateway = McpGateway()
+    started = asyncio.Event()
+
+    async def hangs(scope: Any, message: Any, send: Any) -> bool:
+        started.set()
+        await asyncio.sleep(3600)
+        return True
+
+    monkeypatch.setattr(gateway, "_answer_directly", hangs)
+    scope = {"type": "http", CALLER: TenantContext("acme", services=None)}  # type: ignore[arg-type]
+    leave = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await leave.wait()
+        return {"type": "http.disconnect"}
+
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def answer(request_id: int) -> bool:
+        return await gateway._answered_unless_gone(scope, _call(request_id), receive, send)
+
+    task = asyncio.create_task(answer(1))
+    await started.wait()
+    task.cancel()  # from outside
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert gateway._running == {} and sent == []
+
+    started.clear()
+    task = asyncio.create_task(answer(2))
+    await started.wait()
+    leave.set()  # the client goes
+    assert await task is True and sent == []  # nobody to answer
+    leave.clear()
+
+    started.clear()
+    task = asyncio.create_task(answer(3))
+    await started.wait()
+    cancel = {"method": "notifications/cancelled", "params": {"requestId": 3}}
+    assert gateway._cancel(scope, cancel)
+    assert await task is True
+    assert b"Request cancelled" in sent[-1]["body"] and not task.cancelled()
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]

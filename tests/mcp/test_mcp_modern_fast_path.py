@@ -171,3 +171,40 @@ async def test_an_mcp_param_header_that_disagrees_with_its_argument_goes_to_the_
     assert await answer(**{"Mcp-Param-Region": "us"}) == (False, [])  # it disagrees
     agreed, messages = await answer(**{"Mcp-Param-Region": "eu"})
     assert agreed and calls == ["regional"] and messages[0]["status"] == 200
+
+
+async def test_the_accept_check_is_the_sdks_for_every_value_and_its_memory_bounded() -> None:
+    """Its verdict is kept per Accept value: a value that refuses JSON still goes to the SDK
+    (its 406) after one that allowed it, and a client sending a new value on every request
+    keeps no more than a few dozen of them. One `serverInfo` stamp serves every answer."""
+    server: Server[Any] = Server("t")
+
+    async def call_tool(ctx: Any, params: Any, *, progress: Any = None) -> CallToolResult:
+        return CallToolResult(content=[TextContent(type="text", text="ok")])
+
+    async def unused(*args: Any) -> Any:
+        raise AssertionError("not used")
+
+    answers = ModernAnswers(server, list_tools=unused, call_tool=call_tool, input_schema=unused)
+
+    async def answer(accept: str) -> list[Any]:
+        body, sent = _request("tools/call", {"name": "add", "arguments": {}}, Accept=accept)
+        raw = [(k.lower().encode(), v.encode()) for k, v in sent.items()]
+        scope = {"type": "http", "method": "POST", "headers": raw, "path": "/mcp"}
+        sent_messages: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent_messages.append(message)
+
+        await answers.answer(scope, body, send)
+        return sent_messages
+
+    for accept in ("application/json, text/event-stream", "text/event-stream", "*/*"):
+        first, again = await answer(accept), await answer(accept)
+        assert bool(first) == bool(again) == (accept != "text/event-stream"), accept
+    stamps = [json.loads((await answer("*/*"))[1]["body"]) for _ in range(2)]
+    meta = [stamp["result"]["_meta"]["io.modelcontextprotocol/serverInfo"] for stamp in stamps]
+    assert meta[0] == meta[1] == server.server_info_stamp
+    for n in range(500):
+        assert await answer(f"application/json;q=0.{n}")
+    assert len(answers._accept_verdicts) <= 64
