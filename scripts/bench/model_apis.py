@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "bench-results"))
     args = parser.parse_args()
     if args.quick:
-        args.rounds, args.chats_c1, args.chats_c50 = 1, 20, 100
+        args.rounds, args.chats_c1, args.chats_c50 = 1, 10, 60
     summary = summarize(asyncio.run(measure(args)))
     lines = headline(summary)
     out = Path(args.out)

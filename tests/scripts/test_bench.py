@@ -78,4 +78,4 @@ def test_the_model_apis_benchmark_reports_each_api(tmp_path: Path) -> None:
             assert f"CPU per model iteration, {api}, c={concurrency}: " in result.stdout
     [report] = tmp_path.glob("model-apis-*.json")
     summary = json.loads(report.read_text())["summary"]
-    assert summary["responses, concurrency 1"]["iterations"][0] == 40  # 20 chats x 2
+    assert summary["responses, concurrency 1"]["iterations"][0] == 20  # 10 chats x 2
