@@ -137,7 +137,7 @@ async def test_a_call_cancelled_from_outside_is_not_taken_for_its_clients(
 
     async def hangs(scope: Any, message: Any, send: Any) -> bool:
         started.set()
-        await asyncio.sleep(3600)
+        await asyncio.Event().wait()  # never set: only a cancellation ends it
         return True
 
     monkeypatch.setattr(gateway, "_answer_directly", hangs)

@@ -64,10 +64,16 @@ TOOLS = {
 
 
 @pytest.fixture(scope="module")
-def prism() -> Iterator[PrismHost]:
-    program = prism_program()
-    if program is None:
+def program() -> str:
+    """How to start Prism; the tests that need it skip where node and npm are missing."""
+    found = prism_program()
+    if found is None:
         pytest.skip("node and npm are not installed: Prism (an npm package) cannot run")
+    return found
+
+
+@pytest.fixture(scope="module")
+def prism(program: str) -> Iterator[PrismHost]:
     host = serve(program, DOCUMENTS)
     try:
         yield host
@@ -135,7 +141,7 @@ def test_sampled_calls_are_spread_over_the_document() -> None:
 
 
 def test_a_port_taken_before_prism_binds_it_is_picked_again(
-    monkeypatch: pytest.MonkeyPatch,
+    program: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ports are found free, then bound by node seconds later; a port another process took in
     between (EADDRINUSE: a test worker's server) starts Prism again on fresh ports."""
@@ -143,9 +149,6 @@ def test_a_port_taken_before_prism_binds_it_is_picked_again(
 
     from tests.support import prism
 
-    program = prism_program()
-    if program is None:
-        pytest.skip("node and npm are not installed: Prism (an npm package) cannot run")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
