@@ -60,14 +60,14 @@ class SchemaConverter:
     def convert(self, node: Any, where: str, depth: int = 0, active: tuple[str, ...] = ()) -> Any:
         """`node` as a tool's JSON Schema; Skip when it cannot be expressed at all."""
         if not isinstance(node, dict):
-            raise Skip(f"'{short(where)}' has no schema")
+            raise Skip(f"{_place(where)} has no schema")
         ref = node.get("$ref")
         if isinstance(ref, str):
             if ref in self._done:
                 return self._done[ref]
             if active.count(ref) >= RECURSION_DEPTH:
                 raise Recursion(
-                    f"'{short(where)}' contains its own schema ({short(ref)}) more than "
+                    f"{_place(where)} contains its own schema ({short(ref)}) more than "
                     f"{RECURSION_DEPTH} levels deep"
                 )
             target = self._resolver.follow(ref)
@@ -89,7 +89,7 @@ class SchemaConverter:
         out: dict[str, Any] = {}
         types = _node_types(node)
         if "file" in types:
-            raise Skip(f"'{short(where)}' is a file, which tools cannot send")
+            raise Skip(f"{_place(where)} is a file, which tools cannot send")
         if types:
             out["type"] = types[0] if len(types) == 1 else types
         description = node.get("description")
@@ -127,7 +127,7 @@ class SchemaConverter:
 
     def _enum(self, values: Any, types: list[str], out: dict[str, Any], where: str) -> None:
         """The values that fit the type; a note says what was left out."""
-        place = f"'{short(where)}'" if where else "the body"
+        place = _place(where)
         if not isinstance(values, list) or not 0 < len(values) <= 256:
             shown = kind(values) if not isinstance(values, list) else f"{len(values)} values"
             self.notes.append(f"{place} has an 'enum' of {shown}: any value of its type is taken")
@@ -155,7 +155,7 @@ class SchemaConverter:
         required = node.get("required", [])
         if not isinstance(required, list) or not all(isinstance(n, str) for n in required):
             # which members a call must send is not known: no tool rather than a wrong one
-            place = f"'{short(where)}'" if where else "the body"
+            place = _place(where)
             shown = kind(required) if not isinstance(required, list) else "a list of non-names"
             raise Skip(f"{place} has a 'required' that is {shown}, not a list of member names")
         items = node.get("items")
@@ -297,3 +297,8 @@ def _compiles(pattern: str) -> bool:
     except re.error:
         return False
     return compile_problem({"type": "string", "pattern": pattern}) is None
+
+
+def _place(where: str) -> str:
+    """Where in the document a note or a skip is about: a member's path, else the body."""
+    return f"'{short(where)}'" if where else "the body"
