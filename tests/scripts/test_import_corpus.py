@@ -162,3 +162,25 @@ def test_a_port_taken_before_prism_binds_it_is_picked_again(
             assert httpx.get(f"{host.urls[document]}/pets", timeout=10).status_code < 500
         finally:
             host.stop()
+
+
+def test_nodes_address_in_use_error_is_not_taken_for_ready(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """node's "address already in use" holds the word "ready": a server still printing its
+    failure was once taken for one that listens (and the port-race test above flaked)."""
+    import subprocess
+    import tempfile
+
+    from tests.support import prism
+
+    monkeypatch.setattr(prism, "START_TIMEOUT_S", 0.3)
+    log = tempfile.TemporaryFile()
+    failing = subprocess.Popen(
+        ["sh", "-c", "echo 'Error: listen EADDRINUSE: address already in use'; exec sleep 60"],
+        stdout=log,
+    )
+    host = PrismHost(failing, {}, log)
+    with pytest.raises(RuntimeError, match="did not start"):
+        host.wait_ready()
+    assert failing.poll() is not None  # stopped by wait_ready

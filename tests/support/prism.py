@@ -112,7 +112,8 @@ class PrismHost:
         def ready() -> bool:
             if self.process.poll() is not None:
                 raise RuntimeError(f"Prism exited: {self.output()[-2000:]}")
-            return "ready" in self.output()
+            # the line prism_many.js prints, not the word: "address already in use" holds it
+            return "ready" in self.output().splitlines()
 
         try:
             within_blocking(ready, START_TIMEOUT_S, every_s=0.2)
