@@ -208,3 +208,47 @@ async def test_the_accept_check_is_the_sdks_for_every_value_and_its_memory_bound
     for n in range(500):
         assert await answer(f"application/json;q=0.{n}")
     assert len(answers._accept_verdicts) <= 64
+
+
+_RESULTS: list[dict[str, Any]] = [
+    {"content": [{"type": "text", "text": "4"}]},
+    {"content": [{"type": "text", "text": "no such city"}], "isError": True},
+    {"content": [{"type": "text", "text": 'héllo ✓ \u0000 "q"'}, {"type": "text", "text": ""}]},
+    {"content": []},
+    {"content": [{"type": "text", "text": "x", "annotations": {"audience": ["user"]}}]},
+    {"content": [{"type": "text", "text": "x", "_meta": {"k": 1}}]},
+    {"content": [{"type": "text", "text": "x"}], "structuredContent": {"n": 1}},
+    {"content": [{"type": "text", "text": "x"}], "_meta": {"k": 1}},
+    {"content": [{"type": "image", "data": "aGk=", "mimeType": "image/png"}]},
+    {
+        "content": [
+            {"type": "text", "text": "x"},
+            {"type": "audio", "data": "aGk=", "mimeType": "a/b"},
+        ]
+    },
+]
+
+
+@pytest.mark.parametrize("given", _RESULTS)
+def test_a_text_results_wire_form_is_the_sdks_on_every_modern_version(
+    given: dict[str, Any],
+) -> None:
+    """`text_call_result` skips the SDK's validate-and-dump for plain text results: its form
+    must be the one the SDK gives (to the byte), and anything else must be left to the SDK."""
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    from app.api.mcp_modern import sieved, text_call_result
+
+    result = CallToolResult.model_validate(given)
+    fast = text_call_result(result)
+    plain = all(
+        block.get("type") == "text" and set(block) == {"type", "text"} for block in given["content"]
+    )
+    assert (fast is not None) == (plain and set(given) <= {"content", "isError"})
+    for version in MODERN_PROTOCOL_VERSIONS:
+        sdk = sieved("tools/call", version, result)
+        sdk.pop("resultType", None)  # set by the caller of both, as the SDK's runner does
+        if fast is not None:
+            assert json.dumps(fast) == json.dumps(sdk)
+    built = CallToolResult(content=[TextContent(type="text", text="7")])
+    assert text_call_result(built) == {"content": [{"text": "7", "type": "text"}], "isError": False}
