@@ -1,6 +1,8 @@
 """The outbound client alone: CPU per request of external tools' client (aiohttp, with the
-connect-time guard) and of one shared httpx client through the same guard, against one local
-upstream, in one process. Prints one JSON line."""
+connect-time guard), of one shared httpx client through the same guard, and of the model
+client's pool (`app/chat/wire.py`) behind the same guard (the candidate issue 30 asks to measure
+against aiohttp: it sends the same request as a POST without a body, since it only POSTs), against
+one local upstream, in one process. Prints one JSON line."""
 
 from __future__ import annotations
 
@@ -11,7 +13,13 @@ import time
 
 import httpx
 
-from app.tools.netguard import OutboundPolicy, guarded_transport
+from app.chat.wire import WirePool
+from app.tools.netguard import (
+    OutboundPolicy,
+    guarded_transport,
+    system_resolver,
+    vetted_addresses,
+)
 from app.tools.outbound_client import OutboundClient
 
 
@@ -35,6 +43,25 @@ async def _httpx(url: str, count: int, concurrency: int) -> float:
             response.read()
 
         return await _timed(one, count, concurrency)
+
+
+async def _wire(url: str, count: int, concurrency: int) -> float:
+    policy = OutboundPolicy(["127.0.0.1"])
+
+    async def connect(host: str, port: int) -> list[str]:
+        return [str(a) for a in await vetted_addresses(policy, system_resolver, host, port, 5)]
+
+    pool = WirePool(f"{url}?city=Oslo", connect=connect)
+    headers = {"User-Agent": "toolgate", "Accept-Encoding": "gzip, deflate"}
+
+    async def one() -> None:
+        response = await pool.post(b"", headers)
+        assert response.status == 200, response.status
+
+    try:
+        return await _timed(one, count, concurrency)
+    finally:
+        await pool.close()
 
 
 async def _timed(one, count: int, concurrency: int) -> float:  # type: ignore[no-untyped-def]
@@ -62,6 +89,7 @@ def main() -> None:
             _aiohttp(args.url, args.requests, args.concurrency)
         ),
         "httpx_cpu_ms_per_request": asyncio.run(_httpx(args.url, args.requests, args.concurrency)),
+        "wire_cpu_ms_per_request": asyncio.run(_wire(args.url, args.requests, args.concurrency)),
     }
     print(json.dumps(figures))
 
