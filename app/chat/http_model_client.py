@@ -40,8 +40,8 @@ from app.chat.model import (
     unreachable,
     upstream_status,
 )
-from app.chat.wire import Connector, WireError, WirePool, server_sent_events
 from app.hidden import HiddenValues
+from app.wire import Connector, WireError, WirePool, server_sent_events
 
 logger = logging.getLogger(__name__)
 

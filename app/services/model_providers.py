@@ -18,7 +18,6 @@ from app.cache import LoadingCache
 from app.chat.apis import build_model_api
 from app.chat.http_model_client import HTTPModelClient
 from app.chat.model import ModelClient
-from app.chat.wire import Connector, WireError
 from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
 from app.limits import Fence, local_fence
 from app.repositories.model_providers import ModelProviderRepository
@@ -33,6 +32,7 @@ from app.tools.netguard import (
     url_problems,
     vetted_addresses,
 )
+from app.wire import Connector, WireError
 
 MAX_CLIENTS = 256  # provider clients open at once; the least used is closed first
 CLOSE_DELAY_S = 60.0  # a replaced client is closed once the calls it carries have ended

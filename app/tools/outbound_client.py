@@ -1,43 +1,63 @@
-"""The HTTP client of external tools and the OpenAPI import fetch: one aiohttp session per
-outbound policy, with the guarantees of `app/tools/netguard.py` at connect time.
+"""The HTTP client of external tools, web fetch and the OpenAPI import fetch: kept-alive
+connections per origin (`app/wire.py`'s pool) under one outbound policy, with the
+guarantees of `app/tools/netguard.py` at connect time.
 
-Why aiohttp and not httpx: measured here against the same local upstream at concurrency 16, one
-shared `httpx.AsyncClient` cost 0.84 ms of CPU per request and one `aiohttp.ClientSession`
-0.066 ms (a quarter of httpx's cost is httpcore's pool scan on every request,
-encode/httpcore#928). What each call can rely on:
+Why this client: CPU per request against one local upstream at concurrency 16, on 2 cores: one
+shared `httpx.AsyncClient` behind the same guard 1.7-2.3 ms (a quarter of it httpcore's pool
+scan on every request, encode/httpcore#928); the aiohttp session this client replaced, guard
+included, 0.13-0.24 ms; this client 0.07-0.12 ms (the two interleaved in one process, five
+rounds; `scripts/bench/outbound.py` measures all three).
+What each call can rely on:
 
 - Every connection goes to an address `vetted_addresses` checked (resolved once, the port and
-  every address judged, IPv4-mapped IPv6 by its IPv4): `GuardedConnector` replaces the
-  connector's host resolution, literals included, so nothing is re-resolved after the check.
-- TLS is verified against the policy's CA bundle only; no proxy and no `.netrc` from the
-  environment (`trust_env=False`); no cookies kept between calls (a shared jar would carry one
-  tenant's cookies into another's call); redirects are never followed.
-- The body is read up to a cap, and gzip and deflate are inflated here a bounded step at a time
-  (`auto_decompress=False`), so a compression bomb stops at the cap in memory and in CPU.
-- Connect and read timeouts on every request; failures come out as the `OutboundError` tree.
+  every address judged, IPv4-mapped IPv6 by its IPv4): the pool dials only the addresses the
+  guard returns, for a literal host too, and nothing is looked up again for that connection.
+  A kept-alive connection serves only the client that opened it (one per policy: a tenant's
+  allow list has its own client, `app/services/outbound.py`).
+- TLS is verified against the policy's CA bundle only; nothing is read from the environment
+  (no proxy, no `.netrc`, no CA variables); no cookies are kept; redirects are never followed.
+- The body is read up to a cap, and gzip and deflate are inflated here a bounded step at a
+  time, so a compression bomb stops at the cap in memory and in CPU; a connection whose answer
+  was not read to its end is closed, never reused.
+- A connect deadline (lookup, connect, TLS, and the wait for a free connection when
+  `max_connections` are busy) and a read deadline (from the request's start to the answer's
+  head, with its body when that is small; then each further piece of the body) on every
+  request; failures come out as the `OutboundError` tree.
 """
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import functools
-import socket
+import re
+import ssl
+import time
 import zlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
 from urllib.parse import urlencode
 
-import aiohttp
 import httpx
-from aiohttp.abc import ResolveResult
-from yarl import URL
 
 from app.tools.netguard import OutboundPolicy, Resolver, system_resolver, vetted_addresses
+from app.wire import (
+    BODILESS_STATUSES,
+    READ_SIZE,
+    Connection,
+    DroppedConnectionError,
+    WireError,
+    WirePool,
+    body_chunks,
+)
 
 USER_AGENT = "toolgate/0.1"
 MAX_CONNECTIONS = 200
 KEEPALIVE_S = 15.0
+# Requests that may be sent again when a kept-alive connection turns out closed before any
+# answer (RFC 9110 9.2.2); any other method fails instead of being sent twice.
+_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
 class OutboundError(Exception):
@@ -58,57 +78,57 @@ class OutboundInvalidURLError(OutboundError):
 
 
 class OutboundUnreachableError(OutboundError):
-    """`reason` names the failure's kind (the client's exception type), never its text."""
+    """`reason` names the failure's kind (an exception's type), never its text."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
 
 
-class GuardedConnector(aiohttp.TCPConnector):
-    """A connector whose every connection goes to an address `vetted_addresses` allowed.
-
-    aiohttp connects to the addresses its host resolution returns and never looks the host up
-    again for that connection, so the check and the connect see the same address. Host
-    resolution is overridden as a whole (not only the resolver) because aiohttp skips the
-    resolver for literal addresses."""
-
-    def __init__(self, policy: OutboundPolicy, resolver: Resolver, **options: Any) -> None:
-        super().__init__(ssl=policy.ssl_context(), use_dns_cache=False, **options)
-        self._policy = policy
-        self._guard_resolver = resolver
-
-    async def _resolve_host(
-        self, host: str, port: int, traces: Sequence[Any] | None = None
-    ) -> list[ResolveResult]:
-        addresses = await vetted_addresses(self._policy, self._guard_resolver, host, port, None)
-        return [
-            ResolveResult(
-                hostname=host,
-                host=str(address),
-                port=port,
-                family=socket.AF_INET6 if address.version == 6 else socket.AF_INET,
-                proto=0,
-                flags=socket.AI_NUMERICHOST,
-            )
-            for address in addresses
-        ]
-
-
 class OutboundResponse:
-    """A response whose body has not been read yet."""
+    """A response whose body has not been read yet; `headers` has lower-case names."""
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
-        self.status = response.status
-        self.headers = response.headers
+    __slots__ = (
+        "_chunks",
+        "_connection",
+        "_read_s",
+        "_ready",
+        "_remaining",
+        "finished",
+        "headers",
+        "status",
+    )
+
+    def __init__(
+        self,
+        status: int,
+        headers: dict[str, str],
+        connection: Connection,
+        *,
+        bodiless: bool,
+        read_s: float,
+    ) -> None:
+        self.status = status
+        self.headers = headers
+        self._connection = connection
+        self._read_s = read_s
+        self._chunks: AsyncIterator[bytes] | None = None
+        self._remaining: int | None = None
+        self._ready: bytes | None = None  # read with the head
+        self.finished = bodiless  # its body read to the end: the connection may be reused
+        if not bodiless and "content-length" in headers and not _chunked(headers):
+            length = headers["content-length"]
+            if not length.isdigit():
+                raise WireError(f"malformed Content-Length: {length[:40]!r}")
+            self._remaining = int(length)
+            self.finished = self._remaining == 0
 
     async def read_capped(self, cap: int) -> tuple[bytes, bool]:
         """At most `cap` decoded bytes, and whether there was more."""
-        inflater = Inflater.for_encoding(self._response.headers.get("Content-Encoding", ""))
+        inflater = Inflater.for_encoding(self.headers.get("content-encoding", ""))
         chunks: list[bytes] = []
         size = 0
-        async for raw in self._response.content.iter_any():
+        while (raw := await self._next()) is not None:
             chunk = inflater.inflate(raw, cap + 1 - size) if inflater is not None else raw
             chunks.append(chunk)
             size += len(chunk)
@@ -119,21 +139,70 @@ class OutboundResponse:
     async def text_capped(self, cap: int) -> tuple[str, bool]:
         """The capped body decoded with the response's charset (UTF-8 when none or unknown)."""
         data, truncated = await self.read_capped(cap)
-        return data.decode(_charset(self._response), errors="replace"), truncated
+        return data.decode(_charset(self.headers.get("content-type", "")), "replace"), truncated
+
+    async def prefetch(self) -> None:
+        """A body of known length up to READ_SIZE read now, under the head's deadline (the
+        usual answer: one deadline for the whole exchange instead of two)."""
+        if self._remaining is None or not 0 < self._remaining <= READ_SIZE:
+            return
+        try:
+            self._ready = await self._connection.reader.readexactly(self._remaining)
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            raise DroppedConnectionError("the connection closed mid-response") from exc
+        self._remaining = 0
+        self.finished = True
+
+    async def _next(self) -> bytes | None:
+        """The body's next piece (None at its end), each within the read deadline."""
+        if self._ready is not None:
+            ready, self._ready = self._ready, None
+            return ready
+        if self.finished:
+            return None
+        reader = self._connection.reader
+        try:
+            piece: bytes | None
+            async with asyncio.timeout(self._read_s):
+                if self._remaining is not None:
+                    piece = await reader.readexactly(min(self._remaining, READ_SIZE))
+                    self._remaining -= len(piece)
+                    self.finished = self._remaining == 0
+                    return piece
+                if self._chunks is None:
+                    self._chunks = body_chunks(reader, self.headers)
+                piece = await anext(self._chunks)
+        except StopAsyncIteration:
+            piece = None
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            raise DroppedConnectionError("the connection closed mid-response") from exc
+        except (asyncio.LimitOverrunError, ValueError) as exc:
+            raise WireError(f"malformed HTTP response body: {exc}") from exc
+        if piece is None:
+            self.finished = True
+        return piece
 
 
-def _charset(response: aiohttp.ClientResponse) -> str:
-    charset = response.charset or "utf-8"
-    try:
-        codecs.lookup(charset)
-    except LookupError:
-        return "utf-8"
-    return charset
+def _charset(content_type: str) -> str:
+    for parameter in content_type.split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset":
+            charset = value.strip().strip('"') or "utf-8"
+            try:
+                codecs.lookup(charset)
+            except LookupError:
+                return "utf-8"
+            return charset
+    return "utf-8"
+
+
+def _chunked(headers: dict[str, str]) -> bool:
+    return headers.get("transfer-encoding", "").lower() == "chunked"
 
 
 class OutboundClient:
-    """One pooled session under one policy; built lazily on the running loop, closed by
-    `aclose` (or `async with`)."""
+    """Kept-alive connections per origin under one policy, at most `max_connections` in use at
+    once; closed by `aclose` (or `async with`)."""
 
     def __init__(
         self,
@@ -145,34 +214,32 @@ class OutboundClient:
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.policy = policy
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, connect=connect_timeout_s, sock_read=timeout_s
-        )
+        self._read_s = timeout_s
+        self._connect_s = connect_timeout_s
         self._resolver = resolver
         self._max_connections = max_connections
-        self._session: aiohttp.ClientSession | None = None
+        self._slots: asyncio.Semaphore | None = None  # made on the running loop
+        self._pools: dict[str, WirePool] = {}
+        self._in_use: dict[str, int] = {}
+        self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
 
-    def _open_session(self) -> aiohttp.ClientSession:
-        if self._closed:
-            raise OutboundUnreachableError("ClientClosed")
-        if self._session is None:
-            connector = GuardedConnector(
-                self.policy,
-                self._resolver,
-                limit=self._max_connections,
-                limit_per_host=0,
-                keepalive_timeout=KEEPALIVE_S,
+    async def _vetted(self, host: str, port: int) -> list[str]:
+        addresses = await vetted_addresses(self.policy, self._resolver, host, port, None)
+        return [str(address) for address in addresses]
+
+    def _pool(self, origin: str) -> WirePool:
+        pool = self._pools.get(origin)
+        if pool is None:
+            https = origin.startswith("https:")
+            pool = WirePool(
+                origin,
+                connect=self._vetted,
+                ssl_context=self.policy.ssl_context() if https else None,
+                max_idle=self._max_connections,
             )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=self._timeout,
-                trust_env=False,
-                auto_decompress=False,
-                cookie_jar=aiohttp.DummyCookieJar(),
-                headers={"User-Agent": USER_AGENT, "Accept-Encoding": "gzip, deflate"},
-            )
-        return self._session
+            self._pools[origin] = pool
+        return pool
 
     @asynccontextmanager
     async def request(
@@ -187,30 +254,88 @@ class OutboundClient:
     ) -> AsyncIterator[OutboundResponse]:
         """Send one request (never following a redirect) and give its response to read; every
         failure, while sending or while reading, comes out as an `OutboundError`."""
-        session = self._open_session()
-        target = request_url(url, query)
-        sent = dict(headers or {})
-        if body is not None:
-            sent.setdefault("Content-Type", "application/json")
-        timeout = self._timeout if timeout_s is None else _with_read(self._timeout, timeout_s)
+        if self._closed:
+            raise OutboundUnreachableError("ClientClosed")
+        origin, target = _split(url)
+        if query:
+            target += ("&" if "?" in target else "?") + urlencode(query)
+        sent = _headers(headers, body, method)
+        read_s = self._read_s if timeout_s is None else timeout_s
+        pool = self._pool(origin)
+        await self._take_slot()
+        self._in_use[origin] = self._in_use.get(origin, 0) + 1
+        connection = None
+        response: OutboundResponse | None = None
         try:
-            async with session.request(
-                method, target, data=body, headers=sent, allow_redirects=False, timeout=timeout
-            ) as response:
-                yield OutboundResponse(response)
+            async with asyncio.timeout(read_s):  # from sending to the head (and a small body)
+                connection, head = await pool.exchange(
+                    method,
+                    target,
+                    body,
+                    sent,
+                    retry_dropped=method in _IDEMPOTENT,
+                    connect_timeout_s=self._connect_s,
+                )
+                bodiless = method == "HEAD" or head.status in BODILESS_STATUSES
+                response = OutboundResponse(
+                    head.status, head.headers, connection, bodiless=bodiless, read_s=read_s
+                )
+                await response.prefetch()
+            yield response
         except TimeoutError:
             raise OutboundTimeoutError("no answer in time") from None
-        except aiohttp.InvalidURL as exc:
-            raise OutboundInvalidURLError(str(exc)) from None
         except zlib.error:
             raise OutboundUnreachableError("DecodingError") from None
-        except (aiohttp.ClientError, OSError) as exc:
+        except WireError as exc:
+            raise OutboundUnreachableError(_reason(exc)) from None
+        except OSError as exc:  # the lookup failed (the guard's UnresolvableError)
             raise OutboundUnreachableError(type(exc).__name__) from None
+        finally:
+            if connection is not None:
+                kept = head.keep_alive or (head.persistent and method == "HEAD")
+                reusable = response is not None and response.finished and kept
+                pool.release(connection, reusable and not self._closed)
+            self._done(origin)
+
+    async def _take_slot(self) -> None:
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self._max_connections)
+        if self._slots.locked():  # all busy: waiting for one is part of the connect
+            try:
+                async with asyncio.timeout(self._connect_s):
+                    await self._slots.acquire()
+            except TimeoutError:
+                raise OutboundTimeoutError("no free connection in time") from None
+        else:
+            await self._slots.acquire()
+
+    def _done(self, origin: str) -> None:
+        assert self._slots is not None
+        self._slots.release()
+        self._in_use[origin] -= 1
+        if self._sweep is None and not self._closed:
+            loop = asyncio.get_running_loop()
+            self._sweep = loop.call_later(KEEPALIVE_S, self._expire)
+
+    def _expire(self) -> None:
+        """Close connections idle for KEEPALIVE_S, and forget origins with none left."""
+        self._sweep = None
+        idle_since = time.monotonic() - KEEPALIVE_S
+        for origin, pool in list(self._pools.items()):
+            if pool.expire(idle_since) == 0 and not self._in_use.get(origin):
+                del self._pools[origin]
+                self._in_use.pop(origin, None)
+        if self._pools:
+            self._sweep = asyncio.get_running_loop().call_later(KEEPALIVE_S, self._expire)
 
     async def aclose(self) -> None:
         self._closed = True
-        if self._session is not None:
-            await self._session.close()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        for pool in self._pools.values():
+            await pool.close()
+        self._pools.clear()
 
     async def __aenter__(self) -> OutboundClient:
         return self
@@ -219,29 +344,61 @@ class OutboundClient:
         await self.aclose()
 
 
-def _with_read(timeout: aiohttp.ClientTimeout, read_s: float) -> aiohttp.ClientTimeout:
-    return aiohttp.ClientTimeout(total=None, connect=timeout.connect, sock_read=read_s)
+def _reason(exc: WireError) -> str:
+    """A failure's kind for the caller: the connection's own error where there is one."""
+    cause = exc.__cause__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return "CertificateVerificationError"
+    if isinstance(cause, OSError):
+        return type(cause).__name__
+    if isinstance(exc, DroppedConnectionError):
+        return "ServerDisconnectedError"
+    return "MalformedResponseError"
 
 
-def request_url(url: str, query: Sequence[tuple[str, str]] = ()) -> URL:
+def _headers(given: dict[str, str] | None, body: bytes | None, method: str) -> dict[str, str]:
+    """The request's headers: the client's defaults, replaced by the caller's of the same
+    name (in any case), and a Content-Type for a body. A name that is not an HTTP token, or a
+    value with a line break, is refused (it could add a header or end the head)."""
+    sent = {"User-Agent": USER_AGENT, "Accept-Encoding": "gzip, deflate"}
+    if body is not None:
+        sent["Content-Type"] = "application/json"
+    elif method in ("POST", "PUT", "PATCH"):
+        sent["Content-Length"] = "0"
+    for name, value in (given or {}).items():
+        if not _TOKEN.fullmatch(name) or any(ch in value for ch in "\r\n\x00"):
+            raise ValueError(f"the header {name[:40]!r} cannot be sent as it is")
+        lower = name.lower()
+        for default in [key for key in sent if key.lower() == lower]:
+            del sent[default]
+        sent["Host" if lower == "host" else name] = value
+    return sent
+
+
+def request_url(url: str, query: Sequence[tuple[str, str]] = ()) -> str:
     """`url` as sent: normalized as httpx writes it (IDNA host, percent-encoded path and query,
-    percent escapes such as `%2E` kept as they are: yarl would decode and resolve them), with
-    the pairs of `query` appended to its own query."""
-    text = _normalized(url)
+    percent escapes such as `%2E` kept as they are), without its fragment, with the pairs of
+    `query` appended to its own query."""
+    origin, target = _split(url)
     if query:
-        text += ("&" if "?" in text else "?") + urlencode(query)
-    return URL(text, encoded=True)
+        target += ("&" if "?" in target else "?") + urlencode(query)
+    return origin + target
 
 
 @functools.lru_cache(maxsize=4096)
-def _normalized(url: str) -> str:
+def _split(url: str) -> tuple[str, str]:
+    """(origin, target): `scheme://host[:port]` and the path with its query, normalized."""
     try:
         normalized = httpx.URL(url)
     except httpx.InvalidURL as exc:
         raise OutboundInvalidURLError(str(exc)) from None
     if normalized.scheme not in ("http", "https") or not normalized.host:
         raise OutboundInvalidURLError("not an absolute http or https URL")
-    return str(normalized).split("#", 1)[0]
+    text = str(normalized).split("#", 1)[0]
+    slash = text.find("/", len(normalized.scheme) + 3)
+    if slash < 0:
+        return text, "/"
+    return text[:slash], text[slash:]
 
 
 class Inflater:

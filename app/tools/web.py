@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urljoin
 
 import httpx
 import orjson
-from yarl import URL
 
 from app.tools.outbound_client import (
     OutboundClient,
@@ -110,7 +110,7 @@ class WebAccess:
                 ) as response:
                     location = response.headers.get("location")
                     if response.status in REDIRECTS and location:
-                        url = str(URL(url).join(URL(location)))
+                        url = urljoin(url, location)
                         continue
                     return await self._page(response)
             except OutboundInvalidURLError:

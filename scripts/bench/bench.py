@@ -517,9 +517,9 @@ def headline(summary: dict[str, dict[str, list[float]]]) -> list[str]:
         )
     outbound = summary[OUTBOUND]
     lines.append(
-        f"Outbound client alone, c=16: aiohttp {outbound['aiohttp_cpu_ms_per_request'][0]:.3f} ms, "
-        f"httpx {outbound['httpx_cpu_ms_per_request'][0]:.3f} ms, "
-        f"app/chat/wire.py's pool {outbound['wire_cpu_ms_per_request'][0]:.3f} ms CPU per request"
+        f"Outbound client alone, c=16: toolgate's {outbound['client_cpu_ms_per_request'][0]:.3f} "
+        f"ms, aiohttp {outbound['aiohttp_cpu_ms_per_request'][0]:.3f} ms, "
+        f"httpx {outbound['httpx_cpu_ms_per_request'][0]:.3f} ms CPU per request"
     )
     c1 = summary["toolgate: 1 call, concurrency 1"]
     lines.append(

@@ -1,8 +1,7 @@
-"""The outbound client alone: CPU per request of external tools' client (aiohttp, with the
-connect-time guard), of one shared httpx client through the same guard, and of the model
-client's pool (`app/chat/wire.py`) behind the same guard (the candidate issue 30 asks to measure
-against aiohttp: it sends the same request as a POST without a body, since it only POSTs), against
-one local upstream, in one process. Prints one JSON line."""
+"""The outbound client alone, against one local upstream, in one process, CPU per request:
+external tools' client (`app/tools/outbound_client.py`, with the connect-time guard), one
+shared aiohttp session (the client before issue 30's third round, without its guard), and one
+shared httpx client through the same guard (the one before that). Prints one JSON line."""
 
 from __future__ import annotations
 
@@ -11,25 +10,30 @@ import asyncio
 import json
 import time
 
+import aiohttp
 import httpx
 
-from app.chat.wire import WirePool
-from app.tools.netguard import (
-    OutboundPolicy,
-    guarded_transport,
-    system_resolver,
-    vetted_addresses,
-)
+from app.tools.netguard import OutboundPolicy, guarded_transport
 from app.tools.outbound_client import OutboundClient
 
 
-async def _aiohttp(url: str, count: int, concurrency: int) -> float:
+async def _client(url: str, count: int, concurrency: int) -> float:
     policy = OutboundPolicy(["127.0.0.1"])
     async with OutboundClient(policy, timeout_s=10, connect_timeout_s=5) as client:
 
         async def one() -> None:
             async with client.request("GET", url, query=[("city", "Oslo")]) as response:
                 await response.read_capped(1_048_576)
+
+        return await _timed(one, count, concurrency)
+
+
+async def _aiohttp(url: str, count: int, concurrency: int) -> float:
+    async with aiohttp.ClientSession(trust_env=False, auto_decompress=False) as session:
+
+        async def one() -> None:
+            async with session.get(url, params={"city": "Oslo"}) as response:
+                await response.read()
 
         return await _timed(one, count, concurrency)
 
@@ -43,25 +47,6 @@ async def _httpx(url: str, count: int, concurrency: int) -> float:
             response.read()
 
         return await _timed(one, count, concurrency)
-
-
-async def _wire(url: str, count: int, concurrency: int) -> float:
-    policy = OutboundPolicy(["127.0.0.1"])
-
-    async def connect(host: str, port: int) -> list[str]:
-        return [str(a) for a in await vetted_addresses(policy, system_resolver, host, port, 5)]
-
-    pool = WirePool(f"{url}?city=Oslo", connect=connect)
-    headers = {"User-Agent": "toolgate", "Accept-Encoding": "gzip, deflate"}
-
-    async def one() -> None:
-        response = await pool.post(b"", headers)
-        assert response.status == 200, response.status
-
-    try:
-        return await _timed(one, count, concurrency)
-    finally:
-        await pool.close()
 
 
 async def _timed(one, count: int, concurrency: int) -> float:  # type: ignore[no-untyped-def]
@@ -85,11 +70,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args()
     figures = {
-        "aiohttp_cpu_ms_per_request": asyncio.run(
-            _aiohttp(args.url, args.requests, args.concurrency)
-        ),
-        "httpx_cpu_ms_per_request": asyncio.run(_httpx(args.url, args.requests, args.concurrency)),
-        "wire_cpu_ms_per_request": asyncio.run(_wire(args.url, args.requests, args.concurrency)),
+        name: asyncio.run(measure(args.url, args.requests, args.concurrency))
+        for name, measure in (
+            ("client_cpu_ms_per_request", _client),
+            ("aiohttp_cpu_ms_per_request", _aiohttp),
+            ("httpx_cpu_ms_per_request", _httpx),
+        )
     }
     print(json.dumps(figures))
 

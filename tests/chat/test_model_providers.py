@@ -301,7 +301,7 @@ async def test_deleting_a_tenant_deletes_its_providers(
 
 
 async def test_an_international_host_name_goes_on_the_wire_as_ascii(chat: ChatClient) -> None:
-    from app.chat.wire import WirePool
+    from app.wire import WirePool
 
     assert WirePool("https://bücher.example/v1/messages").host_header == "xn--bcher-kva.example"
     body = provider("https://bücher.example", max_retries=0)

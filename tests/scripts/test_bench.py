@@ -47,7 +47,7 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path: Path) -> None:
     assert summary["toolgate: 1 call, concurrency 1"]["iterations"][0] == 20  # 10 chats x 2
     assert "CPU per model iteration" in result.stdout
     outbound = summary["outbound client alone, c=16 (CPU ms per request)"]
-    for client in ("aiohttp", "httpx", "wire"):  # the stack in use, the one before, a candidate
+    for client in ("client", "aiohttp", "httpx"):  # the client in use, and the two before it
         assert outbound[f"{client}_cpu_ms_per_request"][0] > 0
     assert next(tmp_path.glob("bench-*.md")).read_text().startswith("# toolgate benchmark")
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from app.chat.wire import WireError, WirePool
+from app.wire import WireError, WirePool
 
 Responder = Callable[[int], bytes]  # request number on the connection -> raw response
 

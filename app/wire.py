@@ -1,16 +1,19 @@
-"""A minimal HTTP/1.1 client over asyncio streams, for the model call only.
+"""A minimal HTTP/1.1 client over asyncio streams: the model call's, and under the outbound
+client of external tools (`app/tools/outbound_client.py`), which adds the connect-time guard,
+timeouts and the capped, inflating read.
 
 Why not a general client: per model call, the `openai` SDK spent ~2 ms of CPU here, aiohttp
-~0.2 ms, and this ~0.05 ms (see docs/performance.md). It does exactly what a
-chat-completions POST needs: keep-alive pooling, Content-Length, chunked and close-delimited
-bodies, read whole or as a stream, and TLS. It does not follow redirects, decompress, or use
-proxies (set MODEL_CLIENT=openai-sdk for a proxy).
+~0.2 ms, and this ~0.05 ms (see docs/performance.md). It does what those calls need:
+keep-alive pooling per origin, Content-Length, chunked and close-delimited bodies, read whole
+or as a stream, and TLS with the caller's context. It does not follow redirects, decompress,
+keep cookies or use proxies (set MODEL_CLIENT=openai-sdk for a proxy).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -21,6 +24,7 @@ MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_IDLE_PER_ORIGIN = 256
 READ_SIZE = 64 * 1024
+BODILESS_STATUSES = frozenset({204, 304})  # no body whatever their headers say (RFC 9112 6.3)
 
 
 # The addresses to dial for (host, port), each already checked against an outbound policy; it
@@ -46,8 +50,9 @@ class WireResponse:
 @dataclass
 class _Head:
     status: int
-    headers: dict[str, str]
-    keep_alive: bool
+    headers: dict[str, str]  # names in lower case; of a repeated one, its last value
+    keep_alive: bool  # the connection may carry another request once the body is read
+    persistent: bool  # the server keeps it open (for an answer without a body: HEAD)
 
 
 class WireStream:
@@ -68,11 +73,12 @@ class WireStream:
         self.finished = True
 
 
-class _Connection:
-    __slots__ = ("reader", "reused", "writer")
+class Connection:
+    __slots__ = ("idle_since", "reader", "reused", "writer")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer, self.reused = reader, writer, False
+        self.idle_since = 0.0
 
     def close(self) -> None:
         self.writer.close()
@@ -87,6 +93,7 @@ class WirePool:
         *,
         connect: Connector | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        max_idle: int = MAX_IDLE_PER_ORIGIN,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -104,8 +111,9 @@ class WirePool:
         self.host_header = host if default_port else f"{host}:{self.port}"
         https = parts.scheme == "https"
         self._ssl = (ssl_context or ssl.create_default_context()) if https else None
-        self._idle: deque[_Connection] = deque()
+        self._idle: deque[Connection] = deque()
         self._connect = connect
+        self._max_idle = max_idle
 
     async def post(self, body: bytes, headers: dict[str, str]) -> WireResponse:
         """POST `body` and read the whole answer (the hot path: no streaming layers)."""
@@ -121,7 +129,7 @@ class WirePool:
         except BaseException:
             connection.close()
             raise
-        self._release(connection, head.keep_alive)
+        self.release(connection, head.keep_alive)
         return WireResponse(head.status, head.headers, data)
 
     @asynccontextmanager
@@ -132,42 +140,78 @@ class WirePool:
         connection goes back to the pool only if the body was read to its end.
         """
         connection, head = await self._start(body, headers)
-        response = WireStream(head, _guarded(_body(connection.reader, head.headers)))
+        response = WireStream(head, _guarded(body_chunks(connection.reader, head.headers)))
         try:
             yield response
         except BaseException:
             connection.close()
             raise
-        self._release(connection, head.keep_alive and response.finished)
+        self.release(connection, head.keep_alive and response.finished)
 
-    async def _start(self, body: bytes, headers: dict[str, str]) -> tuple[_Connection, _Head]:
-        """Send the request and read the head; a dropped pooled connection is replaced once."""
-        connection = await self._acquire()
+    async def exchange(
+        self,
+        method: str,
+        target: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        *,
+        retry_dropped: bool,
+        connect_timeout_s: float | None = None,
+        read_timeout_s: float | None = None,
+    ) -> tuple[Connection, _Head]:
+        """Send one request (`target`: the path and query) and read the answer's head; the
+        caller reads the body (`body_chunks`) and then hands the connection back (`release`).
+        The connect (lookup, connect, TLS) and the wait for the head each have their deadline;
+        `retry_dropped`: a pooled connection the server closed before answering is replaced
+        once (only for requests that may be sent twice)."""
+        connection = await self._acquire(connect_timeout_s)
         try:
-            return connection, await self._send(connection, body, headers)
+            head = await self._send(connection, body, headers, method, target, read_timeout_s)
+            return connection, head
         except DroppedConnectionError:
-            if not connection.reused:
+            if not connection.reused or not retry_dropped:
                 raise
-        connection = await self._open()
-        return connection, await self._send(connection, body, headers)
+        connection = await self._open(connect_timeout_s)
+        return connection, await self._send(
+            connection, body, headers, method, target, read_timeout_s
+        )
 
-    def _release(self, connection: _Connection, reusable: bool) -> None:
-        if reusable and len(self._idle) < MAX_IDLE_PER_ORIGIN:
+    async def _start(self, body: bytes, headers: dict[str, str]) -> tuple[Connection, _Head]:
+        """POST to the pool's URL and read the head; a dropped pooled connection is replaced
+        once."""
+        return await self.exchange("POST", self.path, body, headers, retry_dropped=True)
+
+    def release(self, connection: Connection, reusable: bool) -> None:
+        """Back to the pool if `reusable` (its answer read to the end, keep-alive), else closed."""
+        if reusable and len(self._idle) < self._max_idle:
             connection.reused = False
+            connection.idle_since = time.monotonic()
             self._idle.append(connection)
         else:
             connection.close()
 
-    async def _acquire(self) -> _Connection:
+    def expire(self, idle_since: float) -> int:
+        """Close the kept-alive connections idle since before `idle_since`; how many remain."""
+        while self._idle and self._idle[0].idle_since < idle_since:  # oldest first
+            self._idle.popleft().close()
+        return len(self._idle)
+
+    async def _acquire(self, connect_timeout_s: float | None = None) -> Connection:
         while self._idle:
             connection = self._idle.pop()
             if not connection.writer.is_closing() and not connection.reader.at_eof():
                 connection.reused = True
                 return connection
             connection.close()
-        return await self._open()
+        return await self._open(connect_timeout_s)
 
-    async def _open(self) -> _Connection:
+    async def _open(self, timeout_s: float | None = None) -> Connection:
+        if timeout_s is None:
+            return await self._dial()
+        async with asyncio.timeout(timeout_s):
+            return await self._dial()
+
+    async def _dial(self) -> Connection:
         addresses = [self.host]
         if self._connect is not None:
             addresses = await self._connect(self.host, self.port)
@@ -184,20 +228,32 @@ class WirePool:
             except OSError as exc:
                 error = exc
                 continue
-            return _Connection(reader, writer)
-        raise WireError(f"cannot connect: {error}")
+            return Connection(reader, writer)
+        raise WireError(f"cannot connect: {error}") from error
 
-    async def _send(self, connection: _Connection, body: bytes, headers: dict[str, str]) -> _Head:
-        lines = [
-            f"POST {self.path} HTTP/1.1",
-            f"Host: {self.host_header}",
-            f"Content-Length: {len(body)}",
-        ]
+    async def _send(
+        self,
+        connection: Connection,
+        body: bytes | None,
+        headers: dict[str, str],
+        method: str = "POST",
+        target: str | None = None,
+        read_timeout_s: float | None = None,
+    ) -> _Head:
+        lines = [f"{method} {target or self.path} HTTP/1.1"]
+        if "Host" not in headers:
+            lines.append(f"Host: {self.host_header}")
+        if body is not None:
+            lines.append(f"Content-Length: {len(body)}")
         lines += [f"{name}: {value}" for name, value in headers.items()]
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode()
         try:
-            connection.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+            connection.writer.write(head + body if body else head)
             await connection.writer.drain()
-            return await _read_head(connection.reader)
+            if read_timeout_s is None:
+                return await _read_head(connection.reader)
+            async with asyncio.timeout(read_timeout_s):
+                return await _read_head(connection.reader)
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             connection.close()
             raise DroppedConnectionError("the server closed the connection") from exc
@@ -226,11 +282,9 @@ async def _read_head(reader: asyncio.StreamReader) -> _Head:
         if status >= 200:  # skip 1xx interim responses (100 Continue, 103 Early Hints)
             break
     connection = headers.get("connection", "").lower()
-    framed = "content-length" in headers or _chunked(headers)
-    keep_alive = (
-        framed and connection != "close" and (version == "HTTP/1.1" or connection == "keep-alive")
-    )
-    return _Head(status, headers, keep_alive)
+    framed = status in BODILESS_STATUSES or "content-length" in headers or _chunked(headers)
+    persistent = connection != "close" and (version == "HTTP/1.1" or connection == "keep-alive")
+    return _Head(status, headers, framed and persistent, persistent)
 
 
 def _chunked(headers: dict[str, str]) -> bool:
@@ -260,7 +314,7 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> b
         return await reader.readexactly(length)
     parts: list[bytes] = []
     size = 0
-    async for chunk in _body(reader, headers):
+    async for chunk in body_chunks(reader, headers):
         size += len(chunk)
         if size > MAX_BODY_BYTES:
             raise ValueError("response body too large")
@@ -268,7 +322,9 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> b
     return b"".join(parts)
 
 
-async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> AsyncIterator[bytes]:
+async def body_chunks(
+    reader: asyncio.StreamReader, headers: dict[str, str]
+) -> AsyncIterator[bytes]:
     if _chunked(headers):
         while True:
             length = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0].strip(), 16)
@@ -276,7 +332,10 @@ async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> AsyncI
                 while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers
                     pass
                 return
-            yield await reader.readexactly(length)
+            while length:  # in pieces: a chunk's declared size is the sender's to choose
+                piece = await reader.readexactly(min(length, READ_SIZE))
+                length -= len(piece)
+                yield piece
             await reader.readexactly(2)
     elif "content-length" in headers:
         remaining = int(headers["content-length"])

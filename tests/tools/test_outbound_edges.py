@@ -1,0 +1,269 @@
+"""The outbound client's own HTTP/1.1 edges (app/tools/outbound_client.py on app/wire.py),
+against raw servers on 127.0.0.1 that misbehave on purpose: what a hostile or broken upstream
+can make it do, and when a kept-alive connection is used again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from app.tools import outbound_client
+from app.tools.netguard import OutboundPolicy
+from app.tools.outbound_client import (
+    OutboundClient,
+    OutboundTimeoutError,
+    OutboundUnreachableError,
+)
+
+OK = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok"
+
+Answer = Callable[[bytes, asyncio.StreamWriter], Awaitable[bool]]  # False: close the connection
+
+
+@dataclass
+class RawServer:
+    """Counts connections and keeps every request head it read."""
+
+    answer: Answer
+    connections: int = 0
+    heads: list[bytes] = field(default_factory=list)
+    url: str = ""
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = _content_length(head)
+                if length:
+                    await reader.readexactly(length)
+                self.heads.append(head)
+                if not await self.answer(head, writer):
+                    break
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+
+def _content_length(head: bytes) -> int:
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value)
+    return 0
+
+
+Start = Callable[[Answer], Awaitable[RawServer]]
+
+
+@pytest.fixture
+async def raw() -> AsyncIterator[Start]:
+    servers: list[asyncio.Server] = []
+
+    async def start(answer: Answer) -> RawServer:
+        state = RawServer(answer)
+        server = await asyncio.start_server(state.serve, "127.0.0.1", 0)
+        servers.append(server)
+        state.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        return state
+
+    yield start
+    for server in servers:
+        server.close()
+        await server.wait_closed()
+
+
+def _client(**options: float) -> OutboundClient:
+    return OutboundClient(
+        OutboundPolicy(["127.0.0.1"]),
+        timeout_s=options.get("timeout_s", 5),
+        connect_timeout_s=5,
+    )
+
+
+async def _ok(head: bytes, writer: asyncio.StreamWriter) -> bool:
+    writer.write(OK)
+    return True
+
+
+async def test_a_kept_alive_connection_serves_the_next_call(raw: Start) -> None:
+    server = await raw(_ok)
+    async with _client() as client:
+        for _ in range(3):
+            async with client.request("GET", f"{server.url}/a") as response:
+                assert await response.read_capped(100) == (b"ok", False)
+    assert server.connections == 1 and len(server.heads) == 3
+
+
+async def test_a_chunk_declaring_a_gigabyte_is_read_in_pieces_up_to_the_cap(raw: Start) -> None:
+    async def huge_chunk(head: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n40000000\r\n")
+        writer.write(b"x" * 300_000)  # and never the rest: the client must not wait for it
+        return True
+
+    server = await raw(huge_chunk)
+    async with _client() as client:
+        async with client.request("GET", f"{server.url}/big") as response:
+            data, truncated = await response.read_capped(100_000)
+    assert truncated and data == b"x" * 100_000
+
+
+async def test_only_an_answer_read_to_its_end_leaves_its_connection_kept(raw: Start) -> None:
+    """A long answer cut at the cap, or not read at all, closes its connection; a short one is
+    read with its head, so it is kept even when the caller wants less of it."""
+
+    async def answer(head: bytes, writer: asyncio.StreamWriter) -> bool:
+        if head.startswith(b"GET /long"):
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 200000\r\n\r\n" + b"y" * 200_000)
+        else:
+            writer.write(OK)
+        return True
+
+    server = await raw(answer)
+    async with _client() as client:
+        for _ in range(2):
+            async with client.request("GET", f"{server.url}/long") as response:
+                assert await response.read_capped(10) == (b"y" * 10, True)
+        async with client.request("GET", f"{server.url}/short") as response:
+            assert await response.read_capped(1) == (b"o", True)
+        async with client.request("GET", f"{server.url}/long"):
+            pass  # a body nobody read
+        async with client.request("GET", f"{server.url}/short") as response:
+            await response.read_capped(100)
+    # cut (closed), cut (closed), short (kept), unread on the kept one (closed), a new one
+    assert server.connections == 4
+
+
+async def test_a_head_request_and_a_204_have_no_body_and_keep_the_connection(raw: Start) -> None:
+    async def bodiless(head: bytes, writer: asyncio.StreamWriter) -> bool:
+        if head.startswith(b"HEAD"):
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 12345\r\n\r\n")
+        else:
+            writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        return True
+
+    server = await raw(bodiless)
+    async with _client(timeout_s=1) as client:
+        for method in ("HEAD", "DELETE", "HEAD"):
+            async with client.request(method, f"{server.url}/x") as response:
+                assert await response.read_capped(100) == (b"", False)
+    assert server.connections == 1
+
+
+async def test_a_dropped_kept_alive_connection_is_retried_only_for_idempotent_methods(
+    raw: Start,
+) -> None:
+    async def once(head: bytes, writer: asyncio.StreamWriter) -> bool:
+        if len(server.heads) % 2 == 0:  # every second request: closed before any answer
+            return False
+        writer.write(OK)
+        return True
+
+    server = await raw(once)
+    async with _client() as client:
+        async with client.request("GET", f"{server.url}/a") as response:
+            await response.read_capped(100)
+        async with client.request("GET", f"{server.url}/a") as response:  # dropped, sent again
+            assert response.status == 200
+            await response.read_capped(100)
+        sent = len(server.heads)
+        with pytest.raises(OutboundUnreachableError, match="ServerDisconnected"):
+            async with client.request("POST", f"{server.url}/charge", body=b"{}"):
+                pass
+    assert len(server.heads) == sent + 1  # the POST went out once, never twice
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-Note": "a\r\nX-Injected: 1"},
+        {"X-Note": "a\nb"},
+        {"X-Note": "nul\x00"},
+        {"X Bad": "name with a space"},
+        {"X-Bad:": "name with a colon"},
+        {"": "no name"},
+    ],
+)
+async def test_a_header_that_could_add_a_line_is_refused_before_sending(
+    raw: Start,
+    headers: dict[str, str],
+) -> None:
+    server = await raw(_ok)
+    async with _client() as client:
+        with pytest.raises(ValueError, match="cannot be sent"):
+            async with client.request("GET", f"{server.url}/a", headers=headers):
+                pass
+    assert server.heads == []
+
+
+async def test_the_callers_headers_replace_the_defaults_in_any_case(raw: Start) -> None:
+    server = await raw(_ok)
+    async with _client() as client:
+        headers = {"user-agent": "mine", "HOST": "api.example", "content-type": "text/plain"}
+        async with client.request("POST", f"{server.url}/a", body=b"x", headers=headers):
+            pass
+    lines = server.heads[0].decode().lower().split("\r\n")
+    assert lines[0] == "post /a http/1.1"
+    assert [line.split(":")[0] for line in lines[1:] if line].count("user-agent") == 1
+    assert "user-agent: mine" in lines and "host: api.example" in lines
+    assert "content-type: text/plain" in lines and "content-length: 1" in lines
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\ncontent-length: 12x\r\n\r\nok",
+        b"HTTP/1.1 2\r\n\r\n",
+        b"SSH-2.0-OpenSSH\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort",  # then closed
+    ],
+)
+async def test_a_broken_answer_is_unreachable_not_a_crash(raw: Start, answer: bytes) -> None:
+    async def broken(head: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(answer)
+        return False
+
+    server = await raw(broken)
+    async with _client() as client:
+        with pytest.raises(OutboundUnreachableError):
+            async with client.request("GET", f"{server.url}/a") as response:
+                await response.read_capped(100)
+
+
+async def test_a_body_that_stalls_is_a_timeout(raw: Start) -> None:
+    async def stalls(head: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 200000\r\n\r\n" + b"z" * 70_000)
+        await asyncio.Event().wait()  # the rest never comes
+        return False
+
+    server = await raw(stalls)
+    async with _client(timeout_s=0.2) as client:
+        with pytest.raises(OutboundTimeoutError):
+            async with client.request("GET", f"{server.url}/a") as response:
+                await response.read_capped(1_000_000)
+
+
+async def test_idle_connections_are_closed_and_their_origins_forgotten(
+    raw: Start,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def then_watch(head: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(OK)
+        return True
+
+    server = await raw(then_watch)
+    async with _client() as client:
+        async with client.request("GET", f"{server.url}/a") as response:
+            await response.read_capped(100)
+        assert client._pools  # the origin, with its idle connection
+        monkeypatch.setattr(outbound_client, "KEEPALIVE_S", -1.0)  # idle long enough already
+        client._expire()
+        assert client._pools == {}
+        async with client.request("GET", f"{server.url}/a") as response:
+            await response.read_capped(100)
+    assert server.connections == 2
