@@ -57,6 +57,7 @@ KEEPALIVE_S = 15.0
 # Requests that may be sent again when a kept-alive connection turns out closed before any
 # answer (RFC 9110 9.2.2); any other method fails instead of being sent twice.
 _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+_FRAMING = frozenset({"content-length", "transfer-encoding"})
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
@@ -359,7 +360,9 @@ def _reason(exc: WireError) -> str:
 def _headers(given: dict[str, str] | None, body: bytes | None, method: str) -> dict[str, str]:
     """The request's headers: the client's defaults, replaced by the caller's of the same
     name (in any case), and a Content-Type for a body. A name that is not an HTTP token, or a
-    value with a line break, is refused (it could add a header or end the head)."""
+    value with a line break, is refused (it could add a header or end the head); the caller's
+    Content-Length and Transfer-Encoding are left out (the client frames the body it sends:
+    a second length would let the upstream read another request into it)."""
     sent = {"User-Agent": USER_AGENT, "Accept-Encoding": "gzip, deflate"}
     if body is not None:
         sent["Content-Type"] = "application/json"
@@ -369,6 +372,8 @@ def _headers(given: dict[str, str] | None, body: bytes | None, method: str) -> d
         if not _TOKEN.fullmatch(name) or any(ch in value for ch in "\r\n\x00"):
             raise ValueError(f"the header {name[:40]!r} cannot be sent as it is")
         lower = name.lower()
+        if lower in _FRAMING:
+            continue
         for default in [key for key in sent if key.lower() == lower]:
             del sent[default]
         sent["Host" if lower == "host" else name] = value
