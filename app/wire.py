@@ -98,18 +98,20 @@ class WirePool:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
+        https = parts.scheme == "https"
         self.host = parts.hostname
         if not self.host.isascii():  # an international name goes on the wire as its ASCII form
             try:
                 self.host = self.host.encode("idna").decode("ascii")
             except UnicodeError as exc:
                 raise ValueError(f"not a valid host name: {parts.hostname!r}") from exc
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.port = parts.port if parts.port is not None else (443 if https else 80)
+        if not 0 < self.port < 65536:
+            raise ValueError(f"not a port: {self.port}")
         self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        default_port = self.port == (443 if parts.scheme == "https" else 80)
+        default_port = self.port == (443 if https else 80)
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.host_header = host if default_port else f"{host}:{self.port}"
-        https = parts.scheme == "https"
         self._ssl = (ssl_context or ssl.create_default_context()) if https else None
         self._idle: deque[Connection] = deque()
         self._connect = connect
@@ -182,8 +184,10 @@ class WirePool:
         return await self.exchange("POST", self.path, body, headers, retry_dropped=True)
 
     def release(self, connection: Connection, reusable: bool) -> None:
-        """Back to the pool if `reusable` (its answer read to the end, keep-alive), else closed."""
-        if reusable and len(self._idle) < self._max_idle:
+        """Back to the pool if `reusable` (its answer read to the end, keep-alive) and nothing
+        more came after the answer, else closed: bytes past an answer (a body sent after a HEAD
+        or a 204, or after its Content-Length) would be read as the next call's answer."""
+        if reusable and not _unread(connection.reader) and len(self._idle) < self._max_idle:
             connection.reused = False
             connection.idle_since = time.monotonic()
             self._idle.append(connection)
@@ -199,7 +203,8 @@ class WirePool:
     async def _acquire(self, connect_timeout_s: float | None = None) -> Connection:
         while self._idle:
             connection = self._idle.pop()
-            if not connection.writer.is_closing() and not connection.reader.at_eof():
+            reader = connection.reader
+            if not connection.writer.is_closing() and not reader.at_eof() and not _unread(reader):
                 connection.reused = True
                 return connection
             connection.close()
@@ -278,13 +283,41 @@ async def _read_head(reader: asyncio.StreamReader) -> _Head:
         for line in lines[1:]:
             if line:
                 name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
-        if status >= 200:  # skip 1xx interim responses (100 Continue, 103 Early Hints)
+                name, value = name.strip().lower(), value.strip()
+                if name == "content-length" and headers.get(name, value) != value:
+                    raise ValueError("two different Content-Length values")
+                headers[name] = value
+        # Skip 1xx interim responses (100 Continue, 103 Early Hints); 101 is the last answer
+        # on this connection.
+        if status >= 200 or status == 101:
             break
-    connection = headers.get("connection", "").lower()
-    framed = status in BODILESS_STATUSES or "content-length" in headers or _chunked(headers)
-    persistent = connection != "close" and (version == "HTTP/1.1" or connection == "keep-alive")
-    return _Head(status, headers, framed and persistent, persistent)
+    tokens = {token.strip() for token in headers.get("connection", "").lower().split(",")}
+    persistent = status != 101 and "close" not in tokens
+    persistent = persistent and (version == "HTTP/1.1" or "keep-alive" in tokens)
+    chunked = _chunked(headers)
+    # With both, Transfer-Encoding frames the body and the connection is not used again (RFC
+    # 9112 6.3): the two may disagree.
+    framed = status in BODILESS_STATUSES or chunked or "content-length" in headers
+    keep_alive = framed and persistent and not (chunked and "content-length" in headers)
+    return _Head(status, headers, keep_alive, persistent)
+
+
+def content_length(headers: dict[str, str]) -> int:
+    """The Content-Length, digits only (`int` would also take ` 1_0`, `+5` or `²`)."""
+    value = headers["content-length"]
+    if not (value.isascii() and value.isdigit()):
+        raise ValueError(f"malformed Content-Length: {value[:40]!r}")
+    return int(value)
+
+
+def _unread(reader: asyncio.StreamReader) -> int:
+    """Bytes received and not yet read (StreamReader has no public way to ask)."""
+    return len(reader._buffer)  # type: ignore[attr-defined]
+
+
+def _push_back(reader: asyncio.StreamReader, data: bytes) -> None:
+    """Return bytes read past a body to the reader, so that `release` sees them."""
+    reader._buffer[:0] = data  # type: ignore[attr-defined]
 
 
 def _chunked(headers: dict[str, str]) -> bool:
@@ -308,7 +341,7 @@ async def _guarded(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 
 async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
     if "content-length" in headers and not _chunked(headers):
-        length = int(headers["content-length"])
+        length = content_length(headers)
         if length > MAX_BODY_BYTES:
             raise ValueError("response body too large")
         return await reader.readexactly(length)
@@ -325,20 +358,12 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> b
 async def body_chunks(
     reader: asyncio.StreamReader, headers: dict[str, str]
 ) -> AsyncIterator[bytes]:
+    """A body's bytes as they arrive: chunked, of a Content-Length, or up to the close."""
     if _chunked(headers):
-        while True:
-            length = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0].strip(), 16)
-            if length == 0:
-                while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers
-                    pass
-                return
-            while length:  # in pieces: a chunk's declared size is the sender's to choose
-                piece = await reader.readexactly(min(length, READ_SIZE))
-                length -= len(piece)
-                yield piece
-            await reader.readexactly(2)
+        async for piece in _dechunked(reader):
+            yield piece
     elif "content-length" in headers:
-        remaining = int(headers["content-length"])
+        remaining = content_length(headers)
         if remaining > MAX_BODY_BYTES:
             raise ValueError("response body too large")
         while remaining:
@@ -348,6 +373,69 @@ async def body_chunks(
     else:  # delimited by the server closing the connection
         while chunk := await reader.read(READ_SIZE):
             yield chunk
+
+
+_SIZE_LINE = 4096  # a chunk's size with its extensions
+_HEX = b"0123456789abcdefABCDEF"
+
+
+async def _dechunked(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """A chunked body's data, one piece per read from the socket whatever the chunks' sizes
+    (a body of one-byte chunks costs the parsing of each, not an await and an object each;
+    a chunk declaring a gigabyte is passed on as it arrives), then its trailers read and
+    dropped. Bytes past the body's end go back to the reader."""
+    pending = b""  # read, not yet parsed
+    left = 0  # data bytes still due in the current chunk
+    state = "size"  # or "data", "crlf" (after a chunk's data), "trailers"
+    trailers = 0
+    while True:
+        data = await reader.read(READ_SIZE)
+        if not data:
+            raise asyncio.IncompleteReadError(pending, None)
+        pending += data
+        out: list[bytes] = []
+        at = 0
+        while at < len(pending):
+            if state == "data":
+                taken = pending[at : at + left]
+                out.append(taken)
+                at += len(taken)
+                left -= len(taken)
+                if not left:
+                    state = "crlf"
+            elif state == "crlf":
+                if len(pending) - at < 2:
+                    break
+                if pending[at : at + 2] != b"\r\n":
+                    raise ValueError("a chunk's data is not followed by CRLF")
+                at += 2
+                state = "size"
+            else:
+                end = pending.find(b"\r\n", at)
+                if end < 0:
+                    if len(pending) - at > _SIZE_LINE:
+                        raise ValueError("a chunk size line is too long")
+                    break
+                line, at = pending[at:end], end + 2
+                if state == "trailers":
+                    trailers += len(line) + 2
+                    if trailers > MAX_HEAD_BYTES:
+                        raise ValueError("the trailers are too long")
+                    if not line:  # the body's end
+                        if out:
+                            yield b"".join(out)
+                        if at < len(pending):
+                            _push_back(reader, pending[at:])
+                        return
+                    continue
+                size = line.split(b";", 1)[0].strip(b" \t")
+                if not size or len(size) > 16 or size.strip(_HEX):
+                    raise ValueError(f"malformed chunk size: {size[:20]!r}")
+                left = int(size, 16)
+                state = "data" if left else "trailers"
+        pending = pending[at:]
+        if out:
+            yield b"".join(out)
 
 
 async def server_sent_events(chunks: AsyncIterable[bytes]) -> AsyncIterator[str]:

@@ -49,6 +49,7 @@ from app.wire import (
     WireError,
     WirePool,
     body_chunks,
+    content_length,
 )
 
 USER_AGENT = "toolgate/0.1"
@@ -118,10 +119,10 @@ class OutboundResponse:
         self._ready: bytes | None = None  # read with the head
         self.finished = bodiless  # its body read to the end: the connection may be reused
         if not bodiless and "content-length" in headers and not _chunked(headers):
-            length = headers["content-length"]
-            if not length.isdigit():
-                raise WireError(f"malformed Content-Length: {length[:40]!r}")
-            self._remaining = int(length)
+            try:
+                self._remaining = content_length(headers)
+            except ValueError as exc:
+                raise WireError(str(exc)) from None
             self.finished = self._remaining == 0
 
     async def read_capped(self, cap: int) -> tuple[bytes, bool]:
@@ -140,7 +141,10 @@ class OutboundResponse:
     async def text_capped(self, cap: int) -> tuple[str, bool]:
         """The capped body decoded with the response's charset (UTF-8 when none or unknown)."""
         data, truncated = await self.read_capped(cap)
-        return data.decode(_charset(self.headers.get("content-type", "")), "replace"), truncated
+        try:
+            return data.decode(_charset(self.headers.get("content-type", "")), "replace"), truncated
+        except LookupError:  # a codec that is not a text encoding (`hex`, `rot13`, `zlib`)
+            return data.decode("utf-8", "replace"), truncated
 
     async def prefetch(self) -> None:
         """A body of known length up to READ_SIZE read now, under the head's deadline (the
@@ -262,8 +266,8 @@ class OutboundClient:
             target += ("&" if "?" in target else "?") + urlencode(query)
         sent = _headers(headers, body, method)
         read_s = self._read_s if timeout_s is None else timeout_s
-        pool = self._pool(origin)
         await self._take_slot()
+        pool = self._pool(origin)  # after the wait: the sweep may have dropped it meanwhile
         self._in_use[origin] = self._in_use.get(origin, 0) + 1
         connection = None
         response: OutboundResponse | None = None
@@ -278,6 +282,7 @@ class OutboundClient:
                     connect_timeout_s=self._connect_s,
                 )
                 bodiless = method == "HEAD" or head.status in BODILESS_STATUSES
+                bodiless = bodiless or head.status < 200  # 101: the connection is not HTTP now
                 response = OutboundResponse(
                     head.status, head.headers, connection, bodiless=bodiless, read_s=read_s
                 )
@@ -371,6 +376,11 @@ def _headers(given: dict[str, str] | None, body: bytes | None, method: str) -> d
     for name, value in (given or {}).items():
         if not _TOKEN.fullmatch(name) or any(ch in value for ch in "\r\n\x00"):
             raise ValueError(f"the header {name[:40]!r} cannot be sent as it is")
+        if not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError:  # a lone surrogate
+                raise ValueError(f"the header {name[:40]!r} cannot be sent as it is") from None
         lower = name.lower()
         if lower in _FRAMING:
             continue
@@ -411,6 +421,8 @@ def _parts(url: str) -> tuple[str, str]:
         raise OutboundInvalidURLError(str(exc)) from None
     if normalized.scheme not in ("http", "https") or not normalized.host:
         raise OutboundInvalidURLError("not an absolute http or https URL")
+    if normalized.port is not None and not 0 < normalized.port < 65536:
+        raise OutboundInvalidURLError(f"not a port: {normalized.port}")
     if normalized.userinfo:  # a written URL may not hold them; one a model wrote is not sent
         raise OutboundInvalidURLError("credentials in the URL (user:password@) are never sent")
     origin = f"{normalized.scheme}://{normalized.netloc.decode('ascii')}"

@@ -317,3 +317,125 @@ async def test_credentials_in_a_url_are_never_sent(raw: Start) -> None:
             async with client.request("GET", server.url.replace("//", "//user:pw@")):
                 pass
     assert server.heads == []
+
+
+async def test_bytes_past_an_answer_never_become_the_next_calls_answer(raw: Start) -> None:
+    """An upstream that sends more than its answer (a body after a HEAD's head, or bytes after
+    a whole answer) must not queue a forged answer for the next call on the connection, which
+    may be another tenant's on the shared client."""
+    after = b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nEVIL"
+
+    async def overflowing(head: bytes, writer: asyncio.StreamWriter) -> bool:
+        if head.startswith(b"HEAD"):
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 37\r\n\r\n" + after)
+        elif head.startswith(b"GET /first"):
+            writer.write(OK + after)
+        else:
+            writer.write(OK)
+        return True
+
+    server = await raw(overflowing)
+    async with _client() as client:
+        for first in ("HEAD", "GET"):
+            async with client.request(first, f"{server.url}/first") as response:
+                await response.read_capped(100)
+            await asyncio.sleep(0)  # let the extra bytes arrive
+            async with client.request("GET", f"{server.url}/second") as response:
+                assert await response.read_capped(100) == (b"ok", False)
+    # HEAD (closed: bytes past it), GET /second and GET /first (closed), GET /second
+    assert server.connections == 3
+
+
+@pytest.mark.parametrize(
+    ("head", "kept"),
+    [
+        (b"HTTP/1.1 200 OK\r\nconnection: close, te\r\ncontent-length: 2\r\n\r\nok", False),
+        (b"HTTP/1.1 200 OK\r\nConnection: Keep-Alive\r\ncontent-length: 2\r\n\r\nok", True),
+        (b"HTTP/1.0 200 OK\r\nconnection: keep-alive, x\r\ncontent-length: 2\r\n\r\nok", True),
+        (b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok", False),
+        (  # chunked with a length: the chunks frame it, the connection is not used again
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 99\r\n\r\n"
+            b"2\r\nok\r\n0\r\n\r\n",
+            False,
+        ),
+    ],
+)
+async def test_a_connection_is_kept_only_when_the_answer_says_so(
+    raw: Start, head: bytes, kept: bool
+) -> None:
+    async def answer(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(head)
+        return True
+
+    server = await raw(answer)
+    async with _client() as client:
+        for _ in range(2):
+            async with client.request("GET", f"{server.url}/a") as response:
+                assert await response.read_capped(100) == (b"ok", False)
+    assert server.connections == (1 if kept else 2)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\ncontent-length: \xb2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\ncontent-length: +2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 1_0\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0x2\r\nok\r\n0\r\n\r\n",
+    ],
+)
+async def test_a_malformed_length_is_unreachable_not_a_crash(raw: Start, answer: bytes) -> None:
+    async def broken(head: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(answer)
+        return True
+
+    server = await raw(broken)
+    async with _client() as client:
+        with pytest.raises(OutboundUnreachableError):
+            async with client.request("GET", f"{server.url}/a") as response:
+                await response.read_capped(100)
+
+
+async def test_a_101_answer_is_given_not_waited_past(raw: Start) -> None:
+    async def upgrade(head: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\n\r\n")
+        return True
+
+    server = await raw(upgrade)
+    async with _client(timeout_s=5) as client:
+        async with client.request("GET", f"{server.url}/a") as response:
+            assert response.status == 101
+            assert await response.read_capped(100) == (b"", False)
+
+
+async def test_a_charset_that_is_no_text_encoding_reads_as_utf8(raw: Start) -> None:
+    async def hex_charset(head: bytes, writer: asyncio.StreamWriter) -> bool:
+        body = "héllo".encode()
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=hex\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        return True
+
+    server = await raw(hex_charset)
+    async with _client() as client:
+        async with client.request("GET", f"{server.url}/a") as response:
+            assert await response.text_capped(100) == ("héllo", False)
+
+
+@pytest.mark.parametrize("port", ["0", "70000"])
+async def test_a_port_out_of_range_is_an_invalid_url(port: str) -> None:
+    async with _client() as client:
+        with pytest.raises(OutboundInvalidURLError, match="port"):
+            async with client.request("GET", f"http://127.0.0.1:{port}/a"):
+                pass
+
+
+async def test_a_header_value_that_cannot_be_encoded_is_refused(raw: Start) -> None:
+    server = await raw(_ok)
+    async with _client() as client:
+        with pytest.raises(ValueError, match="cannot be sent"):
+            async with client.request("GET", f"{server.url}/a", headers={"X-A": "\udc80"}):
+                pass
+    assert server.heads == []
