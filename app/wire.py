@@ -121,7 +121,9 @@ class WirePool:
         """POST `body` and read the whole answer (the hot path: no streaming layers)."""
         connection, head = await self._start(body, headers)
         try:
-            data = await _read_body(connection.reader, head.headers)
+            data = b""
+            if head.status not in BODILESS_STATUSES:
+                data = await _read_body(connection.reader, head.headers)
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             connection.close()
             raise WireError("the connection closed mid-response") from exc
@@ -142,7 +144,10 @@ class WirePool:
         connection goes back to the pool only if the body was read to its end.
         """
         connection, head = await self._start(body, headers)
-        response = WireStream(head, _guarded(body_chunks(connection.reader, head.headers)))
+        chunks = body_chunks(connection.reader, head.headers)
+        if head.status in BODILESS_STATUSES:
+            chunks = _nothing()
+        response = WireStream(head, _guarded(chunks))
         try:
             yield response
         except BaseException:
@@ -373,6 +378,11 @@ async def body_chunks(
     else:  # delimited by the server closing the connection
         while chunk := await reader.read(READ_SIZE):
             yield chunk
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    return
+    yield b""  # an async generator that yields nothing
 
 
 _SIZE_LINE = 4096  # a chunk's size with its extensions

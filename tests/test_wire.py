@@ -83,6 +83,16 @@ async def test_interim_responses_are_skipped(raw: tuple[RawServer, WirePool]) ->
     assert (await pool.post(b"{}", {})).body == b"done"
 
 
+async def test_a_204_has_no_body_to_wait_for(raw: tuple[RawServer, WirePool]) -> None:
+    server, pool = raw
+    server.respond = lambda n: b"HTTP/1.1 204 No Content\r\n\r\n"
+    for _ in range(2):  # read at once, without a length, and the connection kept
+        assert (await pool.post(b"{}", {})).body == b""
+        async with pool.stream(b"{}", {}) as response:
+            assert await response.read() == b""
+    assert server.connections == 1
+
+
 @pytest.mark.parametrize(
     "response",
     [ok(b"bye", b"Connection: close\r\n"), b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nbye"],
