@@ -307,8 +307,11 @@ async def _read_head(reader: asyncio.StreamReader) -> _Head:
     return _Head(status, headers, keep_alive, persistent)
 
 
-def content_length(headers: dict[str, str]) -> int:
-    """The Content-Length, digits only (`int` would also take ` 1_0`, `+5` or `²`)."""
+def framing_length(headers: dict[str, str]) -> int | None:
+    """The body's length when its Content-Length frames it (it is not chunked), else None;
+    ValueError unless it is digits only (`int` would also take ` 1_0`, `+5` or `²`)."""
+    if "content-length" not in headers or _chunked(headers):
+        return None
     value = headers["content-length"]
     if not (value.isascii() and value.isdigit()):
         raise ValueError(f"malformed Content-Length: {value[:40]!r}")
@@ -345,8 +348,8 @@ async def _guarded(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 
 
 async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
-    if "content-length" in headers and not _chunked(headers):
-        length = content_length(headers)
+    length = framing_length(headers)
+    if length is not None:
         if length > MAX_BODY_BYTES:
             raise ValueError("response body too large")
         return await reader.readexactly(length)
@@ -364,11 +367,11 @@ async def body_chunks(
     reader: asyncio.StreamReader, headers: dict[str, str]
 ) -> AsyncIterator[bytes]:
     """A body's bytes as they arrive: chunked, of a Content-Length, or up to the close."""
+    remaining = framing_length(headers)
     if _chunked(headers):
         async for piece in _dechunked(reader):
             yield piece
-    elif "content-length" in headers:
-        remaining = content_length(headers)
+    elif remaining is not None:
         if remaining > MAX_BODY_BYTES:
             raise ValueError("response body too large")
         while remaining:

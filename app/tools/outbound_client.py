@@ -49,7 +49,7 @@ from app.wire import (
     WireError,
     WirePool,
     body_chunks,
-    content_length,
+    framing_length,
 )
 
 USER_AGENT = "toolgate/0.1"
@@ -118,9 +118,9 @@ class OutboundResponse:
         self._remaining: int | None = None
         self._ready: bytes | None = None  # read with the head
         self.finished = bodiless  # its body read to the end: the connection may be reused
-        if not bodiless and "content-length" in headers and not _chunked(headers):
+        if not bodiless:
             try:
-                self._remaining = content_length(headers)
+                self._remaining = framing_length(headers)
             except ValueError as exc:
                 raise WireError(str(exc)) from None
             self.finished = self._remaining == 0
@@ -199,10 +199,6 @@ def _charset(content_type: str) -> str:
                 return "utf-8"
             return charset
     return "utf-8"
-
-
-def _chunked(headers: dict[str, str]) -> bool:
-    return headers.get("transfer-encoding", "").lower() == "chunked"
 
 
 class OutboundClient:
