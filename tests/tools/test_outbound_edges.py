@@ -231,6 +231,11 @@ async def test_the_callers_headers_replace_the_defaults_in_any_case(raw: Start) 
         b"SSH-2.0-OpenSSH\r\n\r\n",
         b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
         b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort",  # then closed
+        b"HTTP/1.1 200 OK\r\ncontent-length: \xb2\r\n\r\nok",  # int() takes none of these
+        b"HTTP/1.1 200 OK\r\ncontent-length: +2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 1_0\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0x2\r\nok\r\n0\r\n\r\n",
     ],
 )
 async def test_a_broken_answer_is_unreachable_not_a_crash(raw: Start, answer: bytes) -> None:
@@ -373,28 +378,6 @@ async def test_a_connection_is_kept_only_when_the_answer_says_so(
             async with client.request("GET", f"{server.url}/a") as response:
                 assert await response.read_capped(100) == (b"ok", False)
     assert server.connections == (1 if kept else 2)
-
-
-@pytest.mark.parametrize(
-    "answer",
-    [
-        b"HTTP/1.1 200 OK\r\ncontent-length: \xb2\r\n\r\nok",
-        b"HTTP/1.1 200 OK\r\ncontent-length: +2\r\n\r\nok",
-        b"HTTP/1.1 200 OK\r\ncontent-length: 1_0\r\n\r\nok",
-        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok",
-        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0x2\r\nok\r\n0\r\n\r\n",
-    ],
-)
-async def test_a_malformed_length_is_unreachable_not_a_crash(raw: Start, answer: bytes) -> None:
-    async def broken(head: bytes, writer: asyncio.StreamWriter) -> bool:
-        writer.write(answer)
-        return True
-
-    server = await raw(broken)
-    async with _client() as client:
-        with pytest.raises(OutboundUnreachableError):
-            async with client.request("GET", f"{server.url}/a") as response:
-                await response.read_capped(100)
 
 
 async def test_a_101_answer_is_given_not_waited_past(raw: Start) -> None:
