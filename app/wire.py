@@ -52,7 +52,7 @@ class _Head:
     status: int
     headers: dict[str, str]  # names in lower case; of a repeated one, its last value
     keep_alive: bool  # the connection may carry another request once the body is read
-    persistent: bool  # the server keeps it open (for an answer without a body: HEAD)
+    bodiless: bool  # no body whatever the headers say: to a HEAD, a 101, a 204, a 304
 
 
 class WireStream:
@@ -122,7 +122,7 @@ class WirePool:
         connection, head = await self._start(body, headers)
         try:
             data = b""
-            if head.status not in BODILESS_STATUSES:
+            if not head.bodiless:
                 data = await _read_body(connection.reader, head.headers)
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             connection.close()
@@ -145,7 +145,7 @@ class WirePool:
         """
         connection, head = await self._start(body, headers)
         chunks = body_chunks(connection.reader, head.headers)
-        if head.status in BODILESS_STATUSES:
+        if head.bodiless:
             chunks = _nothing()
         response = WireStream(head, _guarded(chunks))
         try:
@@ -164,24 +164,20 @@ class WirePool:
         *,
         retry_dropped: bool,
         connect_timeout_s: float | None = None,
-        read_timeout_s: float | None = None,
     ) -> tuple[Connection, _Head]:
         """Send one request (`target`: the path and query) and read the answer's head; the
         caller reads the body (`body_chunks`) and then hands the connection back (`release`).
-        The connect (lookup, connect, TLS) and the wait for the head each have their deadline;
-        `retry_dropped`: a pooled connection the server closed before answering is replaced
-        once (only for requests that may be sent twice)."""
+        A new connection (lookup, connect, TLS) has `connect_timeout_s`; the caller bounds the
+        rest. `retry_dropped`: a pooled connection the server closed before answering is
+        replaced once (only for requests that may be sent twice)."""
         connection = await self._acquire(connect_timeout_s)
         try:
-            head = await self._send(connection, body, headers, method, target, read_timeout_s)
-            return connection, head
+            return connection, await self._send(connection, method, target, body, headers)
         except DroppedConnectionError:
             if not connection.reused or not retry_dropped:
                 raise
         connection = await self._open(connect_timeout_s)
-        return connection, await self._send(
-            connection, body, headers, method, target, read_timeout_s
-        )
+        return connection, await self._send(connection, method, target, body, headers)
 
     async def _start(self, body: bytes, headers: dict[str, str]) -> tuple[Connection, _Head]:
         """POST to the pool's URL and read the head; a dropped pooled connection is replaced
@@ -244,15 +240,12 @@ class WirePool:
     async def _send(
         self,
         connection: Connection,
+        method: str,
+        target: str,
         body: bytes | None,
         headers: dict[str, str],
-        method: str = "POST",
-        target: str | None = None,
-        read_timeout_s: float | None = None,
     ) -> _Head:
-        lines = [f"{method} {target or self.path} HTTP/1.1"]
-        if "Host" not in headers:
-            lines.append(f"Host: {self.host_header}")
+        lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}"]
         if body is not None:
             lines.append(f"Content-Length: {len(body)}")
         lines += [f"{name}: {value}" for name, value in headers.items()]
@@ -260,10 +253,7 @@ class WirePool:
         try:
             connection.writer.write(head + body if body else head)
             await connection.writer.drain()
-            if read_timeout_s is None:
-                return await _read_head(connection.reader)
-            async with asyncio.timeout(read_timeout_s):
-                return await _read_head(connection.reader)
+            return await _read_head(connection.reader, method)
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             connection.close()
             raise DroppedConnectionError("the server closed the connection") from exc
@@ -279,7 +269,7 @@ class WirePool:
             self._idle.pop().close()
 
 
-async def _read_head(reader: asyncio.StreamReader) -> _Head:
+async def _read_head(reader: asyncio.StreamReader, method: str) -> _Head:
     while True:
         lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
         version, _, rest = lines[0].partition(" ")
@@ -302,9 +292,10 @@ async def _read_head(reader: asyncio.StreamReader) -> _Head:
     chunked = _chunked(headers)
     # With both, Transfer-Encoding frames the body and the connection is not used again (RFC
     # 9112 6.3): the two may disagree.
-    framed = status in BODILESS_STATUSES or chunked or "content-length" in headers
+    bodiless = method == "HEAD" or status < 200 or status in BODILESS_STATUSES
+    framed = bodiless or chunked or "content-length" in headers
     keep_alive = framed and persistent and not (chunked and "content-length" in headers)
-    return _Head(status, headers, keep_alive, persistent)
+    return _Head(status, headers, keep_alive, bodiless)
 
 
 def framing_length(headers: dict[str, str]) -> int | None:

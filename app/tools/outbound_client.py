@@ -40,9 +40,10 @@ from urllib.parse import urlencode
 
 import httpx
 
+from app.outbound import RESERVED_HEADERS
+from app.schemas.fields import HEADER_NAME_PATTERN, HEADER_VALUE_PATTERN
 from app.tools.netguard import OutboundPolicy, Resolver, system_resolver, vetted_addresses
 from app.wire import (
-    BODILESS_STATUSES,
     READ_SIZE,
     Connection,
     DroppedConnectionError,
@@ -58,8 +59,10 @@ KEEPALIVE_S = 15.0
 # Requests that may be sent again when a kept-alive connection turns out closed before any
 # answer (RFC 9110 9.2.2); any other method fails instead of being sent twice.
 _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
-_FRAMING = frozenset({"content-length", "transfer-encoding"})
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# The rules stored tools' header names and values follow (`app/schemas/fields.py`).
+_HEADER_NAME = re.compile(HEADER_NAME_PATTERN)
+_HEADER_VALUE = re.compile(HEADER_VALUE_PATTERN)
+_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 
 
 class OutboundError(Exception):
@@ -257,10 +260,10 @@ class OutboundClient:
         failure, while sending or while reading, comes out as an `OutboundError`."""
         if self._closed:
             raise OutboundUnreachableError("ClientClosed")
-        origin, target = _split(url)
-        if query:
-            target += ("&" if "?" in target else "?") + urlencode(query)
-        sent = _headers(headers, body, method)
+        origin, target = _target(url, query)
+        sent = _headers(headers, body)
+        if body is None and method in _WITH_BODY:
+            body = b""  # sent with a Content-Length of 0
         read_s = self._read_s if timeout_s is None else timeout_s
         await self._take_slot()
         pool = self._pool(origin)  # after the wait: the sweep may have dropped it meanwhile
@@ -277,10 +280,8 @@ class OutboundClient:
                     retry_dropped=method in _IDEMPOTENT,
                     connect_timeout_s=self._connect_s,
                 )
-                bodiless = method == "HEAD" or head.status in BODILESS_STATUSES
-                bodiless = bodiless or head.status < 200  # 101: the connection is not HTTP now
                 response = OutboundResponse(
-                    head.status, head.headers, connection, bodiless=bodiless, read_s=read_s
+                    head.status, head.headers, connection, bodiless=head.bodiless, read_s=read_s
                 )
                 await response.prefetch()
             yield response
@@ -294,8 +295,7 @@ class OutboundClient:
             raise OutboundUnreachableError(type(exc).__name__) from None
         finally:
             if connection is not None:
-                kept = head.keep_alive or (head.persistent and method == "HEAD")
-                reusable = response is not None and response.finished and kept
+                reusable = response is not None and response.finished and head.keep_alive
                 pool.release(connection, reusable and not self._closed)
             self._done(origin)
 
@@ -358,19 +358,18 @@ def _reason(exc: WireError) -> str:
     return "MalformedResponseError"
 
 
-def _headers(given: dict[str, str] | None, body: bytes | None, method: str) -> dict[str, str]:
+def _headers(given: dict[str, str] | None, body: bytes | None) -> dict[str, str]:
     """The request's headers: the client's defaults, replaced by the caller's of the same
-    name (in any case), and a Content-Type for a body. A name that is not an HTTP token, or a
-    value with a line break, is refused (it could add a header or end the head); the caller's
-    Content-Length and Transfer-Encoding are left out (the client frames the body it sends:
-    a second length would let the upstream read another request into it)."""
+    name (in any case), and a Content-Type for a body. A name or a value that a stored tool's
+    header could not have is refused (a line break could add a header or end the head); the
+    headers the client owns (`RESERVED_HEADERS`: Host, the body's framing, the connection's)
+    are left out, as a stored tool may not set them either: a second length would let the
+    upstream read another request into the body."""
     sent = {"User-Agent": USER_AGENT, "Accept-Encoding": "gzip, deflate"}
     if body is not None:
         sent["Content-Type"] = "application/json"
-    elif method in ("POST", "PUT", "PATCH"):
-        sent["Content-Length"] = "0"
     for name, value in (given or {}).items():
-        if not _TOKEN.fullmatch(name) or any(ch in value for ch in "\r\n\x00"):
+        if not _HEADER_NAME.fullmatch(name) or not _HEADER_VALUE.fullmatch(value):
             raise ValueError(f"the header {name[:40]!r} cannot be sent as it is")
         if not value.isascii():
             try:
@@ -378,11 +377,11 @@ def _headers(given: dict[str, str] | None, body: bytes | None, method: str) -> d
             except UnicodeEncodeError:  # a lone surrogate
                 raise ValueError(f"the header {name[:40]!r} cannot be sent as it is") from None
         lower = name.lower()
-        if lower in _FRAMING:
+        if lower in RESERVED_HEADERS:
             continue
         for default in [key for key in sent if key.lower() == lower]:
             del sent[default]
-        sent["Host" if lower == "host" else name] = value
+        sent[name] = value
     return sent
 
 
@@ -390,10 +389,16 @@ def request_url(url: str, query: Sequence[tuple[str, str]] = ()) -> str:
     """`url` as sent: normalized as httpx writes it (IDNA host, percent-encoded path and query,
     percent escapes such as `%2E` kept as they are), without its fragment, with the pairs of
     `query` appended to its own query."""
+    origin, target = _target(url, query)
+    return origin + target
+
+
+def _target(url: str, query: Sequence[tuple[str, str]]) -> tuple[str, str]:
+    """(origin, target) of `url`, the pairs of `query` appended to its own query."""
     origin, target = _split(url)
     if query:
         target += ("&" if "?" in target else "?") + urlencode(query)
-    return origin + target
+    return origin, target
 
 
 def _split(url: str) -> tuple[str, str]:
