@@ -380,6 +380,7 @@ async def _nothing() -> AsyncIterator[bytes]:
 
 
 _SIZE_LINE = 4096  # a chunk's size with its extensions
+FRAMING_PER_BYTE = 16
 _HEX = b"0123456789abcdefABCDEF"
 
 
@@ -387,8 +388,11 @@ async def _dechunked(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
     """A chunked body's data, one piece per read from the socket whatever the chunks' sizes
     (a body of one-byte chunks costs the parsing of each, not an await and an object each;
     a chunk declaring a gigabyte is passed on as it arrives), then its trailers read and
-    dropped. Bytes past the body's end go back to the reader."""
+    dropped. Bytes past the body's end go back to the reader. The framing may be at most
+    FRAMING_PER_BYTE times the data (one-byte chunks take 5): a body of chunk extensions would
+    otherwise be read and parsed without end, since caps count the data."""
     pending = b""  # read, not yet parsed
+    carried = framing = 0  # data bytes passed on, and bytes of size lines and CRLFs
     left = 0  # data bytes still due in the current chunk
     state = "size"  # or "data", "crlf" (after a chunk's data), "trailers"
     trailers = 0
@@ -403,6 +407,7 @@ async def _dechunked(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
             if state == "data":
                 taken = pending[at : at + left]
                 out.append(taken)
+                carried += len(taken)
                 at += len(taken)
                 left -= len(taken)
                 if not left:
@@ -432,6 +437,9 @@ async def _dechunked(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
                             _push_back(reader, pending[at:])
                         return
                     continue
+                framing += len(line) + 4  # with its CRLF and the one after the data
+                if framing > FRAMING_PER_BYTE * carried + _SIZE_LINE:
+                    raise ValueError("the chunked body is mostly framing")
                 size = line.split(b";", 1)[0].strip(b" \t")
                 if not size or len(size) > 16 or size.strip(_HEX):
                     raise ValueError(f"malformed chunk size: {size[:20]!r}")

@@ -212,3 +212,16 @@ async def test_bytes_past_a_chunked_body_stay_unread() -> None:
     reader = _fed(b"2\r\nhi\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n")
     assert [p async for p in body_chunks(reader, {"transfer-encoding": "chunked"})] == [b"hi"]
     assert _unread(reader) == len(b"HTTP/1.1 200 OK\r\n")
+
+
+async def test_a_body_of_chunk_extensions_is_refused() -> None:
+    """Caps count the data: a body that is all framing (a byte of data per 2 KB extension)
+    would be read and parsed without end."""
+    from app.wire import body_chunks
+
+    padded = b"".join(b"1;" + b"e" * 2000 + b"\r\nx\r\n" for _ in range(100)) + b"0\r\n\r\n"
+    with pytest.raises(ValueError, match="framing"):
+        [p async for p in body_chunks(_fed(padded), {"transfer-encoding": "chunked"})]
+    plain = b"".join(b"1;e=1\r\nx\r\n" for _ in range(10_000)) + b"0\r\n\r\n"
+    data = [p async for p in body_chunks(_fed(plain), {"transfer-encoding": "chunked"})]
+    assert b"".join(data) == b"x" * 10_000
