@@ -5,6 +5,7 @@ the pictures go to docs/console/ (docs/console.md shows them)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from tests.support.apps import ADMIN_KEY
 from tests.support.browser import Tab, browser_tab
 from tests.support.console import HOSTILE, SCREENSHOTS, ConsoleService, console_service
 from tests.support.screenshots import stamped
+from tests.support.waiting import within
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -610,3 +612,47 @@ async def test_a_wrong_key_is_refused_with_the_services_words(service: ConsoleSe
         await expect(page.get_by_role("alert")).to_contain_text("The API key is not valid")
         assert await page.evaluate("sessionStorage.length") == 0
     assert (tab.cut, unexpected(tab)) == ([], [])
+
+
+async def test_show_runs_pressed_twice_lists_each_run_once(service: ConsoleService) -> None:
+    """A load of the runs page still on its way when "Show runs" is pressed again must not add
+    its rows to the newer load's (each emptied the list, then both added: every run twice)."""
+    async with browser_tab(service.url, height=700) as (page, tab):
+        await new_tenant(page, service, "twice")
+        await page.goto(f"{service.url}/console#/invoke/rolldice")
+        await page.get_by_label("d (required): integer").fill("6")
+        await page.get_by_role("button", name="Run the tool").click()
+        await expect(page.get_by_role("region", name="Result")).to_contain_text("ok")
+        await page.goto(f"{service.url}/console#/runs")
+        rows = page.locator("tbody tr")
+
+        async def listed() -> bool:  # run records are written just after the answer
+            if await rows.count():
+                return True
+            await page.get_by_role("button", name="Show runs").click()
+            return False
+
+        await within(listed, 10, every_s=0.1)
+        await expect(rows).to_have_count(1)
+
+        held: list[Any] = []
+        both = asyncio.Event()
+
+        async def hold(route: Any) -> None:
+            held.append(route)
+            if len(held) == 2:
+                both.set()
+
+        await page.route(re.compile(r"/runs\?"), hold)
+        for _ in range(2):
+            await page.get_by_role("button", name="Show runs").click()
+        async with asyncio.timeout(10):
+            await both.wait()
+        stale = {"run_id": "stale-1", "kind": "invoke", "started_at": "2026-01-01T00:00:00Z"}
+        async with page.expect_response(re.compile(r"/runs\?")) as first:
+            await held[0].fulfill(json={"items": [stale], "next_cursor": None})
+        await (await first.value).finished()
+        await held[1].continue_()
+        await expect(rows).to_have_count(1)
+        await expect(rows).not_to_contain_text("stale-1")
+    assert unexpected(tab) == []

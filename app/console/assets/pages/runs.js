@@ -45,21 +45,24 @@ export const runsPage = {
     const rows = [];
     const body = h("div", { "aria-live": "polite" });
     let cursor = null;
+    let latest = 0; // only the newest load shows: two in flight would both add their rows
     const load = async (more) => {
+      const mine = ++latest;
       const query = new URLSearchParams({ limit: "50" });
       if (toolId.value.trim()) query.set("tool_id", toolId.value.trim());
       if (status.value) query.set("status", status.value);
       if (more && cursor) query.set("cursor", cursor);
-      if (!more) rows.length = 0;
       try {
         const page = await api("GET", `/runs?${query}`);
+        if (mine !== latest) return;
+        if (!more) rows.length = 0;
         rows.push(...page.items.map(runRow));
         cursor = page.next_cursor;
         append(clear(body),
           table(count(rows.length, "run"), ["Run", "Kind", "Started", "Ended as", "Model calls", "Tool calls", "Tokens"], rows),
           cursor ? button("Load more", () => load(true)) : null);
       } catch (error) {
-        ctx.error(error, body);
+        if (mine === latest) ctx.error(error, body);
       }
     };
     append(main, h("h1", {}, "Runs"),
