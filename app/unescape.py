@@ -173,7 +173,21 @@ class _Decoder:
     def run(self, run: str) -> str:
         decoded = self.family.run_unescaped(run)
         if self.careful and self._crosses(decoded):
-            decoded = "".join(self.token(t) for t in self.family.tokens.findall(run))
+            decoded = "".join(self.tokens(self.family.tokens.findall(run)))
+        return decoded
+
+    def tokens(self, tokens: list[str]) -> list[str]:
+        """Each of a run's escapes decoded (`token`). Careful: an escape that decodes to this
+        family's marker just before one kept as it is stays as it is too, and so on leftwards:
+        `\\\\` decoded before a kept `\\u0026` would make `\\\\u0026`, a backslash
+        escape and the text `u0026`, and the `\\&` they stood for would never show."""
+        decoded = [self.token(token) for token in tokens]
+        if self.careful:
+            marker = self.family.marker
+            for index in range(len(tokens) - 1, 0, -1):
+                kept = decoded[index] == tokens[index]
+                if kept and decoded[index - 1].endswith(marker):
+                    decoded[index - 1] = tokens[index - 1]
         return decoded
 
     def token(self, token: str) -> str:
@@ -214,9 +228,9 @@ class _Decoder:
         """A decoded run's pieces: each escape, or each character of a decoded `%XX` run (3
         source characters per UTF-8 byte)."""
         pieces = Pieces()
-        for match in self.family.tokens.finditer(run):
+        matches = list(self.family.tokens.finditer(run))
+        for match, decoded in zip(matches, self.tokens([m.group() for m in matches]), strict=True):
             token, offset = match.group(), match.start()
-            decoded = self.token(token)
             if self.family.marker == "%" and decoded != token:
                 for char in decoded:
                     width = 3 * _utf8_width(char)

@@ -90,12 +90,24 @@ TEXTUAL = sorted(name for name in ALL_FORMS if "base64" not in name and not name
     outer=st.sampled_from(TEXTUAL),
     before=AROUND,
 )
+@example(  # found by a run: `\\` decoded before a `\u0026` kept for later read as `\\u0026`
+    value="000000\\&", inner="go encoding/json", outer="%XX on every byte", before=""
+)
 def test_a_value_never_survives_a_textual_form_of_any_form(
     value: str, inner: str, outer: str, before: str
 ) -> None:
     text = ALL_FORMS[outer](f"{before} {ALL_FORMS[inner](value)}.")
     scrubbed = Scrubber([value])(text)
     assert not leaks(value, scrubbed), (text, scrubbed)
+
+
+def test_a_backslash_before_an_escape_kept_for_later_stays_with_it() -> None:
+    """JSON `\\\\\\u0026` is a backslash and an `&`: decoding the backslash now and the
+    `&` (another family's marker) on a later pass made `\\\\u0026` in between, which reads
+    as a backslash escape and the text `u0026`, and `\\&` never showed in any layer."""
+    scrub = Scrubber(["x-000000\\&"])
+    assert scrub("a x-000000\\\\\\u0026 b") == "a [redacted] b"
+    assert scrub("a x-000000\\u0026 b") == "a x-000000\\u0026 b"  # `\u0026` is `&` alone
 
 
 @pytest.mark.parametrize("value", ["ª¼¥§Ì§", "\ud800lone-surrogate", "ÿÿÿÿÿÿÿÿ", "a" * 8])
