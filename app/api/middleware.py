@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import time
+from typing import Any
 
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -37,37 +38,97 @@ class BodySizeLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            await problem_response(413, self._detail())(scope, receive, send)
+        for name, declared in scope["headers"]:
+            if name == b"content-length" and (
+                not declared.isdigit() or int(declared) > self.max_bytes
+            ):
+                await problem_response(413, self._detail())(scope, receive, send)
+                return
+        await self.app(scope, _BodyGate(self, receive).receive, send)
+
+
+class _BodyGate:
+    """One request's `receive` under `BodySizeLimitMiddleware`: the bytes counted, and one timer
+    for the whole body, armed at the first read (a request that reads no body arms none) and
+    dropped once the body is in. The timer cancels the read it interrupts; that read answers
+    408. (`asyncio.timeout` around each read cost 10-30 us of every request with a body.)"""
+
+    __slots__ = (
+        "_fired",
+        "_limits",
+        "_reading",
+        "_receive",
+        "_received",
+        "_started",
+        "_task",
+        "_timer",
+    )
+
+    def __init__(self, limits: BodySizeLimitMiddleware, receive: Receive) -> None:
+        self._limits: BodySizeLimitMiddleware | None = limits
+        self._receive = receive
+        self._started = asyncio.get_running_loop().time()
+        self._received = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._reading = False  # the task is awaiting a read the timer may interrupt
+        self._fired: int | None = None  # the task's `cancelling()` before the timer's cancel
+
+    async def receive(self) -> Message:
+        limits = self._limits
+        if limits is None:  # the body is in: reads only wait for a disconnect, no deadline
+            return await self._receive()
+        if self._timer is None:
+            loop = asyncio.get_running_loop()
+            deadline = self._started + limits.timeout_s
+            if loop.time() >= deadline:
+                raise self._late()
+            self._task = asyncio.current_task()
+            self._timer = loop.call_at(deadline, self._expire)
+        elif self._fired is not None:  # expired between two reads
+            raise self._late()
+        self._reading = True
+        try:
+            message = await self._receive()
+        except asyncio.CancelledError:
+            if self._fired is not None and self._task is not None:
+                if self._task.uncancel() <= self._fired:  # the timer's cancel alone
+                    raise self._late() from None
+            raise
+        finally:
+            self._reading = False
+        if message["type"] == "http.request":
+            self._received += len(message.get("body", b""))
+            if self._received > limits.max_bytes:
+                # FastAPI re-raises HTTPException from body parsing; the problem handler
+                # answers it like any other error.
+                self._drop_timer()
+                raise HTTPException(413, limits._detail())
+            if not message.get("more_body", False):
+                self._drop_timer()
+                self._limits = None
+        return message
+
+    def _expire(self) -> None:
+        task = self._task
+        if task is None or self._limits is None:
             return
-        received = 0
-        deadline = time.monotonic() + self.timeout_s
-        body_done = False
+        self._fired = task.cancelling()
+        if self._reading:
+            task.cancel()
 
-        async def limited_receive() -> Message:
-            nonlocal received, body_done
-            if body_done:  # afterwards receive() only waits for a disconnect: no deadline
-                return await receive()
-            try:
-                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                    message = await receive()
-            except TimeoutError:
-                raise HTTPException(
-                    408,
-                    f"The request body did not arrive within {self.timeout_s:g} s.",
-                    headers={"Connection": "close"},
-                ) from None
-            if message["type"] == "http.request":
-                body_done = not message.get("more_body", False)
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    # FastAPI re-raises HTTPException from body parsing; the problem handler
-                    # answers it like any other error.
-                    raise HTTPException(413, self._detail())
-            return message
+    def _late(self) -> HTTPException:
+        self._drop_timer()
+        timeout_s = self._limits.timeout_s if self._limits is not None else 0.0
+        return HTTPException(
+            408,
+            f"The request body did not arrive within {timeout_s:g} s.",
+            headers={"Connection": "close"},
+        )
 
-        await self.app(scope, limited_receive, send)
+    def _drop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 REQUEST_ID_HEADER = b"x-request-id"

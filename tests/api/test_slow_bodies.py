@@ -1,10 +1,10 @@
 """A request body that never arrives whole gets 408 and a closed connection (raw sockets against
-the app served by uvicorn: the in-process client cannot send a short body)."""
+the app served by uvicorn: the in-process client cannot send a short body). When the deadline
+falls is tested on a clock moved by hand, in test_body_gate.py."""
 
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -29,10 +29,9 @@ def served() -> Iterator[tuple[str, int, bytes]]:
     server.stop()
 
 
-def _exchange(address: tuple[str, int], head: bytes, body: bytes) -> tuple[bytes, float, bool]:
-    """Send, then read until the server closes: (answer, seconds to the answer, closed)."""
+def _exchange(address: tuple[str, int], head: bytes, body: bytes) -> tuple[bytes, bool]:
+    """Send, then read until the server closes: (answer, closed)."""
     with socket.create_connection(address, timeout=TIMEOUT_S * 10) as sock:
-        started = time.monotonic()
         sock.sendall(head + body)
         answer, closed = b"", False
         while True:
@@ -44,7 +43,7 @@ def _exchange(address: tuple[str, int], head: bytes, body: bytes) -> tuple[bytes
                 closed = True
                 break
             answer += chunk
-        return answer, time.monotonic() - started, closed
+        return answer, closed
 
 
 @pytest.mark.parametrize(
@@ -74,11 +73,9 @@ def test_a_partial_body_gets_408_and_the_connection_closes(
     served: tuple[str, int, bytes], head: bytes, body: bytes
 ) -> None:
     host, port, key = served
-    answer, seconds, closed = _exchange((host, port), head.replace(b"KEY", key), body)
+    answer, closed = _exchange((host, port), head.replace(b"KEY", key), body)
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:300]
     assert b"did not arrive within 1 s" in answer
-    # Held until the timeout (the server's clock starts a moment apart from ours: 50 ms slack).
-    assert TIMEOUT_S - 0.05 <= seconds < TIMEOUT_S * 5
     assert closed
 
 
@@ -88,6 +85,5 @@ def test_a_whole_body_is_unaffected(served: tuple[str, int, bytes]) -> None:
         b"POST /tenants HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
         b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(raw)
     )
-    answer, seconds, _ = _exchange(served[:2], head, raw)
-    assert answer.startswith(b"HTTP/1.1 401 ")  # no key: refused at once, not after a timeout
-    assert seconds < TIMEOUT_S
+    answer, _ = _exchange(served[:2], head, raw)
+    assert answer.startswith(b"HTTP/1.1 401 ")  # no key: refused, not a 408 after the timeout
