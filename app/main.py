@@ -26,7 +26,7 @@ from app.api import (
 )
 from app.api.console import install_console
 from app.api.docs import install_docs, install_openapi
-from app.api.hot_routes import ChatRoute, InvokeRoute
+from app.api.hot_routes import ChatRoute, HotLane, InvokeRoute
 from app.api.mcp_endpoint import McpGateway
 from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from app.api.problems import PROBLEM_MEDIA_TYPE, install_error_handlers
@@ -166,6 +166,14 @@ def create_app(
         redirect_slashes=False,
     )
     app.state.metrics = Metrics()
+    # MCP over streamable HTTP (docs/mcp.md); not a REST route, so not in the OpenAPI document.
+    # Starlette serves an endpoint that is not a function as an ASGI app; every method reaches
+    # it, so the credential is checked before anything is said about the method (405 but POST).
+    gateway = McpGateway()
+    # Innermost: `/mcp` and the plain invoke and chat answered ahead of the exception layer and
+    # FastAPI's routing (app/api/hot_routes.py), with the app's exception handlers.
+    hot = (InvokeRoute(), ChatRoute(), Route("/mcp", gateway))
+    app.add_middleware(HotLane, routes=hot, handlers=app.exception_handlers)
     app.add_middleware(
         BodySizeLimitMiddleware,
         max_bytes=settings.max_body_bytes,
@@ -186,19 +194,11 @@ def create_app(
     )
     install_error_handlers(app)
     _finish_openapi(app, settings)
-    # Hot routes first (matching walks routes in order); /ping first of the routers.
+    # /ping first of the routers (matching walks routes in order).
     routers = (health, tools, chat, runs, mcp_servers, model_providers, secrets, client_tokens)
     for module in (*routers, categories, tenants):
         app.include_router(module.router)
     app.include_router(mcp_metadata.router)
-    # MCP over streamable HTTP (docs/mcp.md); not a REST route, so not in the OpenAPI document.
-    # Starlette serves an endpoint that is not a function as an ASGI app; every method reaches
-    # it, so the credential is checked before anything is said about the method (405 but POST).
-    gateway = McpGateway()
-    # The hot routes are matched first, `/mcp` and the plain invoke and chat answered below
-    # FastAPI's routing (app/api/hot_routes.py): the health router's inclusion matches each of
-    # its routes in turn (about 2% of an invoke), while these refuse a GET /ping at once.
-    app.router.routes[0:0] = [InvokeRoute(), ChatRoute(), Route("/mcp", gateway)]
     if settings.docs_served:
         install_openapi(app, openapi_url=OPENAPI_URL)
         install_docs(app, openapi_url=OPENAPI_URL)

@@ -1,32 +1,36 @@
-"""`POST /tools/{tool_id}/invoke` and `POST /chat` answered below FastAPI's routing, as `/mcp`
-is.
+"""`POST /tools/{tool_id}/invoke`, `POST /chat` and `/mcp` answered ahead of FastAPI's routing.
 
 FastAPI's route machinery (the included router's match, dependency solving, its request and
-response wrappers) cost about a third of an invoke's CPU. `InvokeRoute` and `ChatRoute` sit in
-the app's route list ahead of the FastAPI routes and take only the plain case: a POST with a
-JSON body (and, for invoke, a well-formed tool id and no stream asked for). Anything else (a
-malformed id, another content type, another method) does not match them and reaches the FastAPI
-route, which stays the documented one.
+response wrappers) cost about a third of an invoke's CPU, and the exception and exit-stack
+layers and the router in front of any route another 20-30 us. `HotLane` is the innermost of
+the app's middleware: it holds `InvokeRoute`, `ChatRoute` and the `/mcp` endpoint, and answers
+what they match with the app's exception handlers as Starlette's exception layer applies them;
+anything else goes on to that layer and the router. The hot routes take only the plain case: a
+POST with a JSON body (and, for invoke, a well-formed tool id and no stream asked for). Anything
+else (a malformed id, another content type, another method) does not match them and reaches
+the FastAPI route, which stays the documented one.
 
 The plain case runs the same steps the FastAPI route runs, in the same order, through the same
 functions (`authenticate`, the body's model, the service); it is still inside every middleware
-(request id, access log, metrics, body limits, CORS), and its errors propagate to the app's
-exception handlers like any route's.
+(request id, access log, metrics, body limits, CORS, the server-error layer), and its errors
+reach the app's exception handlers like any route's.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi.exceptions import RequestValidationError
+from starlette._exception_handler import wrap_app_handling_exceptions
 from starlette._utils import get_route_path
 from starlette.datastructures import URLPath
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, NoMatchFound
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
 
 from app.api.routing import json_body, parsed_body, validated_body
 from app.api.sse import event_stream
@@ -56,6 +60,41 @@ async def invoke_json(tenant: TenantContext, tool_id: str, request: Request) -> 
         tool_id, body.arguments, body.context_arguments, tenant_id=tenant.id
     )
     return orjson.dumps(result)  # a dataclass
+
+
+class HotLane:
+    """The innermost middleware: a request one of `routes` matches is handled here, its errors
+    through the app's exception handlers (`handlers`, the app's own dict, read when the stack
+    is built) as Starlette's `ExceptionMiddleware` would; Exception itself (a 500) is left to
+    the server-error layer outside, as it is for any route. Anything else goes on to `app`."""
+
+    def __init__(
+        self, app: ASGIApp, *, routes: tuple[BaseRoute, ...], handlers: Mapping[Any, Any]
+    ) -> None:
+        self.app = app
+        self.routes = routes
+        by_class: dict[Any, ExceptionHandler] = {}
+        by_status: dict[int, ExceptionHandler] = {}
+        for key, handler in handlers.items():  # as ExceptionMiddleware sorts them
+            if key in (500, Exception):
+                continue
+            if isinstance(key, int):
+                by_status[key] = handler
+            else:
+                by_class[key] = handler
+        self._handlers = (by_class, by_status)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for route in self.routes:
+                match, child = route.matches(scope)
+                if match is Match.FULL:
+                    scope.update(child)
+                    scope["starlette.exception_handlers"] = self._handlers
+                    handled = wrap_app_handling_exceptions(route.handle, Request(scope, receive))
+                    await handled(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
 
 
 class _HotRoute(BaseRoute):
