@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from app.cache import LoadingCache
@@ -116,6 +117,14 @@ class ToolSnapshot:
             enabled=[e.tool for e in entries if e.tool is not None and e.tool.enabled],
             categories={state.name: state for state in states if state is not None},
         )
+
+    @cached_property
+    def enabled_by_name(self) -> dict[str, list[FunctionTool | ExternalTool]]:
+        """The enabled tools by name (a one-tool call by name looks its tool up here)."""
+        named: dict[str, list[FunctionTool | ExternalTool]] = {}
+        for tool in self.enabled:
+            named.setdefault(tool.name, []).append(tool)
+        return named
 
     @property
     def unreadable(self) -> list[CatalogEntry]:

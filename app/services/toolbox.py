@@ -46,7 +46,7 @@ from app.mcp.hub import McpHub
 from app.mcp.sessions import McpSessions
 from app.mcp.tools import mcp_server_tool
 from app.schemas.categories import DEFAULT_CATEGORY
-from app.services.catalog import CatalogEntry, CategoryState, ToolCatalog
+from app.services.catalog import CatalogEntry, CategoryState, ToolCatalog, ToolSnapshot
 from app.services.client_tokens import ClientToken
 from app.services.mcp_servers import McpServerService
 from app.services.outbound import TenantOutbound
@@ -116,14 +116,27 @@ class Toolset:
         *,
         skipped_servers: dict[str, str],
         sessions: McpSessions | None,
-        hints: UsageHints | None = None,
     ) -> None:
         self.tools = tools
-        self.hints = hints or UsageHints([], None)
+        self._hinted: tuple[Sequence[TypedTool], Mapping[str, CategoryState]] = ((), {})
+        self._hints: UsageHints | None = None
         self.by_name = {tool.name: tool for tool in tools}
         self.call = call
         self.skipped_servers = skipped_servers
         self._sessions = sessions
+
+    @property
+    def hints(self) -> UsageHints:
+        """The usage hints of the stored tools' categories, built when first read (a chat
+        reads them; a one-tool call never does)."""
+        if self._hints is None:
+            self._hints = usage_hints(*self._hinted)
+        return self._hints
+
+    def hinted_by(
+        self, tools: Sequence[TypedTool], categories: Mapping[str, CategoryState]
+    ) -> None:
+        self._hinted, self._hints = (tools, categories), None
 
     def only(self) -> TypedTool:
         """The one tool of a one-tool selection."""
@@ -224,7 +237,7 @@ class Toolbox:
             await self._check_served_names(tenant_id, stored, merged, token)
         used = [s for s in servers if s.name not in skipped]
         toolset = await self._toolset(tenant_id, tools, merged, used, skipped)
-        toolset.hints = usage_hints(stored, categories)
+        toolset.hinted_by(stored, categories)
         return toolset
 
     async def hints(
@@ -241,6 +254,9 @@ class Toolbox:
         name of a stored tool is always that tool), and the tenant's categories."""
         snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
         categories = snapshot.categories
+        one = _one_tool(snapshot, selection, token)
+        if one is not None:  # the common one-tool call: no list of the tenant's tools built
+            return one, {}, categories
         pool: list[TypedTool] = (
             [entry.tool for entry in snapshot.entries if entry.tool is not None]
             if selection.admin
@@ -383,6 +399,33 @@ class Toolbox:
             http=http,
         )
         return Toolset(tools, scope, skipped_servers=skipped, sessions=sessions)
+
+
+def _one_tool(
+    snapshot: ToolSnapshot, selection: Selection, token: ClientToken | None
+) -> list[TypedTool] | None:
+    """A one-tool selection's stored tool, looked up rather than searched for: what
+    `_stored_tools` would choose when the id (or name) is a stored tool's, or None (anything
+    else: not found, a server's tool, tags) for its general path to decide."""
+    if selection.tool_ids is None or len(selection.tool_ids) != 1 or selection.tags is not None:
+        return None
+    [wanted] = selection.tool_ids
+    if selection.by_name:
+        candidates: Sequence[TypedTool] = snapshot.enabled_by_name.get(wanted, ())
+        if selection.admin:
+            candidates = [e.tool for e in snapshot.entries if e.tool and e.tool.name == wanted]
+    else:
+        entry = snapshot.by_id.get(wanted)
+        candidates = [entry.tool] if entry is not None and entry.tool is not None else []
+        if not selection.admin:
+            candidates = [tool for tool in candidates if tool.enabled]
+    chosen = [
+        tool
+        for tool in candidates
+        if (selection.admin or category_on(tool.category, snapshot.categories))
+        and (token is None or token.selects(tool))
+    ]
+    return chosen or None
 
 
 def category_on(name: str, categories: Mapping[str, CategoryState]) -> bool:

@@ -22,7 +22,7 @@ class Scrubber:
     __slots__ = ("values",)
 
     def __init__(self, hidden: Iterable[Any] = ()) -> None:
-        self.values = HiddenValues(hidden)
+        self.values = HiddenValues.of(hidden)
 
     def __bool__(self) -> bool:
         return bool(self.values)

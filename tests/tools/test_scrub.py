@@ -145,3 +145,24 @@ def test_json_deeper_than_the_limit_is_cut_not_walked() -> None:
         deep = [deep]
     cut = Scrubber(["s3cr3t-value"]).json({"structuredContent": deep})
     assert "s3cr3t-value" not in repr(cut)
+
+
+def test_prepared_values_are_shared_per_set_of_texts_and_bounded() -> None:
+    """`HiddenValues.of` (what a `Scrubber` uses) prepares the same texts once: the same forms
+    as a fresh preparation, whatever the order or type of the values given; at most
+    `PREPARED_KEPT` sets are kept."""
+    from app import hidden
+
+    value = "sk-abcdef0123"
+    first = hidden.HiddenValues.of([value, "user-12345", 7])
+    again = hidden.HiddenValues.of(["user-12345", 7, value])
+    fresh = hidden.HiddenValues([value, "user-12345", 7])
+    assert again is first
+    assert (first.plain, first.packed, first.reach) == (fresh.plain, fresh.packed, fresh.reach)
+    assert Scrubber([value]).values is hidden.HiddenValues.of([value])
+    assert Scrubber([value])(f"key={value}") == "key=[redacted]"
+    assert hidden.HiddenValues.of([]) is hidden.HiddenValues.of(["abc"])  # too short: none
+    for index in range(hidden.PREPARED_KEPT + 10):
+        hidden.HiddenValues.of([f"value-{index:04d}"])
+    assert len(hidden._prepared) == hidden.PREPARED_KEPT
+    assert hidden.HiddenValues.of([value, "user-12345", 7]) is not first  # the oldest went
