@@ -62,6 +62,14 @@ async def invoke_json(tenant: TenantContext, tool_id: str, request: Request) -> 
     return orjson.dumps(result)  # a dataclass
 
 
+async def send_json(send: Send, payload: bytes, status: int = 200) -> None:
+    """A JSON answer, as Starlette's `Response(payload, media_type="application/json")` sends
+    it, without building one."""
+    headers = [*_JSON_HEADERS, (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
 class HotLane:
     """The innermost middleware: a request one of `routes` matches is handled here, its errors
     through the app's exception handlers (`handlers`, the app's own dict, read when the stack
@@ -127,9 +135,7 @@ class InvokeRoute(_HotRoute):
         request = Request(scope, receive)
         tenant = await authenticate(services, presented_bearer(request), client_tokens=False)
         payload = await invoke_json(tenant, scope["path_params"]["tool_id"], request)
-        headers = [*_JSON_HEADERS, (b"content-length", str(len(payload)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
+        await send_json(send, payload)
 
 
 async def chat_response(tenant: TenantContext, body: ChatRequest, accept: str) -> Response:

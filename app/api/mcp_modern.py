@@ -41,9 +41,9 @@ from mcp_types import methods as mcp_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
-from starlette.responses import Response
-from starlette.types import Message, Scope, Send
+from starlette.types import Scope, Send
 
+from app.api.hot_routes import send_json
 from app.api.mcp_progress import answer_with_progress, progress_token
 
 ANSWERED = frozenset({"server/discover", "tools/list", "tools/call"})
@@ -93,15 +93,23 @@ class ModernAnswers:
 
     async def answer(self, scope: Scope, message: dict[str, Any], send: Send) -> bool:
         """Answer `message` and return True, or return False (nothing sent) for the SDK."""
-        request = Request(scope)
         method, params = message.get("method"), message.get("params")
         if method not in ANSWERED or self._server.cache_hints or not _plain_request(message):
             return False
-        if not self._accepts_json(request):
+        request = Request(scope)
+        # The headers decoded once, as Starlette's `Headers` gives them: every pair, in order,
+        # and a mapping of each name to its first value.
+        pairs = [
+            (name.decode("latin-1"), value.decode("latin-1")) for name, value in scope["headers"]
+        ]
+        headers: dict[str, str] = {}
+        for name, value in pairs:
+            headers.setdefault(name, value)
+        if not self._accepts_json(request, headers.get("accept", "")):
             return False  # the SDK's 406
-        if find_duplicated_routing_header(request.headers.items()) is not None:
+        if find_duplicated_routing_header(pairs) is not None:
             return False
-        verdict = classify_inbound_request(message, headers=dict(request.headers))
+        verdict = classify_inbound_request(message, headers=headers)
         if isinstance(verdict, InboundLadderRejection):
             return False
         version = verdict.protocol_version
@@ -114,25 +122,23 @@ class ModernAnswers:
             )
         except (KeyError, ValueError):  # ValidationError is a ValueError
             return False
-        if call is not None and await self._param_headers_refused(request, call):
+        if call is not None and await self._param_headers_refused(request, headers, call):
             return False
         token = progress_token(call, scope) if call is not None else None
         if call is not None and token is not None:
             member = partial(self._member, request, method, version, call)
             return await answer_with_progress(send, message["id"], token, member)
         payload, status = await self._result(request, method, version, call, message["id"])
-        await Response(payload, status_code=status, media_type="application/json")(
-            scope, _no_body, send
-        )
+        await send_json(send, payload, status)
         return True
 
     async def _param_headers_refused(
-        self, request: Request, call: mcp_types.CallToolRequestParams
+        self, request: Request, headers: dict[str, str], call: mcp_types.CallToolRequestParams
     ) -> bool:
         """The SDK's `Mcp-Param-*` check, against the called tool's schema alone (the SDK
         lists every tool of the caller to find it)."""
         arguments = call.arguments or {}
-        if not arguments and not any(name.startswith(_PARAM_PREFIX) for name in request.headers):
+        if not arguments and not any(name.startswith(_PARAM_PREFIX) for name in headers):
             return False
         schema = await self._input_schema(request, call.name)
         if schema is None:
@@ -204,10 +210,10 @@ class ModernAnswers:
     def _stamp(self) -> dict[str, Any]:
         return self._server_stamp
 
-    def _accepts_json(self, request: Request) -> bool:
-        """The SDK's Accept check (`check_accept_headers`), its verdict kept per header value:
-        clients send the same one or two values on every request."""
-        accept = request.headers.get("accept", "")
+    def _accepts_json(self, request: Request, accept: str) -> bool:
+        """The SDK's Accept check (`check_accept_headers`), its verdict kept per header value
+        (`accept`, the request's first): clients send the same one or two values on every
+        request."""
         verdict = self._accept_verdicts.get(accept)
         if verdict is None:
             verdict = check_accept_headers(request)[0]
@@ -269,7 +275,3 @@ def _plain_request(message: dict[str, Any]) -> bool:
 
 def _dumped(model: BaseModel) -> dict[str, Any]:
     return model.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
-async def _no_body() -> Message:
-    return {"type": "http.disconnect"}
