@@ -32,7 +32,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, NoMatchFound
 from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
 
-from app.api.routing import json_body, parsed_body, validated_body
+from app.api.routing import json_body, parsed_body, validated_body, whole_body
 from app.api.sse import event_stream
 from app.deps import TenantContext, authenticate, presented_bearer
 from app.schemas.chat import ChatRequest
@@ -172,7 +172,7 @@ class ChatRoute(_HotRoute):
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         services: Services = scope["app"].state.services
         request = Request(scope, receive)
-        raw = await request.body()
+        raw = await whole_body(receive)
         data = json_body(raw) if raw else None
         tenant = await authenticate(services, presented_bearer(request), client_tokens=True)
         if not raw:

@@ -34,6 +34,9 @@ INVOKE_REST = "POST /tools/{tool_id}/invoke (external tool, local upstream)"
 MCP_REST = "MCP tools/call over /mcp (external tool, protocol 2025-06-18)"
 MCP_REST_MODERN = "MCP tools/call over /mcp (external tool, protocol 2026-07-28)"
 OUTBOUND = "outbound client alone, c=16 (CPU ms per request)"
+SLICE = 250
+# A route measured by `Bench.endpoints`: method, path, headers, JSON body.
+Request = tuple[str, str, dict[str, str] | None, dict[str, Any] | None]
 REST_TOOL = {
     "tool_id": "weather",
     "type": "external",
@@ -345,31 +348,41 @@ class Bench:
             "p99_ms": 1000 * percentile(data["latencies"], 0.99),
         }
 
-    async def endpoint(
-        self,
-        path: str,
-        headers: dict[str, str] | None,
-        *,
-        method: str = "GET",
-        body: dict[str, Any] | None = None,
-    ) -> dict[str, float]:
+    async def endpoints(self, cases: dict[str, Request]) -> dict[str, dict[str, float]]:
+        """Each route's requests/s and CPU per request (the upstream's apart), the routes
+        interleaved in slices of `--slice` requests: a machine whose speed drifts (other work
+        on it) drifts under all of them alike, so each route's ratio to `/ping` compares like
+        with like."""
         count = self.args.requests
-        cpu, upstream_cpu = self.service.cpu_s(), self.upstream.cpu_s()
-        _, wall = await drive(
-            self.session,
-            method,
-            f"{self.base}{path}",
-            count=count,
-            concurrency=10,
-            headers=headers,
-            body=body,
-        )
-        cpu = self.service.cpu_s() - cpu
-        upstream_cpu = self.upstream.cpu_s() - upstream_cpu
+        size = max(1, min(getattr(self.args, "slice", SLICE), count))
+        totals = {name: {"wall": 0.0, "cpu": 0.0, "upstream": 0.0, "sent": 0} for name in cases}
+        while any(total["sent"] < count for total in totals.values()):
+            for name, (method, path, headers, body) in cases.items():
+                total = totals[name]
+                batch = min(size, count - int(total["sent"]))
+                if batch <= 0:
+                    continue
+                cpu, upstream_cpu = self.service.cpu_s(), self.upstream.cpu_s()
+                _, wall = await drive(
+                    self.session,
+                    method,
+                    f"{self.base}{path}",
+                    count=batch,
+                    concurrency=10,
+                    headers=headers,
+                    body=body,
+                )
+                total["cpu"] += self.service.cpu_s() - cpu
+                total["upstream"] += self.upstream.cpu_s() - upstream_cpu
+                total["wall"] += wall
+                total["sent"] += batch
         return {
-            "requests_per_s": count / wall,
-            "cpu_ms_per_request": 1000 * cpu / count,
-            "upstream_cpu_ms_per_request": 1000 * upstream_cpu / count,
+            name: {
+                "requests_per_s": count / total["wall"],
+                "cpu_ms_per_request": 1000 * total["cpu"] / count,
+                "upstream_cpu_ms_per_request": 1000 * total["upstream"] / count,
+            }
+            for name, total in totals.items()
         }
 
     async def run(self) -> None:
@@ -392,37 +405,35 @@ class Bench:
                         )
                     self.record(f"toolgate: {name}", **figures)
                     self.record(f"naive: {name}", **self.naive_chats(model, count, concurrency))
-            self.record("GET /ping", **await self.endpoint("/ping", None))
-            self.record(
-                "GET /tools/{tool_id}", **await self.endpoint("/tools/rolldice", self.list_key)
-            )
-            self.record(
-                "GET /tools/ (50 tools)", **await self.endpoint("/tools/?limit=50", self.list_key)
-            )
-            invoke = {"arguments": {"d": 6}, "context_arguments": {"user_id": "u-1"}}
-            self.record(
-                INVOKE,
-                **await self.endpoint(
-                    "/tools/rolldice/invoke", self.key, method="POST", body=invoke
-                ),
-            )
-            for name, version in ((MCP_CALL, "2025-06-18"), (MCP_CALL_MODERN, "2026-07-28")):
-                body, headers = mcp_call(version, self.key_value)
-                self.record(name, **await self.endpoint("/mcp", headers, method="POST", body=body))
-            await self.rest_tool_calls()
+            for name, figures in (await self.endpoints(self.endpoint_cases())).items():
+                self.record(name, **figures)
             self.record(OUTBOUND, **self.outbound_alone())
         await self.slow_model()
 
-    async def rest_tool_calls(self) -> None:
-        """One external tool (a GET to the local upstream) through each entry point."""
+    def endpoint_cases(self) -> dict[str, Request]:
+        """`/ping`, reads, and one tool call through each entry point: a function tool, and an
+        external tool (a GET to the local upstream)."""
+        invoke = {"arguments": {"d": 6}, "context_arguments": {"user_id": "u-1"}}
         weather = {"arguments": {"city": "Oslo"}}
-        self.record(
-            INVOKE_REST,
-            **await self.endpoint("/tools/weather/invoke", self.key, method="POST", body=weather),
-        )
-        for name, version in ((MCP_REST, "2025-06-18"), (MCP_REST_MODERN, "2026-07-28")):
-            body, headers = mcp_call(version, self.key_value, "weather", {"city": "Oslo"})
-            self.record(name, **await self.endpoint("/mcp", headers, method="POST", body=body))
+        cases: dict[str, Request] = {
+            "GET /ping": ("GET", "/ping", None, None),
+            "GET /tools/{tool_id}": ("GET", "/tools/rolldice", self.list_key, None),
+            "GET /tools/ (50 tools)": ("GET", "/tools/?limit=50", self.list_key, None),
+            INVOKE: ("POST", "/tools/rolldice/invoke", self.key, invoke),
+            INVOKE_REST: ("POST", "/tools/weather/invoke", self.key, weather),
+        }
+        for name, rest, version in (
+            (MCP_CALL, None, "2025-06-18"),
+            (MCP_CALL_MODERN, None, "2026-07-28"),
+            (MCP_REST, "weather", "2025-06-18"),
+            (MCP_REST_MODERN, "weather", "2026-07-28"),
+        ):
+            if rest is None:
+                body, headers = mcp_call(version, self.key_value)
+            else:
+                body, headers = mcp_call(version, self.key_value, rest, {"city": "Oslo"})
+            cases[name] = ("POST", "/mcp", headers, body)
+        return cases
 
     def outbound_alone(self) -> dict[str, float]:
         out = subprocess.run(
@@ -574,6 +585,12 @@ def main() -> None:
         type=int,
         default=300,
         help="calls to the fake model alone, per unit of concurrency (its own latency)",
+    )
+    parser.add_argument(
+        "--slice",
+        type=int,
+        default=SLICE,
+        help="requests of one route before the next route's, in the interleaved route rows",
     )
     parser.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
     parser.add_argument("--out", default=str(ROOT / "bench-results"))

@@ -178,3 +178,53 @@ async def test_a_call_cancelled_from_outside_is_not_taken_for_its_clients(
     assert await task is True
     assert b"Request cancelled" in sent[-1]["body"] and not task.cancelled()
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_only_a_call_still_running_gets_a_watcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call answered at once starts no task to watch its connection (most calls: a task per
+    call was 3% of one); one still running after `WATCH_AFTER_S` does, and it is gone after."""
+    from app.api import mcp_endpoint
+    from app.deps import TenantContext
+
+    gateway = mcp_endpoint.McpGateway()
+    watched: list[int] = []
+    release = asyncio.Event()
+
+    async def watch(receive: Any, call: Any) -> None:
+        watched.append(1)
+        await asyncio.Event().wait()  # the client never leaves
+
+    async def quick(scope: Any, message: Any, send: Any) -> bool:
+        return True
+
+    async def slow(scope: Any, message: Any, send: Any) -> bool:
+        await release.wait()
+        return True
+
+    async def receive() -> dict[str, Any]:
+        raise AssertionError("only a watcher reads")
+
+    monkeypatch.setattr(mcp_endpoint, "_stop_when_gone", watch)
+    scope = {"type": "http", mcp_endpoint.CALLER: TenantContext("acme", services=None)}  # type: ignore[arg-type]
+    monkeypatch.setattr(gateway, "_answer_directly", quick)
+    assert await gateway._answered_unless_gone(scope, _call(1), receive, _refuse)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert watched == []
+
+    monkeypatch.setattr(mcp_endpoint, "WATCH_AFTER_S", 0)  # "still running" from the next turn
+    monkeypatch.setattr(gateway, "_answer_directly", slow)
+    before = asyncio.all_tasks()
+    task = asyncio.create_task(gateway._answered_unless_gone(scope, _call(2), receive, _refuse))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert watched == [1]
+    release.set()
+    assert await task is True
+    await asyncio.sleep(0)
+    assert asyncio.all_tasks() == before  # the watcher ended with its call
+    assert gateway._running == {}
+
+
+async def _refuse(message: Any) -> None:
+    raise AssertionError(f"nothing is sent here: {message}")
