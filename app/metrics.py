@@ -154,6 +154,7 @@ class Metrics:
         self._tool_children: dict[str, Any] = {}
         self._error_children: dict[tuple[str, str], Any] = {}
         self._chat_children: dict[str, Any] = {}
+        self._mcp_children: dict[tuple[str, int], Any] = {}
 
     def request_done(self, method: str, route: str, status: int, seconds: float) -> None:
         key = (method, route, status)
@@ -193,7 +194,11 @@ class Metrics:
         self.mcp_server_seconds.labels(server).observe(seconds)
 
     def mcp_request_done(self, method: str, status: int) -> None:
-        self.mcp_requests.labels(method, str(status)).inc()
+        key = (method, status)  # the method is a bounded label (`method_label`)
+        child = self._mcp_children.get(key)
+        if child is None:
+            child = self._mcp_children[key] = self.mcp_requests.labels(method, str(status))
+        child.inc()
 
     def track(
         self, *, active_chats: Callable[[], float], mcp_sessions: Callable[[], float]

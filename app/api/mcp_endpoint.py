@@ -32,7 +32,7 @@ from starlette.types import Message, Receive, Scope, Send
 from app.api.hot_routes import send_json
 from app.api.mcp_messages import answer_batch, batch_allowed, method_label
 from app.api.mcp_metadata import www_authenticate
-from app.api.mcp_modern import ModernAnswers, modern_version
+from app.api.mcp_modern import ModernAnswers, TextResult, modern_version
 from app.api.mcp_progress import answer_with_progress, progress_token
 from app.api.problems import problem_response
 from app.deps import TenantContext, authenticate, presented_bearer
@@ -177,7 +177,7 @@ class McpGateway:
         self._modern = ModernAnswers(
             self.server,
             list_tools=self._list_tools,
-            call_tool=self._call_tool,
+            call_tool=self._call,
             input_schema=self._input_schema,
         )
         # Requests answered here, by (tenant, client token, JSON-RPC id), to cancel them.
@@ -346,16 +346,15 @@ class McpGateway:
                 if token is not None:  # progress notifications, then the answer, on SSE
                     answer = partial(self._call_member, ctx, call)
                     return await answer_with_progress(send, request_id, token, answer)
-                result: mcp_types.Result = await self._call_tool(ctx, call)
+                called = await self._call(ctx, call)
+                member = (
+                    called.wire(modern=False) if isinstance(called, TextResult) else _dumped(called)
+                )
             elif method == "tools/list" and (params is None or isinstance(params, dict)):
-                result = await self._list_tools(ctx, None)
+                member = _dumped(await self._list_tools(ctx, None))
             else:
                 return False
-            payload: dict[str, Any] = {
-                "jsonrpc": "2.0",
-                "id": request_id,
-                "result": _dumped(result),
-            }
+            payload: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "result": member}
         except MCPError as exc:
             error = exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)
             payload = {"jsonrpc": "2.0", "id": request_id, "error": error}
@@ -367,10 +366,14 @@ class McpGateway:
     ) -> dict[str, Any]:
         """The JSON-RPC `result` (or `error`) member of a call whose progress goes on."""
         try:
-            result = await self._call_tool(ctx, call, progress=progress)
+            called = await self._call(ctx, call, progress=progress)
         except MCPError as exc:
             return {"error": exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)}
-        return {"result": _dumped(result)}
+        return {
+            "result": called.wire(modern=False)
+            if isinstance(called, TextResult)
+            else _dumped(called)
+        }
 
     async def _list_tools(
         self, ctx: Any, params: mcp_types.PaginatedRequestParams | None
@@ -394,6 +397,22 @@ class McpGateway:
     async def _call_tool(
         self, ctx: Any, params: mcp_types.CallToolRequestParams, *, progress: Any = None
     ) -> mcp_types.CallToolResult:
+        """The SDK's `on_call_tool`: the call's result as the SDK's model."""
+        called = await self._call(ctx, params, progress=progress)
+        if isinstance(called, mcp_types.CallToolResult):
+            return called
+        if called.is_error:
+            return _error_result(called.text)
+        return mcp_types.CallToolResult(
+            content=[mcp_types.TextContent(type="text", text=called.text)]
+        )
+
+    async def _call(
+        self, ctx: Any, params: mcp_types.CallToolRequestParams, *, progress: Any = None
+    ) -> mcp_types.CallToolResult | TextResult:
+        """The call, its result as one text (nearly every call: the answers built here write
+        its wire form directly, 10 us less than a model built and dumped) or, for an MCP
+        server's own parts, the SDK's model."""
         caller = _caller(ctx)
         try:
             result = await caller.services.mcp_gateway.call_tool(
@@ -408,14 +427,17 @@ class McpGateway:
         except UnprocessableError as exc:  # a name offered twice
             raise MCPError(mcp_types.INVALID_PARAMS, _problem_text(exc)) from None
         except AppError as exc:  # 429 past the tenant's limits, 502/504 from an MCP server
-            return _error_result(exc.message)
+            return TextResult(exc.message, is_error=True)
         if result.status == "ok" and result.mcp is not None:  # the server's own parts, scrubbed
             return mcp_types.CallToolResult.model_validate(result.mcp)
         if result.status == "ok":
-            return mcp_types.CallToolResult(
-                content=[mcp_types.TextContent(type="text", text=result.content or "")]
-            )
-        return _error_result(result.error.message if result.error else "the tool failed")
+            return TextResult(result.content or "", is_error=False)
+        return TextResult(result.error.message if result.error else "the tool failed", True)
+
+
+def _call_member(called: mcp_types.CallToolResult | TextResult) -> dict[str, Any]:
+    """A handshake-era call's `result` member."""
+    return called.wire(modern=False) if isinstance(called, TextResult) else _dumped(called)
 
 
 def _dumped(result: mcp_types.Result) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import mcp.types as mcp_types
 import orjson
@@ -53,10 +53,27 @@ _PARAM_PREFIX = MCP_PARAM_HEADER_PREFIX.lower()
 ListTools = Callable[[Any, Any], Awaitable[mcp_types.ListToolsResult]]
 
 
+class TextResult(NamedTuple):
+    """A call's result that is one text block: what nearly every call returns."""
+
+    text: str
+    is_error: bool
+
+    def wire(self, *, modern: bool) -> dict[str, Any]:
+        """Its wire form, to the byte as the SDK gives a `CallToolResult` of one `TextContent`:
+        sieved for a 2026-07-28 (`modern`) surface, dumped for the handshake era (compared on
+        every version in tests/mcp/test_mcp_modern_fast_path.py)."""
+        if modern:
+            block = {"text": self.text, "type": "text"}  # the sieve's order of the two
+        else:
+            block = {"type": "text", "text": self.text}
+        return {"content": [block], "isError": self.is_error}
+
+
 class CallTool(Protocol):
     def __call__(
         self, ctx: Any, params: mcp_types.CallToolRequestParams, *, progress: Any = None
-    ) -> Awaitable[mcp_types.CallToolResult]: ...
+    ) -> Awaitable[mcp_types.CallToolResult | TextResult]: ...
 
 
 InputSchema = Callable[[Request, str], Awaitable[dict[str, Any] | None]]
@@ -194,12 +211,14 @@ class ModernAnswers:
         cached = self._discovered[version]
         return {**cached, "_meta": {**cached["_meta"], SERVER_INFO_META_KEY: self._stamp()}}
 
-    def _shaped(self, method: str, version: str, result: BaseModel) -> dict[str, Any]:
+    def _shaped(self, method: str, version: str, result: BaseModel | TextResult) -> dict[str, Any]:
         """The wire form, as the SDK's runner shapes a modern result: sieved by the version's
         surface, `resultType` set, the `serverInfo` stamp in `_meta`."""
-        dumped = text_call_result(result) if method == "tools/call" else None
-        if dumped is None:
-            dumped = sieved(method, version, result)
+        if isinstance(result, TextResult):
+            dumped = result.wire(modern=True)
+        else:
+            fast = text_call_result(result) if method == "tools/call" else None
+            dumped = fast if fast is not None else sieved(method, version, result)
         if dumped.get("resultType") is None:
             dumped["resultType"] = "complete"
         meta = dumped.get("_meta")

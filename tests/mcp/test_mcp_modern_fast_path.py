@@ -252,3 +252,28 @@ def test_a_text_results_wire_form_is_the_sdks_on_every_modern_version(
             assert json.dumps(fast) == json.dumps(sdk)
     built = CallToolResult(content=[TextContent(type="text", text="7")])
     assert text_call_result(built) == {"content": [{"text": "7", "type": "text"}], "isError": False}
+
+
+@pytest.mark.parametrize("text", ["7", "", 'a "quoted" \u00e9 line\nand more', "x" * 5000])
+@pytest.mark.parametrize("is_error", [False, True])
+def test_a_one_text_results_wire_form_is_the_sdks_in_both_eras(text: str, is_error: bool) -> None:
+    """`TextResult.wire` writes what the SDK gives for the same `CallToolResult`, to the byte:
+    sieved on every modern version, dumped for the handshake era (as the SDK's own
+    `on_call_tool` path builds it, `is_error` left unset on success)."""
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    from app.api.mcp_endpoint import _dumped
+    from app.api.mcp_modern import TextResult, sieved
+
+    content = [TextContent(type="text", text=text)]
+    model = (
+        CallToolResult(content=content, is_error=True)
+        if is_error
+        else CallToolResult(content=content)
+    )
+    fast = TextResult(text, is_error)
+    assert json.dumps(fast.wire(modern=False)) == json.dumps(_dumped(model))
+    for version in MODERN_PROTOCOL_VERSIONS:
+        sdk = sieved("tools/call", version, model)
+        sdk.pop("resultType", None)
+        assert json.dumps(fast.wire(modern=True)) == json.dumps(sdk)
