@@ -48,6 +48,8 @@ from app.api.mcp_progress import answer_with_progress, progress_token
 
 ANSWERED = frozenset({"server/discover", "tools/list", "tools/call"})
 _ACCEPT_VALUES_KEPT = 64
+_VERDICTS_KEPT = 256  # request shapes whose validation verdict is kept
+_SHAPE_MAX_BYTES = 2048  # a longer envelope is checked each time, never kept
 _PARAM_PREFIX = MCP_PARAM_HEADER_PREFIX.lower()
 
 ListTools = Callable[[Any, Any], Awaitable[mcp_types.ListToolsResult]]
@@ -107,6 +109,7 @@ class ModernAnswers:
         # mutate it; the answers built here only serialize it: one copy serves them all.
         self._server_stamp = server.server_info_stamp
         self._accept_verdicts: dict[str, bool] = {}
+        self._verdicts: dict[tuple[Any, ...], bool] = {}
 
     async def answer(self, scope: Scope, message: dict[str, Any], send: Send) -> bool:
         """Answer `message` and return True, or return False (nothing sent) for the SDK."""
@@ -130,14 +133,15 @@ class ModernAnswers:
         if isinstance(verdict, InboundLadderRejection):
             return False
         version = verdict.protocol_version
+        if not self._valid(method, version, params):
+            return False
         try:
-            mcp_methods.validate_client_request(method, version, params)
             call = (
                 mcp_types.CallToolRequestParams.model_validate(params or {}, by_name=False)
                 if method == "tools/call"
                 else None
             )
-        except (KeyError, ValueError):  # ValidationError is a ValueError
+        except ValueError:  # ValidationError is a ValueError
             return False
         if call is not None and await self._param_headers_refused(request, headers, call):
             return False
@@ -229,6 +233,25 @@ class ModernAnswers:
     def _stamp(self) -> dict[str, Any]:
         return self._server_stamp
 
+    def _valid(self, method: str, version: str, params: dict[str, Any] | None) -> bool:
+        """The SDK's per-version request validation (`validate_client_request`), its verdict
+        kept per shape of the params: a call's `arguments` are any object on every surface
+        (`dict[str, Any]`), so their values never change it, and a client sends the same
+        name and `_meta` again and again (the check was 6-10 us of a call)."""
+        key = _shape(method, version, params)
+        verdict = self._verdicts.get(key) if key is not None else None
+        if verdict is None:
+            try:
+                mcp_methods.validate_client_request(method, version, params)
+                verdict = True
+            except (KeyError, ValueError):  # ValidationError is a ValueError
+                verdict = False
+            if key is not None:
+                if len(self._verdicts) >= _VERDICTS_KEPT:
+                    self._verdicts.clear()
+                self._verdicts[key] = verdict
+        return verdict
+
     def _accepts_json(self, request: Request, accept: str) -> bool:
         """The SDK's Accept check (`check_accept_headers`), its verdict kept per header value
         (`accept`, the request's first): clients send the same one or two values on every
@@ -278,6 +301,25 @@ class _Context:
 
     def __init__(self, request: Request) -> None:
         self.request = request
+
+
+def _shape(method: str, version: str, params: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    """What the SDK's request validation of `params` depends on: everything but the values of
+    a call's `arguments` object (whether there is one counts); None when that cannot be said
+    briefly (arguments not an object, a long envelope): then the SDK checks every time."""
+    if params is None:
+        return (method, version)
+    arguments = params.get("arguments")
+    if arguments is not None and not isinstance(arguments, dict):
+        return None
+    rest = {name: value for name, value in params.items() if name != "arguments"}
+    try:
+        shape = orjson.dumps(rest, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return None
+    if len(shape) > _SHAPE_MAX_BYTES:
+        return None
+    return (method, version, shape, type(arguments).__name__ if "arguments" in params else None)
 
 
 def _plain_request(message: dict[str, Any]) -> bool:

@@ -277,3 +277,47 @@ def test_a_one_text_results_wire_form_is_the_sdks_in_both_eras(text: str, is_err
         sdk = sieved("tools/call", version, model)
         sdk.pop("resultType", None)
         assert json.dumps(fast.wire(modern=True)) == json.dumps(sdk)
+
+
+_SHAPES: list[dict[str, Any] | None] = [
+    {"name": "add", "arguments": {"a": 1}, "_meta": META},
+    {"name": "add", "arguments": {"a": [1, {"b": None}], "c": "x" * 300}, "_meta": META},
+    {"name": "add", "arguments": {}, "_meta": META},
+    {"name": "add", "_meta": META},
+    {"name": "add", "arguments": None, "_meta": META},
+    {"name": "add", "arguments": [1, 2], "_meta": META},
+    {"name": "add", "arguments": "x", "_meta": META},
+    {"name": 7, "arguments": {"a": 1}, "_meta": META},
+    {"arguments": {"a": 1}, "_meta": META},
+    {
+        "name": "add",
+        "arguments": {"a": 1},
+        "_meta": {**META, "io.modelcontextprotocol/clientCapabilities": 3},
+    },
+    {"name": "add", "arguments": {"a": 1}, "_meta": {**META, "pad": "p" * 5000}},  # not kept
+    {"name": "add", "arguments": {"a": 1}, "_meta": META, "task": {"ttl": "soon"}},
+    {"name": "add", "arguments": {"a": 1}, "_meta": META, "extra": True},
+    {"cursor": 5, "_meta": META},
+    None,
+]
+
+
+@pytest.mark.parametrize("method", ["tools/call", "tools/list", "server/discover"])
+def test_a_kept_validation_verdict_is_the_sdks_for_every_shape(method: str) -> None:
+    """The SDK's request validation is kept per shape of the params (the values of a call's
+    `arguments` aside): in any order, repeated, every verdict must be the SDK's own."""
+    from mcp_types import methods as mcp_methods
+
+    def sdk(params: dict[str, Any] | None) -> bool:
+        try:
+            mcp_methods.validate_client_request(method, MODERN, params)
+        except (KeyError, ValueError):
+            return False
+        return True
+
+    answers = ModernAnswers(Server("t"), list_tools=None, call_tool=None, input_schema=None)  # type: ignore[arg-type]
+    for params in [*_SHAPES, *reversed(_SHAPES), *_SHAPES]:
+        assert answers._valid(method, MODERN, params) is sdk(params), params
+    verdicts = {sdk(p) for p in _SHAPES}
+    assert verdicts == {True, False}  # both kinds of shape are exercised
+    assert len(answers._verdicts) < len(_SHAPES)  # the long envelope was not kept
