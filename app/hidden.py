@@ -65,10 +65,13 @@ class HiddenValues:
     def of(cls, values: Iterable[Any]) -> HiddenValues:
         """`HiddenValues(values)`, shared: the same texts (a tenant's secrets, an end user's
         context) are prepared once, not on every call (5-10 us each; the forms of none at all
-        are the common case). The last `PREPARED_KEPT` sets prepared are kept; treat the result
-        as read-only."""
+        are the common case). The last `PREPARED_KEPT` sets prepared are kept, each of at most
+        `PREPARED_MAX_CHARS` characters of text (its forms take about 7 times that); treat the
+        result as read-only."""
         values = list(values)
         texts = frozenset(hidden_texts(values))
+        if sum(map(len, texts)) > PREPARED_MAX_CHARS:  # large values: prepared, never kept
+            return cls(values)
         found = _prepared.get(texts)
         if found is None:
             found = cls(values)
@@ -113,6 +116,7 @@ class HiddenValues:
 
 
 PREPARED_KEPT = 256
+PREPARED_MAX_CHARS = 2048  # a set of larger values is prepared for its request only
 _prepared: dict[frozenset[str], HiddenValues] = {}
 
 

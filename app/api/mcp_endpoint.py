@@ -347,9 +347,7 @@ class McpGateway:
                     answer = partial(self._call_member, ctx, call)
                     return await answer_with_progress(send, request_id, token, answer)
                 called = await self._call(ctx, call)
-                member = (
-                    called.wire(modern=False) if isinstance(called, TextResult) else _dumped(called)
-                )
+                member = _handshake_result(called)
             elif method == "tools/list" and (params is None or isinstance(params, dict)):
                 member = _dumped(await self._list_tools(ctx, None))
             else:
@@ -369,11 +367,7 @@ class McpGateway:
             called = await self._call(ctx, call, progress=progress)
         except MCPError as exc:
             return {"error": exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)}
-        return {
-            "result": called.wire(modern=False)
-            if isinstance(called, TextResult)
-            else _dumped(called)
-        }
+        return {"result": _handshake_result(called)}
 
     async def _list_tools(
         self, ctx: Any, params: mcp_types.PaginatedRequestParams | None
@@ -435,7 +429,7 @@ class McpGateway:
         return TextResult(result.error.message if result.error else "the tool failed", True)
 
 
-def _call_member(called: mcp_types.CallToolResult | TextResult) -> dict[str, Any]:
+def _handshake_result(called: mcp_types.CallToolResult | TextResult) -> dict[str, Any]:
     """A handshake-era call's `result` member."""
     return called.wire(modern=False) if isinstance(called, TextResult) else _dumped(called)
 

@@ -305,14 +305,18 @@ class _Context:
 
 def _shape(method: str, version: str, params: dict[str, Any] | None) -> tuple[Any, ...] | None:
     """What the SDK's request validation of `params` depends on: everything but the values of
-    a call's `arguments` object (whether there is one counts); None when that cannot be said
-    briefly (arguments not an object, a long envelope): then the SDK checks every time."""
+    a call's `arguments` object (whether there is one, and its type, count); None when that
+    cannot be said briefly (arguments not an object, a long envelope): then the SDK checks
+    every time."""
     if params is None:
         return (method, version)
-    arguments = params.get("arguments")
-    if arguments is not None and not isinstance(arguments, dict):
-        return None
-    rest = {name: value for name, value in params.items() if name != "arguments"}
+    if method != "tools/call":  # any other method's params are kept whole
+        arguments, rest = None, params
+    else:
+        arguments = params.get("arguments")
+        if arguments is not None and not isinstance(arguments, dict):
+            return None
+        rest = {name: value for name, value in params.items() if name != "arguments"}
     try:
         shape = orjson.dumps(rest, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError:

@@ -34,7 +34,10 @@ INVOKE_REST = "POST /tools/{tool_id}/invoke (external tool, local upstream)"
 MCP_REST = "MCP tools/call over /mcp (external tool, protocol 2025-06-18)"
 MCP_REST_MODERN = "MCP tools/call over /mcp (external tool, protocol 2026-07-28)"
 OUTBOUND = "outbound client alone, c=16 (CPU ms per request)"
-SLICE = 250
+# Slices of a few hundred requests: small enough that a drift of the machine's speed falls on
+# every route alike, large enough that the 10 ms ticks of /proc's CPU times stay a small error.
+SLICE = 500
+SETTLE_S = 0.02
 # A route measured by `Bench.endpoints`: method, path, headers, JSON body.
 Request = tuple[str, str, dict[str, str] | None, dict[str, Any] | None]
 REST_TOOL = {
@@ -352,7 +355,8 @@ class Bench:
         """Each route's requests/s and CPU per request (the upstream's apart), the routes
         interleaved in slices of `--slice` requests: a machine whose speed drifts (other work
         on it) drifts under all of them alike, so each route's ratio to `/ping` compares like
-        with like."""
+        with like. Each slice's CPU is read once the service has settled after its answers,
+        outside its wall time."""
         count = self.args.requests
         size = max(1, min(getattr(self.args, "slice", SLICE), count))
         totals = {name: {"wall": 0.0, "cpu": 0.0, "upstream": 0.0, "sent": 0} for name in cases}
@@ -372,6 +376,9 @@ class Bench:
                     headers=headers,
                     body=body,
                 )
+                await asyncio.sleep(
+                    SETTLE_S
+                )  # work left after the answers (run records) counts here
                 total["cpu"] += self.service.cpu_s() - cpu
                 total["upstream"] += self.upstream.cpu_s() - upstream_cpu
                 total["wall"] += wall

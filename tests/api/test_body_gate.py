@@ -143,9 +143,11 @@ async def test_a_cancel_and_the_deadline_together_stay_a_cancel(clock: Clock) ->
         await task
 
 
-async def test_the_deadline_passing_between_two_reads_is_a_408_at_the_next(clock: Clock) -> None:
-    """The app is busy (not reading) when the deadline passes: its next read is refused at
-    once, and nothing else is cancelled."""
+async def test_the_deadline_passing_between_two_reads_is_a_408_at_a_read_that_waits(
+    clock: Clock,
+) -> None:
+    """The app is busy (not reading) when the deadline passes: nothing is interrupted; its next
+    read is tried, and since the rest of the body is not there, it is the 408."""
     busy = asyncio.Event()
     seen: list[Any] = []
 
@@ -156,11 +158,10 @@ async def test_the_deadline_passing_between_two_reads_is_a_408_at_the_next(clock
         await receive()
 
     gate = BodySizeLimitMiddleware(app, max_bytes=100, timeout_s=TIMEOUT_S)
-    body = Body(b"{", b"}")
+    body = Body(b"{")
     task = asyncio.ensure_future(gate(SCOPE, body.receive, _no_send))
     await _settle()
     clock.advance(TIMEOUT_S + 1)
-    await _settle()
     await _settle()
     assert not task.done()
     busy.set()
@@ -170,20 +171,64 @@ async def test_the_deadline_passing_between_two_reads_is_a_408_at_the_next(clock
         await task
     assert raised.value.status_code == 408
     assert seen[-1] == "worked"
-    assert body.reads == 1  # refused before reading
+    assert body.reads == 2
 
 
-async def test_a_first_read_after_the_deadline_is_refused_at_once(clock: Clock) -> None:
+@pytest.mark.parametrize("late_first", [True, False])
+async def test_a_body_already_received_is_taken_after_the_deadline(
+    clock: Clock, late_first: bool
+) -> None:
+    """As under `asyncio.timeout`, a read past the deadline that needs no wait returns its
+    message: the app took its time (a slow key check) before reading a body that had arrived
+    long before, or between two pieces already there. Only a read that has to wait is late."""
+    got: list[Any] = []
+    pause = asyncio.Event()
+
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        clock.advance(TIMEOUT_S)  # the app took its time before reading
-        await receive()
+        if late_first:
+            clock.advance(TIMEOUT_S * 2)  # the app took its time before its first read
+        got.append(await receive())
+        if not late_first:
+            clock.advance(TIMEOUT_S * 2)
+            await pause.wait()  # the due timer runs while the app is not reading
+        got.append(await receive())
 
     gate = BodySizeLimitMiddleware(app, max_bytes=100, timeout_s=TIMEOUT_S)
-    body = Body(b"{}", ends=True)
-    with pytest.raises(HTTPException) as raised:
-        await gate(SCOPE, body.receive, _no_send)
-    assert raised.value.status_code == 408
-    assert body.reads == 0
+    body = Body(b'{"a":', b"1}", ends=True)
+    task = asyncio.ensure_future(gate(SCOPE, body.receive, _no_send))
+    await _settle()
+    pause.set()
+    await _settle()
+    assert task.done()
+    await task
+    assert [m["body"] for m in got] == [b'{"a":', b"1}"]
+    loop = asyncio.get_running_loop()
+    assert not [h for h in getattr(loop, "_scheduled", []) if not h.cancelled()]
+
+
+async def test_an_outside_cancel_in_the_timers_turn_stays_a_cancel(clock: Clock) -> None:
+    """A cancel from outside (the server stopping) that lands in the same turn of the loop as
+    the deadline, just before it, is still a cancel, not a 408."""
+    gate = BodySizeLimitMiddleware(reader([]), max_bytes=100, timeout_s=TIMEOUT_S)
+    task = asyncio.ensure_future(gate(SCOPE, Body(b"{").receive, _no_send))
+    await _settle()
+    loop = asyncio.get_running_loop()
+    loop.call_at(clock.now + TIMEOUT_S - 0.5, task.cancel)  # due just before the deadline
+    clock.advance(TIMEOUT_S + 1)  # both due in the same turn, the outside cancel first
+    await _settle()
+    assert task.done()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_body_left_unread_holds_no_timer_past_its_request(clock: Clock) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()  # the first piece, then the app answers without the rest
+
+    gate = BodySizeLimitMiddleware(app, max_bytes=100, timeout_s=TIMEOUT_S)
+    await gate(SCOPE, Body(b"{").receive, _no_send)
+    loop = asyncio.get_running_loop()
+    assert not [h for h in getattr(loop, "_scheduled", []) if not h.cancelled()]
 
 
 @pytest.mark.parametrize(

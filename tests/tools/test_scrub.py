@@ -166,3 +166,8 @@ def test_prepared_values_are_shared_per_set_of_texts_and_bounded() -> None:
         hidden.HiddenValues.of([f"value-{index:04d}"])
     assert len(hidden._prepared) == hidden.PREPARED_KEPT
     assert hidden.HiddenValues.of([value, "user-12345", 7]) is not first  # the oldest went
+    large = "v" * (hidden.PREPARED_MAX_CHARS + 1)  # prepared for its request, never kept
+    kept = len(hidden._prepared)
+    assert hidden.HiddenValues.of([large]) is not hidden.HiddenValues.of([large])
+    assert len(hidden._prepared) == kept
+    assert Scrubber([large])(f"x{large}y") == "x[redacted]y"
