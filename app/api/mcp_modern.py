@@ -30,7 +30,10 @@ from mcp.server.streamable_http import check_accept_headers
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import (
     ERROR_CODE_HTTP_STATUS,
+    MCP_METHOD_HEADER,
+    MCP_NAME_HEADER,
     MCP_PARAM_HEADER_PREFIX,
+    MCP_PROTOCOL_VERSION_HEADER,
     InboundLadderRejection,
     classify_inbound_request,
     find_duplicated_routing_header,
@@ -48,6 +51,7 @@ from app.api.mcp_progress import answer_with_progress, progress_token
 
 ANSWERED = frozenset({"server/discover", "tools/list", "tools/call"})
 _ACCEPT_VALUES_KEPT = 64
+_ROUTING_HEADERS = frozenset({MCP_PROTOCOL_VERSION_HEADER, MCP_METHOD_HEADER, MCP_NAME_HEADER})
 _VERDICTS_KEPT = 256  # request shapes whose validation verdict is kept
 _SHAPE_MAX_BYTES = 2048  # a longer envelope is checked each time, never kept
 _PARAM_PREFIX = MCP_PARAM_HEADER_PREFIX.lower()
@@ -110,6 +114,7 @@ class ModernAnswers:
         self._server_stamp = server.server_info_stamp
         self._accept_verdicts: dict[str, bool] = {}
         self._verdicts: dict[tuple[Any, ...], bool] = {}
+        self._routes: dict[tuple[Any, ...], str] = {}
 
     async def answer(self, scope: Scope, message: dict[str, Any], send: Send) -> bool:
         """Answer `message` and return True, or return False (nothing sent) for the SDK."""
@@ -127,13 +132,9 @@ class ModernAnswers:
             headers.setdefault(name, value)
         if not self._accepts_json(request, headers.get("accept", "")):
             return False  # the SDK's 406
-        if find_duplicated_routing_header(pairs) is not None:
-            return False
-        verdict = classify_inbound_request(message, headers=headers)
-        if isinstance(verdict, InboundLadderRejection):
-            return False
-        version = verdict.protocol_version
-        if not self._valid(method, version, params):
+        shape = _shape(method, params)
+        version = self._ladder(message, pairs, headers, shape)
+        if version is None or not self._valid_as(method, version, params, shape):
             return False
         try:
             call = (
@@ -235,10 +236,20 @@ class ModernAnswers:
 
     def _valid(self, method: str, version: str, params: dict[str, Any] | None) -> bool:
         """The SDK's per-version request validation (`validate_client_request`), its verdict
-        kept per shape of the params: a call's `arguments` are any object on every surface
-        (`dict[str, Any]`), so their values never change it, and a client sends the same
-        name and `_meta` again and again (the check was 6-10 us of a call)."""
-        key = _shape(method, version, params)
+        kept per shape of the params (`_shape`): a call's `arguments` are any object on every
+        surface (`dict[str, Any]`), so their values never change it, and a client sends the
+        same name and `_meta` again and again (the check was 6-10 us of a call)."""
+        return self._valid_as(method, version, params, _shape(method, params))
+
+    def _valid_as(
+        self,
+        method: str,
+        version: str,
+        params: dict[str, Any] | None,
+        shape: tuple[Any, ...] | None,
+    ) -> bool:
+        """`_valid`, the params' shape already taken."""
+        key = (version, *shape) if shape is not None else None
         verdict = self._verdicts.get(key) if key is not None else None
         if verdict is None:
             try:
@@ -251,6 +262,32 @@ class ModernAnswers:
                     self._verdicts.clear()
                 self._verdicts[key] = verdict
         return verdict
+
+    def _ladder(
+        self,
+        message: dict[str, Any],
+        pairs: list[tuple[str, str]],
+        headers: dict[str, str],
+        shape: tuple[Any, ...] | None,
+    ) -> str | None:
+        """The protocol version the SDK's ladder (`find_duplicated_routing_header`, then
+        `classify_inbound_request`) routes the request by, or None where it refuses it. Its
+        verdict is kept per routing headers (each pair, in order) and shape of the params:
+        all that either reads."""
+        routing = tuple(pair for pair in pairs if pair[0] in _ROUTING_HEADERS)
+        key = (routing, *shape) if shape is not None else None
+        version = self._routes.get(key) if key is not None else None
+        if version is None:
+            version = ""  # refused
+            if find_duplicated_routing_header(pairs) is None:
+                verdict = classify_inbound_request(message, headers=headers)
+                if not isinstance(verdict, InboundLadderRejection):
+                    version = verdict.protocol_version
+            if key is not None:
+                if len(self._routes) >= _VERDICTS_KEPT:
+                    self._routes.clear()
+                self._routes[key] = version
+        return version or None
 
     def _accepts_json(self, request: Request, accept: str) -> bool:
         """The SDK's Accept check (`check_accept_headers`), its verdict kept per header value
@@ -303,13 +340,13 @@ class _Context:
         self.request = request
 
 
-def _shape(method: str, version: str, params: dict[str, Any] | None) -> tuple[Any, ...] | None:
-    """What the SDK's request validation of `params` depends on: everything but the values of
-    a call's `arguments` object (whether there is one, and its type, count); None when that
+def _shape(method: str, params: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    """What the SDK's checks of a request read of its params: everything but the values of a
+    call's `arguments` object (whether there is one, and its type, count); None when that
     cannot be said briefly (arguments not an object, a long envelope): then the SDK checks
     every time."""
     if params is None:
-        return (method, version)
+        return (method,)
     if method != "tools/call":  # any other method's params are kept whole
         arguments, rest = None, params
     else:
@@ -323,7 +360,7 @@ def _shape(method: str, version: str, params: dict[str, Any] | None) -> tuple[An
         return None
     if len(shape) > _SHAPE_MAX_BYTES:
         return None
-    return (method, version, shape, type(arguments).__name__ if "arguments" in params else None)
+    return (method, shape, type(arguments).__name__ if "arguments" in params else None)
 
 
 def _plain_request(message: dict[str, Any]) -> bool:

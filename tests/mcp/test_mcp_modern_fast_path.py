@@ -321,3 +321,59 @@ def test_a_kept_validation_verdict_is_the_sdks_for_every_shape(method: str) -> N
     verdicts = {sdk(p) for p in _SHAPES}
     assert verdicts == {True, False}  # both kinds of shape are exercised
     assert len(answers._verdicts) < len(_SHAPES)  # the long envelope was not kept
+
+
+_ROUTED = [
+    {},
+    {"Mcp-Name": "other"},
+    {"Mcp-Method": "tools/list"},
+    {"MCP-Protocol-Version": "2025-06-18"},
+    {"MCP-Protocol-Version": "1999-01-01"},
+]
+
+
+@pytest.mark.parametrize("method", ["tools/call", "tools/list"])
+def test_a_kept_routing_verdict_is_the_sdks_for_every_header_and_shape(method: str) -> None:
+    """The SDK's ladder (a routing header sent twice, then `classify_inbound_request`) is kept
+    per routing headers and shape of the params: for each combination, in any order and
+    repeated, the version it routes by (or its refusal) must be the SDK's own."""
+    from mcp.shared.inbound import (
+        InboundLadderRejection,
+        classify_inbound_request,
+        find_duplicated_routing_header,
+    )
+
+    from app.api.mcp_modern import _shape
+
+    def sdk(message: dict[str, Any], pairs: list[tuple[str, str]]) -> str | None:
+        if find_duplicated_routing_header(pairs) is not None:
+            return None
+        first: dict[str, str] = {}
+        for name, value in pairs:
+            first.setdefault(name, value)
+        verdict = classify_inbound_request(message, headers=first)
+        return None if isinstance(verdict, InboundLadderRejection) else verdict.protocol_version
+
+    answers = ModernAnswers(Server("t"), list_tools=None, call_tool=None, input_schema=None)  # type: ignore[arg-type]
+    cases = []
+    for params in _SHAPES:
+        for extra in _ROUTED:
+            name = params.get("name") if isinstance(params, dict) else None
+            sent = {"MCP-Protocol-Version": MODERN, "Mcp-Method": method, "Accept": "*/*"}
+            if method == "tools/call" and isinstance(name, str):
+                sent["Mcp-Name"] = name
+            sent.update(extra)
+            pairs = [(k.lower(), v) for k, v in sent.items()]
+            cases.append(({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, pairs))
+        twice = [*cases[-1][1], ("mcp-method", method)]  # a routing header sent twice
+        cases.append((cases[-1][0], twice))
+    routed = set()
+    for message, pairs in [*cases, *reversed(cases), *cases]:
+        first: dict[str, str] = {}
+        for header, value in pairs:
+            first.setdefault(header, value)
+        shape = _shape(method, message["params"])
+        got = answers._ladder(message, pairs, first, shape)
+        assert got == sdk(message, pairs), (message, pairs)
+        routed.add(got)
+    assert MODERN in routed and None in routed  # both outcomes exercised
