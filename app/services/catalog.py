@@ -119,12 +119,23 @@ class ToolSnapshot:
         )
 
     @cached_property
-    def enabled_by_name(self) -> dict[str, list[FunctionTool | ExternalTool]]:
-        """The enabled tools by name (a one-tool call by name looks its tool up here)."""
+    def tools_by_id(self) -> dict[str, tuple[FunctionTool | ExternalTool]]:
+        """Each readable tool under its id (as `tools_by_name` is keyed, for one lookup path)."""
+        return {e.tool_id: (e.tool,) for e in self.entries if e.tool is not None}
+
+    @cached_property
+    def tools_by_name(self) -> dict[str, list[FunctionTool | ExternalTool]]:
+        """The readable tools by the name the model sees (a call by name looks it up here)."""
         named: dict[str, list[FunctionTool | ExternalTool]] = {}
-        for tool in self.enabled:
-            named.setdefault(tool.name, []).append(tool)
+        for entry in self.entries:
+            if entry.tool is not None:
+                named.setdefault(entry.tool.name, []).append(entry.tool)
         return named
+
+    @cached_property
+    def order(self) -> dict[str, int]:
+        """Each tool_id's place in `entries` (chosen tools are listed in it)."""
+        return {entry.tool_id: place for place, entry in enumerate(self.entries)}
 
     @property
     def unreadable(self) -> list[CatalogEntry]:

@@ -46,7 +46,7 @@ from app.mcp.hub import McpHub
 from app.mcp.sessions import McpSessions
 from app.mcp.tools import mcp_server_tool
 from app.schemas.categories import DEFAULT_CATEGORY
-from app.services.catalog import CatalogEntry, CategoryState, ToolCatalog, ToolSnapshot
+from app.services.catalog import CatalogEntry, CategoryState, ToolCatalog
 from app.services.client_tokens import ClientToken
 from app.services.mcp_servers import McpServerService
 from app.services.outbound import TenantOutbound
@@ -254,31 +254,32 @@ class Toolbox:
         name of a stored tool is always that tool), and the tenant's categories."""
         snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
         categories = snapshot.categories
-        one = _one_tool(snapshot, selection, token)
-        if one is not None:  # the common one-tool call: no list of the tenant's tools built
-            return one, {}, categories
-        pool: list[TypedTool] = (
-            [entry.tool for entry in snapshot.entries if entry.tool is not None]
-            if selection.admin
-            else [tool for tool in snapshot.enabled if category_on(tool.category, categories)]
-        )
-        if token is not None:
-            pool = [tool for tool in pool if token.selects(tool)]
+
+        def usable(tool: TypedTool) -> bool:  # the one rule of what a caller may use
+            offered = selection.admin or (tool.enabled and category_on(tool.category, categories))
+            return offered and (token is None or token.selects(tool))
+
         if selection.tool_ids is None:
+            pool: list[TypedTool] = [
+                e.tool for e in snapshot.entries if e.tool is not None and usable(e.tool)
+            ]
             return _tagged(pool, selection.tags), {}, categories
-        key = _name if selection.by_name else _tool_id
-        known = {key(tool) for tool in pool}
+        # Ids (or names) are looked up, not searched for among all the tenant's tools.
+        index = snapshot.tools_by_name if selection.by_name else snapshot.tools_by_id
         wanted: list[str] = []
         picked: dict[str, set[str]] = {}
+        found: dict[str, TypedTool] = {}  # by tool_id: a tool asked for twice is chosen once
         for tool_id in selection.tool_ids:
+            matches = [tool for tool in index.get(tool_id, ()) if usable(tool)]
             server = server_of(tool_id)
-            if tool_id in known or server is None:
+            if matches or server is None:
                 wanted.append(tool_id)
+                found.update((tool.tool_id, tool) for tool in matches)
             else:
                 picked.setdefault(server, set()).add(tool_id)
-        wanted_set = set(wanted)
-        chosen = [tool for tool in pool if key(tool) in wanted_set]
-        missing = sorted(wanted_set - {key(tool) for tool in chosen})
+        key = _name if selection.by_name else _tool_id
+        chosen = sorted(found.values(), key=lambda tool: snapshot.order[tool.tool_id])
+        missing = sorted(set(wanted) - {key(tool) for tool in chosen})
         if missing and selection.admin:
             _refuse_unreadable(missing, snapshot.by_id)
         if missing:
@@ -399,33 +400,6 @@ class Toolbox:
             http=http,
         )
         return Toolset(tools, scope, skipped_servers=skipped, sessions=sessions)
-
-
-def _one_tool(
-    snapshot: ToolSnapshot, selection: Selection, token: ClientToken | None
-) -> list[TypedTool] | None:
-    """A one-tool selection's stored tool, looked up rather than searched for: what
-    `_stored_tools` would choose when the id (or name) is a stored tool's, or None (anything
-    else: not found, a server's tool, tags) for its general path to decide."""
-    if selection.tool_ids is None or len(selection.tool_ids) != 1 or selection.tags is not None:
-        return None
-    [wanted] = selection.tool_ids
-    if selection.by_name:
-        candidates: Sequence[TypedTool] = snapshot.enabled_by_name.get(wanted, ())
-        if selection.admin:
-            candidates = [e.tool for e in snapshot.entries if e.tool and e.tool.name == wanted]
-    else:
-        entry = snapshot.by_id.get(wanted)
-        candidates = [entry.tool] if entry is not None and entry.tool is not None else []
-        if not selection.admin:
-            candidates = [tool for tool in candidates if tool.enabled]
-    chosen = [
-        tool
-        for tool in candidates
-        if (selection.admin or category_on(tool.category, snapshot.categories))
-        and (token is None or token.selects(tool))
-    ]
-    return chosen or None
 
 
 def category_on(name: str, categories: Mapping[str, CategoryState]) -> bool:

@@ -1,5 +1,6 @@
-"""A one-tool selection is looked up (`_one_tool`) rather than searched for: it must choose what
-the general path chooses, for every kind of selection, or leave the decision to it."""
+"""A selection of ids (or names) is looked up in the snapshot's indexes rather than searched for
+among all the tenant's tools: it must choose what the listing-based definition chooses (kept
+here as the reference: the code before the lookup), for every kind of selection."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from app.errors import AppError
+from app.mcp.config import server_of
 from app.services import toolbox as toolbox_module
 from app.services.catalog import ToolSnapshot
 from app.services.client_tokens import ClientToken
@@ -80,37 +82,96 @@ def _toolbox() -> Toolbox:
     return Toolbox(catalog=_Catalog(snapshot), mcp=None, hub=None, secrets=None, outbound=None)  # type: ignore[arg-type]
 
 
+def _reference(snapshot: ToolSnapshot, selection: Selection, token: ClientToken | None) -> Any:
+    """What `_stored_tools` chose when it listed the tenant's tools to pick from them."""
+    categories = snapshot.categories
+    pool: list[Any] = (
+        [entry.tool for entry in snapshot.entries if entry.tool is not None]
+        if selection.admin
+        else [
+            tool
+            for tool in snapshot.enabled
+            if toolbox_module.category_on(tool.category, categories)
+        ]
+    )
+    if token is not None:
+        pool = [tool for tool in pool if token.selects(tool)]
+    assert selection.tool_ids is not None
+
+    def key(tool: Any) -> str:
+        return str(tool.name if selection.by_name else tool.tool_id)
+
+    known = {key(tool) for tool in pool}
+    wanted: list[str] = []
+    picked: dict[str, set[str]] = {}
+    for tool_id in selection.tool_ids:
+        server = server_of(tool_id)
+        if tool_id in known or server is None:
+            wanted.append(tool_id)
+        else:
+            picked.setdefault(server, set()).add(tool_id)
+    chosen = [tool for tool in pool if key(tool) in set(wanted)]
+    missing = sorted(set(wanted) - {key(tool) for tool in chosen})
+    if missing and selection.admin:
+        for tool_id in missing:
+            entry = snapshot.by_id.get(tool_id)
+            if entry is not None and entry.tool is None:
+                return ("refused", "ConflictError")
+    if missing:
+        return ("refused", "UnavailableToolsError")
+    tags = selection.tags
+    if tags is not None:
+        chosen = [tool for tool in chosen if not set(tags).isdisjoint(tool.tags)]
+    return ([tool.tool_id for tool in chosen], picked)
+
+
 async def _chosen(box: Toolbox, selection: Selection, token: ClientToken | None) -> Any:
     try:
         tools, picked, _ = await box._stored_tools("acme", selection, token)
     except AppError as exc:
-        return ("refused", type(exc).__name__, exc.message)
+        return ("refused", type(exc).__name__)
     return ([tool.tool_id for tool in tools], picked)
+
+
+SELECTIONS = [
+    *[[wanted] for wanted in WANTED],
+    ["plain", "named"],
+    ["named", "plain"],
+    ["plain", "plain"],
+    ["other_name", "named", "plain"],
+    ["plain", "nowhere"],
+    ["srv__tool", "plain"],
+    ["srv__tool", "srv__other", "gh__search"],
+    ["hidden-cat", "shown-cat"],
+]
 
 
 @pytest.mark.parametrize(
     ("admin", "by_name", "tags"),
     list(itertools.product([False, True], [False, True], [None, [], ["red"]])),
 )
-async def test_a_looked_up_tool_is_the_one_the_search_finds(
-    monkeypatch: pytest.MonkeyPatch, admin: bool, by_name: bool, tags: list[str] | None
+async def test_a_looked_up_selection_is_the_one_the_listing_chose(
+    admin: bool, by_name: bool, tags: list[str] | None
 ) -> None:
     box = _toolbox()
-    for wanted, token in itertools.product(WANTED, TOKENS):
-        selection = Selection(tool_ids=[wanted], admin=admin, by_name=by_name, tags=tags)
-        fast = await _chosen(box, selection, token)
-        with monkeypatch.context() as patched:
-            patched.setattr(toolbox_module, "_one_tool", lambda *_: None)
-            searched = await _chosen(box, selection, token)
-        assert fast == searched, (wanted, token and token.token_id)
-
-
-async def test_the_lookup_answers_the_common_calls_itself() -> None:
-    """Not a vacuous equality: the plain cases do not fall through to the search."""
     snapshot = ToolSnapshot.build(DOCS, category_docs=CATEGORIES)
+    for tool_ids, token in itertools.product(SELECTIONS, TOKENS):
+        selection = Selection(tool_ids=tool_ids, admin=admin, by_name=by_name, tags=tags)
+        expected = _reference(snapshot, selection, token)
+        assert await _chosen(box, selection, token) == expected, (
+            tool_ids,
+            token and token.token_id,
+        )
+
+
+async def test_the_plain_calls_choose_their_tool() -> None:
+    """Not a vacuous equality: the common calls find their tool, in the tenant's order."""
+    box = _toolbox()
     by_id = Selection(tool_ids=["named"], admin=True, strict=True)
     by_name = Selection(tool_ids=["other_name"], by_name=True, strict=True)
-    assert [t.tool_id for t in toolbox_module._one_tool(snapshot, by_id, None) or []] == ["named"]
-    assert [t.tool_id for t in toolbox_module._one_tool(snapshot, by_name, None) or []] == ["named"]
+    assert await _chosen(box, by_id, None) == (["named"], {})
+    assert await _chosen(box, by_name, None) == (["named"], {})
+    both = Selection(tool_ids=["named", "plain"])  # listed in the tenant's order, not the ask's
+    assert await _chosen(box, both, None) == (["plain", "named"], {})
     off = Selection(tool_ids=["hidden_cat"], by_name=True)
-    assert toolbox_module._one_tool(snapshot, off, None) is None  # category off: the search says
+    assert await _chosen(box, off, None) == ("refused", "UnavailableToolsError")
