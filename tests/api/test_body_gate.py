@@ -1,9 +1,11 @@
-"""The body limit's deadline, on the event loop's clock moved by hand (no real waiting): one
-timer per body, armed at the first read, dropped when the body is in."""
+"""The body limit's deadline on the event loop's clock moved by hand (the deadline is never
+waited for): one timer per body, armed at the first read, dropped when the body is in. Each test
+waits on what the code does (a read starting, a task ending), bounded."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,50 +16,55 @@ from starlette.types import Message, Receive, Scope, Send
 from app.api.middleware import BodySizeLimitMiddleware
 
 TIMEOUT_S = 15.0
+BOUND_S = 5.0  # what any wait below may take, in real seconds, before the test fails
 SCOPE: Scope = {"type": "http", "method": "POST", "path": "/x", "headers": []}
 
 
 class Clock:
-    """The running loop's `time()`, moved by `advance` (asyncio's own loop reads its timers'
-    due times through it)."""
+    """The running loop's `time()`: the real clock plus what `advance` added. Timers (the
+    body's deadline) fall due when it is moved; a bounded wait started after a move still
+    measures real seconds."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.now = loop.time()
+    def __init__(self) -> None:
+        self.offset = 0.0
 
     def __call__(self) -> float:
-        return self.now
+        return time.monotonic() + self.offset
 
     def advance(self, seconds: float) -> None:
-        self.now += seconds
+        self.offset += seconds
 
 
 @pytest.fixture
 async def clock(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Clock]:
     loop = asyncio.get_running_loop()  # the test's own loop (function scope)
-    ticking = Clock(loop)
+    ticking = Clock()
     monkeypatch.setattr(loop, "time", ticking)
     yield ticking
 
 
 class Body:
-    """A client's body: the pieces given so far, then silence (a read waits)."""
+    """A client's body: the pieces given so far, then silence (a read waits; `waiting` says
+    one does)."""
 
     def __init__(self, *pieces: bytes, ends: bool = False) -> None:
         self.pieces = list(pieces)
         self.ends = ends
         self.reads = 0
+        self.waiting = asyncio.Event()
 
     async def receive(self) -> Message:
         self.reads += 1
         if self.pieces:
             more = len(self.pieces) > 1 or not self.ends
             return {"type": "http.request", "body": self.pieces.pop(0), "more_body": more}
+        self.waiting.set()
         await asyncio.Event().wait()  # the rest never comes
         raise AssertionError("unreachable")
 
 
 def reader(into: list[Any]) -> Any:
-    """An app that reads the whole body, keeping what each read gave or raised."""
+    """An app that reads the whole body, keeping what each read gave."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         while True:
@@ -69,24 +76,39 @@ def reader(into: list[Any]) -> Any:
     return app
 
 
-async def _settle() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
+async def _within(awaitable: Any) -> Any:
+    """`awaitable`'s result (or exception) once it is done, failing the test if that takes
+    more than BOUND_S; it is never cancelled from here (a cancel would be mistaken for the
+    timer's)."""
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task}, timeout=BOUND_S)
+    assert done, f"not done within {BOUND_S:g} s"
+    return task.result()
+
+
+def _timers() -> list[float]:
+    """When the body deadlines pending on the loop are due (asyncio's own loop, as pytest runs
+    these; the bounds of `_within` are not among them)."""
+    loop = asyncio.get_running_loop()
+    return [
+        h.when()
+        for h in getattr(loop, "_scheduled", [])
+        if not h.cancelled() and getattr(h._callback, "__name__", "") == "_expire"
+    ]
 
 
 async def test_a_read_waiting_past_the_deadline_is_a_408(clock: Clock) -> None:
     got: list[Any] = []
     gate = BodySizeLimitMiddleware(reader(got), max_bytes=100, timeout_s=TIMEOUT_S)
-    task = asyncio.ensure_future(gate(SCOPE, Body(b"{").receive, _no_send))
-    await _settle()
-    clock.advance(TIMEOUT_S - 0.5)
-    await _settle()
-    assert not task.done()  # not yet
-    clock.advance(1.0)
-    await _settle()  # the loop runs its due timer on its next turn
-    assert task.done()
+    body = Body(b"{")
+    started = clock()
+    task = asyncio.ensure_future(gate(SCOPE, body.receive, _no_send))
+    await _within(body.waiting.wait())
+    [due] = _timers()  # one timer, due at the deadline
+    assert started <= due - TIMEOUT_S <= clock()
+    clock.advance(TIMEOUT_S)
     with pytest.raises(HTTPException) as raised:
-        await task
+        await _within(task)
     assert raised.value.status_code == 408
     assert raised.value.detail == f"The request body did not arrive within {TIMEOUT_S:g} s."
     assert raised.value.headers == {"Connection": "close"}
@@ -98,49 +120,60 @@ async def test_a_whole_body_arms_no_deadline_that_outlives_it(clock: Clock) -> N
     gate = BodySizeLimitMiddleware(reader(got), max_bytes=100, timeout_s=TIMEOUT_S)
     await gate(SCOPE, Body(b'{"a":', b"1}", ends=True).receive, _no_send)
     assert [m["body"] for m in got] == [b'{"a":', b"1}"]
-    loop = asyncio.get_running_loop()
-    assert not [h for h in getattr(loop, "_scheduled", []) if not h.cancelled()]
+    assert _timers() == []
 
 
 async def test_a_read_after_the_body_waits_without_a_deadline(clock: Clock) -> None:
     """After the body, `receive` only waits for the client to leave: never a 408."""
-    reads: list[Any] = []
+    waiting = asyncio.Event()
+
+    async def receive() -> Message:
+        if not waiting.is_set():
+            waiting.set()
+            return {"type": "http.request", "body": b"{}", "more_body": False}
+        await asyncio.Event().wait()  # a disconnect that never comes
+        raise AssertionError("unreachable")
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        reads.append(await receive())
-        reads.append(await receive())  # waits for a disconnect
+        await receive()
+        await receive()
 
     gate = BodySizeLimitMiddleware(app, max_bytes=100, timeout_s=TIMEOUT_S)
-    task = asyncio.ensure_future(gate(SCOPE, Body(b"{}", ends=True).receive, _no_send))
-    await _settle()
-    clock.advance(TIMEOUT_S * 10)
-    await _settle()
-    assert not task.done()
+    task = asyncio.ensure_future(gate(SCOPE, receive, _no_send))
+    await _within(waiting.wait())
+    assert _timers() == []  # nothing left to interrupt the second read
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await task
+        await _within(task)
 
 
-async def test_an_outside_cancel_stays_a_cancel(clock: Clock) -> None:
-    """The server stopping cancels a read; that is not the client's lateness."""
+@pytest.mark.parametrize("past_the_deadline", [False, True])
+async def test_an_outside_cancel_stays_a_cancel(clock: Clock, past_the_deadline: bool) -> None:
+    """The server stopping cancels a read; that is not the client's lateness, even when the
+    deadline has passed by the time the loop runs the cancel."""
     gate = BodySizeLimitMiddleware(reader([]), max_bytes=100, timeout_s=TIMEOUT_S)
-    task = asyncio.ensure_future(gate(SCOPE, Body(b"{").receive, _no_send))
-    await _settle()
+    body = Body(b"{")
+    task = asyncio.ensure_future(gate(SCOPE, body.receive, _no_send))
+    await _within(body.waiting.wait())
+    if past_the_deadline:
+        clock.advance(TIMEOUT_S + 1)  # the timer is due, not yet run
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await task
+        await _within(task)
 
 
-async def test_a_cancel_and_the_deadline_together_stay_a_cancel(clock: Clock) -> None:
+async def test_an_outside_cancel_in_the_timers_turn_stays_a_cancel(clock: Clock) -> None:
+    """A cancel from outside that the loop runs in the same turn as the deadline, just before
+    it, is still a cancel, not a 408."""
     gate = BodySizeLimitMiddleware(reader([]), max_bytes=100, timeout_s=TIMEOUT_S)
-    task = asyncio.ensure_future(gate(SCOPE, Body(b"{").receive, _no_send))
-    await _settle()
-    clock.advance(TIMEOUT_S + 1)
-    task.cancel()  # before the loop runs the due timer
-    await _settle()
-    assert task.done()
+    body = Body(b"{")
+    task = asyncio.ensure_future(gate(SCOPE, body.receive, _no_send))
+    await _within(body.waiting.wait())
+    [due] = _timers()
+    asyncio.get_running_loop().call_at(due - 0.5, task.cancel)  # due just before the deadline
+    clock.advance(TIMEOUT_S + 1)  # both due in the same turn, the outside cancel first
     with pytest.raises(asyncio.CancelledError):
-        await task
+        await _within(task)
 
 
 async def test_the_deadline_passing_between_two_reads_is_a_408_at_a_read_that_waits(
@@ -148,11 +181,12 @@ async def test_the_deadline_passing_between_two_reads_is_a_408_at_a_read_that_wa
 ) -> None:
     """The app is busy (not reading) when the deadline passes: nothing is interrupted; its next
     read is tried, and since the rest of the body is not there, it is the 408."""
-    busy = asyncio.Event()
+    busy, reached = asyncio.Event(), asyncio.Event()
     seen: list[Any] = []
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         seen.append(await receive())
+        reached.set()
         await busy.wait()  # work between reads, past the deadline: not interrupted
         seen.append("worked")
         await receive()
@@ -160,18 +194,15 @@ async def test_the_deadline_passing_between_two_reads_is_a_408_at_a_read_that_wa
     gate = BodySizeLimitMiddleware(app, max_bytes=100, timeout_s=TIMEOUT_S)
     body = Body(b"{")
     task = asyncio.ensure_future(gate(SCOPE, body.receive, _no_send))
-    await _settle()
+    await _within(reached.wait())
+    [due] = _timers()
+    asyncio.get_running_loop().call_at(due + 0.5, busy.set)  # after the deadline's timer ran
     clock.advance(TIMEOUT_S + 1)
-    await _settle()
-    assert not task.done()
-    busy.set()
-    await _settle()
-    assert task.done()
     with pytest.raises(HTTPException) as raised:
-        await task
+        await _within(task)
     assert raised.value.status_code == 408
     assert seen[-1] == "worked"
-    assert body.reads == 2
+    assert body.reads == 2  # the late read was tried
 
 
 @pytest.mark.parametrize("late_first", [True, False])
@@ -182,43 +213,27 @@ async def test_a_body_already_received_is_taken_after_the_deadline(
     message: the app took its time (a slow key check) before reading a body that had arrived
     long before, or between two pieces already there. Only a read that has to wait is late."""
     got: list[Any] = []
-    pause = asyncio.Event()
+    pause, reached = asyncio.Event(), asyncio.Event()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if late_first:
             clock.advance(TIMEOUT_S * 2)  # the app took its time before its first read
         got.append(await receive())
         if not late_first:
-            clock.advance(TIMEOUT_S * 2)
-            await pause.wait()  # the due timer runs while the app is not reading
+            reached.set()
+            await pause.wait()  # the deadline's timer runs while the app is not reading
         got.append(await receive())
 
     gate = BodySizeLimitMiddleware(app, max_bytes=100, timeout_s=TIMEOUT_S)
-    body = Body(b'{"a":', b"1}", ends=True)
-    task = asyncio.ensure_future(gate(SCOPE, body.receive, _no_send))
-    await _settle()
-    pause.set()
-    await _settle()
-    assert task.done()
-    await task
+    task = asyncio.ensure_future(gate(SCOPE, Body(b'{"a":', b"1}", ends=True).receive, _no_send))
+    if not late_first:
+        await _within(reached.wait())
+        [due] = _timers()
+        asyncio.get_running_loop().call_at(due + 0.5, pause.set)
+        clock.advance(TIMEOUT_S * 2)
+    await _within(task)
     assert [m["body"] for m in got] == [b'{"a":', b"1}"]
-    loop = asyncio.get_running_loop()
-    assert not [h for h in getattr(loop, "_scheduled", []) if not h.cancelled()]
-
-
-async def test_an_outside_cancel_in_the_timers_turn_stays_a_cancel(clock: Clock) -> None:
-    """A cancel from outside (the server stopping) that lands in the same turn of the loop as
-    the deadline, just before it, is still a cancel, not a 408."""
-    gate = BodySizeLimitMiddleware(reader([]), max_bytes=100, timeout_s=TIMEOUT_S)
-    task = asyncio.ensure_future(gate(SCOPE, Body(b"{").receive, _no_send))
-    await _settle()
-    loop = asyncio.get_running_loop()
-    loop.call_at(clock.now + TIMEOUT_S - 0.5, task.cancel)  # due just before the deadline
-    clock.advance(TIMEOUT_S + 1)  # both due in the same turn, the outside cancel first
-    await _settle()
-    assert task.done()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    assert _timers() == []
 
 
 async def test_a_body_left_unread_holds_no_timer_past_its_request(clock: Clock) -> None:
@@ -227,8 +242,7 @@ async def test_a_body_left_unread_holds_no_timer_past_its_request(clock: Clock) 
 
     gate = BodySizeLimitMiddleware(app, max_bytes=100, timeout_s=TIMEOUT_S)
     await gate(SCOPE, Body(b"{").receive, _no_send)
-    loop = asyncio.get_running_loop()
-    assert not [h for h in getattr(loop, "_scheduled", []) if not h.cancelled()]
+    assert _timers() == []
 
 
 @pytest.mark.parametrize(
@@ -253,8 +267,7 @@ async def test_a_body_past_the_limit_is_a_413(
     with pytest.raises(HTTPException) as raised:
         await gate(scope, Body(*pieces, ends=True).receive, send)
     assert raised.value.status_code == 413
-    loop = asyncio.get_running_loop()
-    assert not [h for h in getattr(loop, "_scheduled", []) if not h.cancelled()]
+    assert _timers() == []
 
 
 async def _no_send(message: Message) -> None:

@@ -187,12 +187,18 @@ async def test_only_a_call_still_running_gets_a_watcher(monkeypatch: pytest.Monk
     from app.deps import TenantContext
 
     gateway = mcp_endpoint.McpGateway()
-    watched: list[int] = []
-    release = asyncio.Event()
+    watchers: list[asyncio.Task[Any]] = []
+    started: list[int] = []  # watchers made, run or not (a task cancelled unrun counts)
+    watching, release = asyncio.Event(), asyncio.Event()
 
-    async def watch(receive: Any, call: Any) -> None:
-        watched.append(1)
+    async def watching_forever() -> None:
+        watchers.append(asyncio.current_task())  # type: ignore[arg-type]
+        watching.set()
         await asyncio.Event().wait()  # the client never leaves
+
+    def watch(receive: Any, call: Any) -> Any:
+        started.append(1)
+        return watching_forever()
 
     async def quick(scope: Any, message: Any, send: Any) -> bool:
         return True
@@ -204,25 +210,31 @@ async def test_only_a_call_still_running_gets_a_watcher(monkeypatch: pytest.Monk
     async def receive() -> dict[str, Any]:
         raise AssertionError("only a watcher reads")
 
+    def pending_watch_timers() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        return [
+            h
+            for h in getattr(loop, "_scheduled", [])
+            if not h.cancelled() and getattr(h._callback, "__name__", "") == "watch"
+        ]
+
     monkeypatch.setattr(mcp_endpoint, "_stop_when_gone", watch)
     scope = {"type": "http", mcp_endpoint.CALLER: TenantContext("acme", services=None)}  # type: ignore[arg-type]
     monkeypatch.setattr(gateway, "_answer_directly", quick)
     assert await gateway._answered_unless_gone(scope, _call(1), receive, _refuse)
-    for _ in range(3):
-        await asyncio.sleep(0)
-    assert watched == []
+    assert pending_watch_timers() == [] and started == []  # none made, none left to start
 
     monkeypatch.setattr(mcp_endpoint, "WATCH_AFTER_S", 0)  # "still running" from the next turn
     monkeypatch.setattr(gateway, "_answer_directly", slow)
     before = asyncio.all_tasks()
     task = asyncio.create_task(gateway._answered_unless_gone(scope, _call(2), receive, _refuse))
-    for _ in range(5):
-        await asyncio.sleep(0)
-    assert watched == [1]
+    await asyncio.wait_for(watching.wait(), 5)
+    [watcher] = watchers
     release.set()
-    assert await task is True
-    await asyncio.sleep(0)
-    assert asyncio.all_tasks() == before  # the watcher ended with its call
+    assert await asyncio.wait_for(task, 5) is True
+    done, _ = await asyncio.wait({watcher}, timeout=5)
+    assert done and watcher.cancelled()  # the watcher ended with its call
+    assert asyncio.all_tasks() == before
     assert gateway._running == {}
 
 
