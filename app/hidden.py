@@ -47,10 +47,11 @@ class HiddenValues:
 
     __slots__ = ("packed", "plain", "reach")
 
-    def __init__(self, values: Iterable[Any] = ()) -> None:
+    def __init__(self, values: Iterable[Any] = (), *, texts: Iterable[str] | None = None) -> None:
+        """Prepared from `values`, or from their `texts` (`hidden_texts`) already taken."""
         plain: set[str] = set()
         packed: set[str] = set()
-        for text in hidden_texts(values):
+        for text in hidden_texts(values) if texts is None else texts:
             plain.add(text)
             plain.add(text.replace(" ", "+"))  # a query string's space (quote_plus)
             packed |= _packed_forms(text)
@@ -68,13 +69,12 @@ class HiddenValues:
         are the common case). The last `PREPARED_KEPT` sets prepared are kept, each of at most
         `PREPARED_MAX_CHARS` characters of text (its forms take about 7 times that); treat the
         result as read-only."""
-        values = list(values)
         texts = frozenset(hidden_texts(values))
         if sum(map(len, texts)) > PREPARED_MAX_CHARS:  # large values: prepared, never kept
-            return cls(values)
+            return cls(texts=texts)
         found = _prepared.get(texts)
         if found is None:
-            found = cls(values)
+            found = cls(texts=texts)
             if len(_prepared) >= PREPARED_KEPT:
                 del _prepared[next(iter(_prepared))]  # the oldest
             _prepared[texts] = found
