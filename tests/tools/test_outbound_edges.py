@@ -87,9 +87,17 @@ def _client(**options: float) -> OutboundClient:
     )
 
 
-async def _ok(head: bytes, writer: asyncio.StreamWriter) -> bool:
-    writer.write(OK)
-    return True
+def _answering(answer: bytes) -> Answer:
+    """A raw server's handler that writes `answer` to each request and keeps the connection."""
+
+    async def handler(head: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(answer)
+        return True
+
+    return handler
+
+
+_ok = _answering(OK)
 
 
 async def test_a_kept_alive_connection_serves_the_next_call(raw: Start) -> None:
@@ -278,11 +286,7 @@ async def test_idle_connections_are_closed_and_their_origins_forgotten(
     raw: Start,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async def then_watch(head: bytes, writer: asyncio.StreamWriter) -> bool:
-        writer.write(OK)
-        return True
-
-    server = await raw(then_watch)
+    server = await raw(_ok)
     async with _client() as client:
         async with client.request("GET", f"{server.url}/a") as response:
             await response.read_capped(100)
@@ -380,11 +384,7 @@ async def test_bytes_past_an_answer_never_become_the_next_calls_answer(raw: Star
 async def test_a_connection_is_kept_only_when_the_answer_says_so(
     raw: Start, head: bytes, kept: bool
 ) -> None:
-    async def answer(request: bytes, writer: asyncio.StreamWriter) -> bool:
-        writer.write(head)
-        return True
-
-    server = await raw(answer)
+    server = await raw(_answering(head))
     async with _client() as client:
         for _ in range(2):
             async with client.request("GET", f"{server.url}/a") as response:
@@ -393,11 +393,7 @@ async def test_a_connection_is_kept_only_when_the_answer_says_so(
 
 
 async def test_a_101_answer_is_given_not_waited_past(raw: Start) -> None:
-    async def upgrade(head: bytes, writer: asyncio.StreamWriter) -> bool:
-        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\n\r\n")
-        return True
-
-    server = await raw(upgrade)
+    server = await raw(_answering(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\n\r\n"))
     async with _client(timeout_s=5) as client:
         async with client.request("GET", f"{server.url}/a") as response:
             assert response.status == 101
@@ -405,15 +401,12 @@ async def test_a_101_answer_is_given_not_waited_past(raw: Start) -> None:
 
 
 async def test_a_charset_that_is_no_text_encoding_reads_as_utf8(raw: Start) -> None:
-    async def hex_charset(head: bytes, writer: asyncio.StreamWriter) -> bool:
-        body = "héllo".encode()
-        writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=hex\r\n"
-            b"content-length: %d\r\n\r\n%s" % (len(body), body)
-        )
-        return True
-
-    server = await raw(hex_charset)
+    body = "héllo".encode()
+    hex_charset = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=hex\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    server = await raw(_answering(hex_charset))
     async with _client() as client:
         async with client.request("GET", f"{server.url}/a") as response:
             assert await response.text_capped(100) == ("héllo", False)
