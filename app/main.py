@@ -32,6 +32,7 @@ from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from app.api.problems import PROBLEM_MEDIA_TYPE, install_error_handlers
 from app.config import Settings, get_settings
 from app.container import build_services
+from app.heap import settled_heap
 from app.logs import configure_logging
 from app.mcp.config import McpConfigError, McpServer, load_operator_servers
 from app.metrics import Metrics, loop_lag_probe
@@ -126,9 +127,14 @@ def _finish_openapi(app: FastAPI, settings: Settings) -> None:
 
 
 def create_app(
-    settings: Settings | None = None, *, registry: FunctionRegistry | None = None
+    settings: Settings | None = None,
+    *,
+    registry: FunctionRegistry | None = None,
+    tune_gc: bool = False,
 ) -> FastAPI:
-    """Build the application; `registry` replaces FUNCTIONS_MODULE (tests use it)."""
+    """Build the application; `registry` replaces FUNCTIONS_MODULE (tests use it). `tune_gc`:
+    the app owns its process, so the garbage collector is set for serving once start-up is done
+    (app/heap.py); only an entry point says so."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -147,6 +153,8 @@ def create_app(
                 # Built before the first request too: 0.3-0.6 s of CPU that holds the GIL in
                 # long stretches, so even on a worker thread it stalled every request in flight.
                 app.openapi()
+            if tune_gc:
+                stack.enter_context(settled_heap())
             # Entered last, closed first: the probe watches the loop while requests are served.
             await stack.enter_async_context(loop_lag_probe(app.state.metrics))
             yield

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.gc_collector import GCCollector
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 ITERATION_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 50, 100)
@@ -128,6 +129,8 @@ class Metrics:
             buckets=LAG_BUCKETS,
             registry=registry,
         )
+        # python_gc_*: the collector's runs and what they found, per generation (app/heap.py).
+        GCCollector(registry=registry)
         self.run_records_lost = Counter(
             "toolgate_run_records_lost",
             "Run records lost: memory and journal full or failing, or refused by the database.",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 
 from app.config import Settings
 from app.crypto import new_key
+from app.heap import YOUNG_THRESHOLD
 from tests.support.processes import ROOT, run_app, service_env, start_app, wait_serving
 from tests.support.secantus import free_port
 
@@ -135,3 +137,44 @@ def test_an_idle_keep_alive_connection_outlives_common_client_idle_limits(served
         assert connection.sock is first  # the same connection, not a new one
     finally:
         connection.close()
+
+
+_GC_PROBE = """
+import asyncio, gc, json, sys
+
+async def main():
+    before = gc.get_threshold()
+    if sys.argv[1] == "entry":
+        from app.asgi import app
+    else:
+        from app.main import create_app
+        app = create_app()
+    async with app.router.lifespan_context(app):
+        serving = {"frozen": gc.get_freeze_count(), "young": gc.get_threshold()[0]}
+    print(json.dumps({**serving, "young_before": before[0], "young_after": gc.get_threshold()[0]}))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("entry", [True, False], ids=["app.asgi", "create_app"])
+def test_the_entry_point_freezes_what_start_up_built(entry: bool) -> None:
+    """The process `uvicorn app.asgi:app` and `python -m app serve` run freezes start-up's
+    objects and collects young ones less often while it serves (app/heap.py); an app built by
+    another program leaves that program's collector alone."""
+    result = subprocess.run(
+        [sys.executable, "-c", _GC_PROBE, "entry" if entry else "factory"],
+        cwd=ROOT,
+        env=service_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.splitlines()[-1])
+    assert seen["young_before"] == seen["young_after"] == 700  # put back at shutdown
+    if entry:
+        assert seen["frozen"] > 50_000  # the modules, types and validators of start-up
+        assert seen["young"] == YOUNG_THRESHOLD
+    else:
+        assert seen == {"frozen": 0, "young": 700, "young_before": 700, "young_after": 700}
