@@ -20,7 +20,8 @@ from tests.support.waiting import within
 
 pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
-# Far below the driver's 30 s default; the configured timeout is 2 s.
+# How long /healthz may take to notice the outage (a check every second, a 2 s timeout): a
+# bound on waiting, not a figure checked.
 FAIL_FAST_BOUND_S = 8.0
 
 
@@ -32,12 +33,6 @@ def dying_server(tmp_path: Path) -> Iterator[SecantusServer]:
     server.stop()
 
 
-async def _timed(call: asyncio.Future[httpx.Response] | object) -> tuple[httpx.Response, float]:
-    started = time.monotonic()
-    response = await call  # type: ignore[misc]
-    return response, time.monotonic() - started
-
-
 async def test_kill_then_restart(dying_server: SecantusServer) -> None:
     settings = make_settings(dying_server.url)
     async with running_app(settings, _builtin()) as app, http_client(app) as client:
@@ -47,21 +42,21 @@ async def test_kill_then_restart(dying_server: SecantusServer) -> None:
         ).status_code == 201
 
         await asyncio.to_thread(dying_server.kill)
-        ready, elapsed = await _timed(client.get("/readyz"))
         # Ready means "can serve" (cached keys and tools serve through an outage): the probe
-        # never waits on the database; /healthz says it is away within a check and a timeout.
-        assert ready.status_code == 200 and elapsed < 0.5
+        # reads the last check's outcome and never asks the database; /healthz says it is away
+        # within a check and a timeout.
+        assert (await client.get("/readyz")).status_code == 200
         await within(database_is("unreachable", client), FAIL_FAST_BOUND_S)
         for method, path, body in [
             ("GET", "/tools/weather-api", None),
             ("POST", "/tools/create", external_tool("during-outage")),
             ("GET", "/tools/", None),
         ]:
-            response, elapsed = await _timed(
-                client.request(method, path, json=body, headers=acme.headers)
-            )
+            # Failing fast is the driver's timeouts at MONGODB_TIMEOUT_MS, not its 30 s default
+            # (tests/repositories/test_database.py): what is checked here is the answer.
+            response = await client.request(method, path, json=body, headers=acme.headers)
             assert response.status_code == 503, response.text
-            assert response.headers["retry-after"] and elapsed < FAIL_FAST_BOUND_S
+            assert response.headers["retry-after"]
             assert response.headers["content-type"] == "application/problem+json"
         assert (await client.get("/healthz")).status_code == 200  # the process itself is fine
 

@@ -38,6 +38,8 @@ OUTBOUND = "outbound client alone, c=16 (CPU ms per request)"
 # every route alike, large enough that the 10 ms ticks of /proc's CPU times stay a small error.
 SLICE = 500
 SETTLE_S = 0.02
+# The rows whose answers must show the tool ran (`tool_call_succeeded`).
+TOOL_CALLS = frozenset({INVOKE, INVOKE_REST, MCP_CALL, MCP_CALL_MODERN, MCP_REST, MCP_REST_MODERN})
 # A route measured by `Bench.endpoints`: method, path, headers, JSON body.
 Request = tuple[str, str, dict[str, str] | None, dict[str, Any] | None]
 REST_TOOL = {
@@ -73,6 +75,15 @@ def mcp_call(
         }
         headers.update({"Mcp-Method": "tools/call", "Mcp-Name": name})
     return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}, headers
+
+
+def tool_call_succeeded(status: int, payload: bytes) -> None:
+    """Raise unless `payload` is a tool call that ran: an invoke's `"status":"ok"`, an MCP
+    result's `"isError":false`. A failed call answers 200 too (an upstream that is down is the
+    tool's error, not the request's), and a row of failures would measure the wrong thing. A
+    search of the bytes, not a parse: the client's CPU competes with the service's."""
+    if status != 200 or (b'"status":"ok"' not in payload and b'"isError":false' not in payload):
+        raise RuntimeError(f"a tool call failed: {status} {payload[:300]!r}")
 
 
 def free_port() -> int:
@@ -375,6 +386,7 @@ class Bench:
                     concurrency=10,
                     headers=headers,
                     body=body,
+                    check=tool_call_succeeded if name in TOOL_CALLS else None,
                 )
                 await asyncio.sleep(
                     SETTLE_S

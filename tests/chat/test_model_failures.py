@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.support import fake_model as script
@@ -47,11 +45,12 @@ async def test_always_500_is_502_after_retries(
 
 @pytest.mark.settings(model_timeout_s=0.5, model_max_retries=0)
 async def test_hanging_model_is_504(chat: ChatClient, fake: FakeModel) -> None:
+    """The model's timeout ends the call: a 504, where the late answer (an empty object, not a
+    completion) would have been a 502."""
     fake.reset(script.hang(3))
-    started = time.monotonic()
     response = await chat.chat()
-    assert response.status_code == 504
-    assert time.monotonic() - started < 2.5
+    assert response.status_code == 504, response.text
+    assert len(fake.requests) == 1  # MODEL_MAX_RETRIES=0: not asked again
 
 
 @pytest.mark.settings(chat_deadline_s=0.5, tool_timeout_s=5)

@@ -44,3 +44,17 @@ async def test_a_server_that_answers_is_slow_not_unreachable(
         assert not database.unreachable(OperationFailure("not authorized", 13))
     finally:
         await database.close()
+
+
+async def test_every_wait_on_the_database_is_bounded_by_the_configured_timeout() -> None:
+    """A dead or silent database fails a request in MONGODB_TIMEOUT_MS (503 fast), never the
+    driver's 30 s default: server selection, connecting and each operation."""
+    settings = make_settings(f"mongodb://127.0.0.1:{free_port()}/", mongodb_timeout_ms=1500)
+    database = Database.from_settings(settings)
+    try:
+        options = database._client.options
+        assert options.server_selection_timeout == 1.5
+        assert options.pool_options.connect_timeout == 1.5
+        assert options.timeout == 1.5  # the client-side operation timeout (timeoutMS)
+    finally:
+        await database.close()

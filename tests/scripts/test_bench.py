@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -82,3 +84,39 @@ def test_the_model_apis_benchmark_reports_each_api(tmp_path: Path) -> None:
     [report] = tmp_path.glob("model-apis-*.json")
     summary = json.loads(report.read_text())["summary"]
     assert summary["responses, concurrency 1"]["iterations"][0] == 20  # 10 chats x 2
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"run_id":"r","tool_id":"weather","status":"ok","content":"21","error":null}',
+        b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}',
+        b'event: message\r\ndata: {"jsonrpc":"2.0","id":1,"result":{"isError":false}}\r\n',
+    ],
+)
+def test_the_benchmark_takes_a_tool_call_that_ran(payload: bytes) -> None:
+    _bench().tool_call_succeeded(200, payload)
+
+
+@pytest.mark.parametrize(
+    ("status", "payload"),
+    [
+        (200, b'{"status":"error","error":{"kind":"unreachable","message":"refused"}}'),
+        (200, b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}'),
+        (200, b'{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"Unknown tool"}}'),
+        (429, b'{"status":"ok"}'),
+    ],
+)
+def test_the_benchmark_stops_at_a_tool_call_that_failed(status: int, payload: bytes) -> None:
+    """A row of failed calls (the upstream down) would be measured as if they ran."""
+    with pytest.raises(RuntimeError, match="a tool call failed"):
+        _bench().tool_call_succeeded(status, payload)
+
+
+def _bench() -> ModuleType:
+    """scripts/bench/bench.py, a script rather than a package module."""
+    spec = importlib.util.spec_from_file_location("bench", ROOT / "scripts" / "bench" / "bench.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from typing import Any
 
 import orjson
 from starlette.types import Receive, Scope, Send
+
+RELEASE_PATIENCE_S = 60.0  # a held reply a test never released is answered after this
 
 
 @dataclass
@@ -24,6 +27,9 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     chunks: list[bytes] | None = None  # sent one by one (chunked transfer), after `body`
+    # Held until the test sets it (the fake may serve from another thread): a model that
+    # answers when the test says, not after a time the test hopes is long enough.
+    released: threading.Event | None = None
 
 
 Step = Callable[[dict[str, Any]], Reply]
@@ -178,6 +184,8 @@ class FakeModel:
         reply = step(request) if step else Reply(500, b'{"error": {"message": "script ended"}}')
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
+        if reply.released is not None:
+            await asyncio.to_thread(reply.released.wait, RELEASE_PATIENCE_S)
         headers = [(k.lower().encode(), v.encode()) for k, v in reply.headers.items()]
         await send({"type": "http.response.start", "status": reply.status, "headers": headers})
         for chunk in reply.chunks or []:
