@@ -1,6 +1,8 @@
 """The served protocol (app/http_server.py), with raw sockets against a real `python -m app
 serve` process on 127.0.0.1: a request head that is not complete within HEADER_TIMEOUT_S closes
-the connection (before the first request too), and a process keeps at most MAX_CONNECTIONS."""
+the connection (before the first request too), and a process keeps at most MAX_CONNECTIONS.
+What is checked here is what a client sees; when the deadline falls, to the second, is checked
+on a clock moved by hand in tests/test_http_server_deadline.py."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from tests.test_shutdown import start_service
 
 HEAD_TIMEOUT_S = 1.5
 MAX_CONNECTIONS = 4
-PATIENCE_S = HEAD_TIMEOUT_S * 6  # a loaded machine: the bound checked is "closed", not a race
+PATIENCE_S = HEAD_TIMEOUT_S * 6  # ends a wait for a close that never comes; never a figure
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +43,13 @@ def _connect(port: int) -> socket.socket:
     return socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S)
 
 
-def _read_until_closed(sock: socket.socket) -> tuple[bytes, float]:
-    """Everything the server sends until it closes; and when it closed (monotonic)."""
+def _read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes (the socket's timeout ends a wait for a
+    server that never does)."""
     answer = b""
     while chunk := sock.recv(65536):
         answer += chunk
-    return answer, time.monotonic()
+    return answer
 
 
 def _read_one_response(sock: socket.socket) -> bytes:
@@ -66,28 +69,33 @@ def _read_one_response(sock: socket.socket) -> bytes:
 
 def test_a_silent_connection_is_closed(port: int) -> None:
     with _connect(port) as sock:
-        opened = time.monotonic()
-        answer, closed = _read_until_closed(sock)
-    assert answer == b""
-    assert HEAD_TIMEOUT_S - 0.1 <= closed - opened < PATIENCE_S
+        assert _read_until_closed(sock) == b""
 
 
 def test_a_head_sent_one_line_at_a_time_is_cut_off(port: int) -> None:
-    lines = [b"GET /healthz HTTP/1.1\r\n", *[b"X-Drip-%d: x\r\n" % i for i in range(20)]]
+    """A line every 0.25 s, for as long as the server listens: it closes the connection
+    without an answer (when, to the second: tests/test_http_server_deadline.py)."""
     with _connect(port) as sock:
-        opened = time.monotonic()
-        sent = 0
-        try:
-            for line in lines:  # 20 lines, 0.25 s apart: 5 s, beyond the deadline
-                sock.sendall(line)
-                sent += 1
-                time.sleep(0.25)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        answer, closed = _read_until_closed(sock)
-    assert b"200" not in answer
-    assert sent < len(lines)
-    assert closed - opened < PATIENCE_S
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+        sock.settimeout(0.25)
+        answer, lines = b"", 0
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                lines += 1
+                assert lines < PATIENCE_S / 0.25, "the head was never cut off"
+                try:
+                    sock.sendall(b"X-Drip-%d: x\r\n" % lines)
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+                continue
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            answer += chunk
+    assert answer == b""
 
 
 def test_after_a_response_the_next_head_is_due_too(port: int) -> None:
@@ -95,19 +103,15 @@ def test_after_a_response_the_next_head_is_due_too(port: int) -> None:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
         first = _read_one_response(sock)
         assert first.startswith(b"HTTP/1.1 200 "), first
-        started = time.monotonic()
         sock.sendall(b"GET /healthz HTTP/1.1\r\n")  # and nothing more: keep-alive is 75 s
-        answer, closed = _read_until_closed(sock)
-    assert answer == b""
-    assert HEAD_TIMEOUT_S - 0.1 <= closed - started < PATIENCE_S
+        assert _read_until_closed(sock) == b""
 
 
-def test_a_head_completed_in_time_is_answered(port: int) -> None:
+def test_a_head_sent_in_pieces_is_answered(port: int) -> None:
     with _connect(port) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\n")
-        time.sleep(HEAD_TIMEOUT_S / 3)
         sock.sendall(b"Host: t\r\nConnection: close\r\n\r\n")
-        answer, _ = _read_until_closed(sock)
+        answer = _read_until_closed(sock)
     assert answer.startswith(b"HTTP/1.1 200 "), answer
 
 
@@ -115,10 +119,8 @@ def test_one_connection_beyond_the_cap_is_refused_at_once(port: int) -> None:
     held = [_connect(port) for _ in range(MAX_CONNECTIONS)]
     try:
         with _connect(port) as extra:
-            started = time.monotonic()
-            answer, closed = _read_until_closed(extra)
-        assert answer.startswith(b"HTTP/1.1 503 "), answer
-        assert closed - started < HEAD_TIMEOUT_S  # refused, not left to time out
+            answer = _read_until_closed(extra)
+        assert answer.startswith(b"HTTP/1.1 503 "), answer  # refused, not left to time out
     finally:
         for sock in held:
             sock.close()
@@ -126,7 +128,7 @@ def test_one_connection_beyond_the_cap_is_refused_at_once(port: int) -> None:
     while True:  # the held ones closed: room again, once the server has seen them go
         with _connect(port) as sock:
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-            answer, _ = _read_until_closed(sock)
+            answer = _read_until_closed(sock)
         if answer.startswith(b"HTTP/1.1 200 ") or time.monotonic() > deadline:
             break
         time.sleep(0.05)
