@@ -18,24 +18,12 @@ from uvicorn.server import ServerState
 from app import http_server
 from app.http_server import GuardedHttpProtocol
 from tests.support.apps import make_settings
+from tests.support.clock import LoopClock
 
 HEAD_TIMEOUT_S = 30.0  # far above the real seconds a test takes: only `advance` reaches it
 MAX_CONNECTIONS = 2
 BOUND_S = 5.0  # what any wait below may take, in real seconds, before the test fails
 REQUEST = b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n"
-
-
-class Clock:
-    """The running loop's `time()`: the real clock plus what `advance` added."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.monotonic() + self.offset
-
-    def advance(self, seconds: float) -> None:
-        self.offset += seconds
 
 
 async def _answer(scope: Scope, receive: Receive, send: Send) -> None:
@@ -48,7 +36,7 @@ async def _answer(scope: Scope, receive: Receive, send: Send) -> None:
 
 @dataclass
 class Served:
-    clock: Clock
+    clock: LoopClock
     port: int
     protocols: list[GuardedHttpProtocol] = field(default_factory=list)
     state: ServerState = field(default_factory=ServerState)
@@ -71,7 +59,7 @@ class Served:
 @pytest.fixture
 async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Served]:
     loop = asyncio.get_running_loop()
-    clock = Clock()
+    clock = LoopClock()
     monkeypatch.setattr(loop, "time", clock)
     settings = make_settings(header_timeout_s=HEAD_TIMEOUT_S, max_connections=MAX_CONNECTIONS)
     monkeypatch.setattr(http_server, "get_settings", lambda: settings)

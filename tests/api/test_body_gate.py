@@ -5,7 +5,6 @@ waits on what the code does (a read starting, a task ending), bounded."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,31 +13,17 @@ from fastapi import HTTPException
 from starlette.types import Message, Receive, Scope, Send
 
 from app.api.middleware import BodySizeLimitMiddleware
+from tests.support.clock import LoopClock
 
 TIMEOUT_S = 15.0
 BOUND_S = 5.0  # what any wait below may take, in real seconds, before the test fails
 SCOPE: Scope = {"type": "http", "method": "POST", "path": "/x", "headers": []}
 
 
-class Clock:
-    """The running loop's `time()`: the real clock plus what `advance` added. Timers (the
-    body's deadline) fall due when it is moved; a bounded wait started after a move still
-    measures real seconds."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.monotonic() + self.offset
-
-    def advance(self, seconds: float) -> None:
-        self.offset += seconds
-
-
 @pytest.fixture
-async def clock(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Clock]:
+async def clock(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[LoopClock]:
     loop = asyncio.get_running_loop()  # the test's own loop (function scope)
-    ticking = Clock()
+    ticking = LoopClock()
     monkeypatch.setattr(loop, "time", ticking)
     yield ticking
 
@@ -97,7 +82,7 @@ def _timers() -> list[float]:
     ]
 
 
-async def test_a_read_waiting_past_the_deadline_is_a_408(clock: Clock) -> None:
+async def test_a_read_waiting_past_the_deadline_is_a_408(clock: LoopClock) -> None:
     got: list[Any] = []
     gate = BodySizeLimitMiddleware(reader(got), max_bytes=100, timeout_s=TIMEOUT_S)
     body = Body(b"{")
@@ -115,7 +100,7 @@ async def test_a_read_waiting_past_the_deadline_is_a_408(clock: Clock) -> None:
     assert got == [{"type": "http.request", "body": b"{", "more_body": True}]
 
 
-async def test_a_whole_body_arms_no_deadline_that_outlives_it(clock: Clock) -> None:
+async def test_a_whole_body_arms_no_deadline_that_outlives_it(clock: LoopClock) -> None:
     got: list[Any] = []
     gate = BodySizeLimitMiddleware(reader(got), max_bytes=100, timeout_s=TIMEOUT_S)
     await gate(SCOPE, Body(b'{"a":', b"1}", ends=True).receive, _no_send)
@@ -123,7 +108,7 @@ async def test_a_whole_body_arms_no_deadline_that_outlives_it(clock: Clock) -> N
     assert _timers() == []
 
 
-async def test_a_read_after_the_body_waits_without_a_deadline(clock: Clock) -> None:
+async def test_a_read_after_the_body_waits_without_a_deadline(clock: LoopClock) -> None:
     """After the body, `receive` only waits for the client to leave: never a 408."""
     waiting = asyncio.Event()
 
@@ -148,7 +133,7 @@ async def test_a_read_after_the_body_waits_without_a_deadline(clock: Clock) -> N
 
 
 @pytest.mark.parametrize("past_the_deadline", [False, True])
-async def test_an_outside_cancel_stays_a_cancel(clock: Clock, past_the_deadline: bool) -> None:
+async def test_an_outside_cancel_stays_a_cancel(clock: LoopClock, past_the_deadline: bool) -> None:
     """The server stopping cancels a read; that is not the client's lateness, even when the
     deadline has passed by the time the loop runs the cancel."""
     gate = BodySizeLimitMiddleware(reader([]), max_bytes=100, timeout_s=TIMEOUT_S)
@@ -162,7 +147,7 @@ async def test_an_outside_cancel_stays_a_cancel(clock: Clock, past_the_deadline:
         await _within(task)
 
 
-async def test_an_outside_cancel_in_the_timers_turn_stays_a_cancel(clock: Clock) -> None:
+async def test_an_outside_cancel_in_the_timers_turn_stays_a_cancel(clock: LoopClock) -> None:
     """A cancel from outside that the loop runs in the same turn as the deadline, just before
     it, is still a cancel, not a 408."""
     gate = BodySizeLimitMiddleware(reader([]), max_bytes=100, timeout_s=TIMEOUT_S)
@@ -177,7 +162,7 @@ async def test_an_outside_cancel_in_the_timers_turn_stays_a_cancel(clock: Clock)
 
 
 async def test_the_deadline_passing_between_two_reads_is_a_408_at_a_read_that_waits(
-    clock: Clock,
+    clock: LoopClock,
 ) -> None:
     """The app is busy (not reading) when the deadline passes: nothing is interrupted; its next
     read is tried, and since the rest of the body is not there, it is the 408."""
@@ -207,7 +192,7 @@ async def test_the_deadline_passing_between_two_reads_is_a_408_at_a_read_that_wa
 
 @pytest.mark.parametrize("late_first", [True, False])
 async def test_a_body_already_received_is_taken_after_the_deadline(
-    clock: Clock, late_first: bool
+    clock: LoopClock, late_first: bool
 ) -> None:
     """As under `asyncio.timeout`, a read past the deadline that needs no wait returns its
     message: the app took its time (a slow key check) before reading a body that had arrived
@@ -236,7 +221,7 @@ async def test_a_body_already_received_is_taken_after_the_deadline(
     assert _timers() == []
 
 
-async def test_a_body_left_unread_holds_no_timer_past_its_request(clock: Clock) -> None:
+async def test_a_body_left_unread_holds_no_timer_past_its_request(clock: LoopClock) -> None:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await receive()  # the first piece, then the app answers without the rest
 
@@ -250,7 +235,7 @@ async def test_a_body_left_unread_holds_no_timer_past_its_request(clock: Clock) 
     [((b"x" * 60, b"x" * 60), None), ((b"x" * 101,), None), ((b"",), b"101"), ((b"",), b"1e3")],
 )
 async def test_a_body_past_the_limit_is_a_413(
-    clock: Clock, pieces: tuple[bytes, ...], declared: bytes | None
+    clock: LoopClock, pieces: tuple[bytes, ...], declared: bytes | None
 ) -> None:
     sent: list[Message] = []
 

@@ -1,6 +1,9 @@
-"""A clock the tests move by hand, for code that takes `clock=` (as `RateLimiter` does)."""
+"""Clocks the tests move by hand: for code that takes `clock=` (as `RateLimiter` does), and for
+an event loop's timers."""
 
 from __future__ import annotations
+
+import time
 
 
 class FakeClock:
@@ -15,3 +18,18 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+class LoopClock:
+    """An event loop's `time()`: the real clock plus what `advance` added. Timers fall due when
+    it is moved; a bounded wait started after a move still measures real seconds. Set it with
+    `monkeypatch.setattr(loop, "time", clock)` on the test's own loop."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
