@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from typing import Any
@@ -13,7 +14,10 @@ from app.tools.registry import FunctionRegistry
 registry = FunctionRegistry()
 registry.register(roll_dice, tool_id="rolldice")
 RECEIVED: list[dict[str, Any]] = []
-TIMELINE: list[tuple[float, float]] = []  # (start, end) of each sleeping call
+# (start, end) of each sleeping call, as places in the order of all such events (`_EVENTS`), not
+# clock readings: whether two calls overlapped is a question of order.
+TIMELINE: list[tuple[int, int]] = []
+_EVENTS = itertools.count()  # `next` on it is atomic under the GIL: threads share it safely
 CANCELLED: list[str] = []  # sleep_async calls that were cancelled
 
 
@@ -58,22 +62,22 @@ async def add(a: int, b: int) -> int:
 @registry.register(tool_id="sleeper")
 async def sleep_async(seconds: float) -> str:
     """Sleep without blocking."""
-    started = time.monotonic()
+    started = next(_EVENTS)
     try:
         await asyncio.sleep(seconds)
     except asyncio.CancelledError:
         CANCELLED.append("sleep_async")
         raise
-    TIMELINE.append((started, time.monotonic()))
+    TIMELINE.append((started, next(_EVENTS)))
     return "slept"
 
 
 @registry.register(tool_id="blocker")
 def sleep_blocking(seconds: float) -> str:
     """Sleep in a worker thread (a blocking call)."""
-    started = time.monotonic()
+    started = next(_EVENTS)
     time.sleep(seconds)
-    TIMELINE.append((started, time.monotonic()))
+    TIMELINE.append((started, next(_EVENTS)))
     return "blocked and done"
 
 
