@@ -51,7 +51,7 @@ class Served:
         return self.protocols[index].transport.is_closing()
 
     async def settle(self) -> None:
-        """Let the loop run what the clock made due (two turns: the timer, then its work)."""
+        """Let the loop run what the clock made due (a few turns: the timer, then its work)."""
         for _ in range(3):
             await asyncio.sleep(0)
 
