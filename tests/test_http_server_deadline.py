@@ -1,14 +1,15 @@
 """The served protocol's request-head deadline and connection cap (app/http_server.py) on real
 sockets, with the event loop's clock moved by hand: the deadline is never waited for. Each wait
-below is on what the server does (a connection closed, an answer written), bounded in real
-seconds. tests/test_http_server.py runs the same protocol in a real `python -m app serve`."""
+below is on what the server does (bytes taken in, a connection closed, the timers due by the
+clock run), bounded in real seconds; none is a sleep or a poll. tests/test_http_server.py runs
+the same protocol in a real `python -m app serve`."""
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from starlette.types import Receive, Scope, Send
@@ -34,26 +35,54 @@ async def _answer(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
+class Watched(GuardedHttpProtocol):
+    """The served protocol, telling the test when bytes reached it and when it lost its
+    connection."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.received = asyncio.Event()
+        self.lost = asyncio.Event()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self.received.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.lost.set()
+
+
 @dataclass
 class Served:
     clock: LoopClock
     port: int
-    protocols: list[GuardedHttpProtocol] = field(default_factory=list)
+    protocols: list[Watched] = field(default_factory=list)
+    made: asyncio.Queue[Watched] = field(default_factory=asyncio.Queue)
     state: ServerState = field(default_factory=ServerState)
 
     async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        count = len(self.protocols)
         connection = await asyncio.open_connection("127.0.0.1", self.port)
-        await _until(lambda: len(self.protocols) > count)
+        await _bounded(self.made.get())  # the server's side of it
         return connection
 
     def closed(self, index: int = -1) -> bool:
         return self.protocols[index].transport.is_closing()
 
-    async def settle(self) -> None:
-        """Let the loop run what the clock made due (a few turns: the timer, then its work)."""
-        for _ in range(3):
-            await asyncio.sleep(0)
+    async def send(self, writer: asyncio.StreamWriter, data: bytes, index: int = -1) -> None:
+        """`data` written, and taken in by the server's side of the connection."""
+        protocol = self.protocols[index]
+        protocol.received.clear()
+        writer.write(data)
+        await _bounded(protocol.received.wait())
+
+    async def run_due(self) -> None:
+        """Return once the loop has run every timer due by its clock now: a marker due now runs
+        after them (timers run in the order they fall due)."""
+        loop = asyncio.get_running_loop()
+        marker = loop.create_future()
+        loop.call_at(loop.time(), marker.set_result, None)
+        await _bounded(marker)
 
 
 @pytest.fixture
@@ -69,11 +98,10 @@ async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Served]:
     config.load()
     served = Served(clock, 0)
 
-    def protocol() -> GuardedHttpProtocol:
-        made = GuardedHttpProtocol(
-            config=config, server_state=served.state, app_state={}, _loop=loop
-        )
+    def protocol() -> Watched:
+        made = Watched(config=config, server_state=served.state, app_state={}, _loop=loop)
         served.protocols.append(made)
+        served.made.put_nowait(made)
         return made
 
     server = await loop.create_server(protocol, "127.0.0.1", 0)
@@ -88,25 +116,24 @@ async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Served]:
         await server.wait_closed()
 
 
-async def _until(check: Callable[[], bool]) -> None:
-    started = time.monotonic()
-    while not check():
-        assert time.monotonic() - started < BOUND_S, "the server did not get there"
-        await asyncio.sleep(0.001)
+async def _bounded(awaitable: Awaitable[Any]) -> Any:
+    return await asyncio.wait_for(awaitable, BOUND_S)
 
 
-async def _read_all(reader: asyncio.StreamReader) -> bytes:
-    return await asyncio.wait_for(reader.read(), BOUND_S)
+async def _closed_by_server(reader: asyncio.StreamReader) -> bytes:
+    """What the server sent before it closed the connection (waits for the close)."""
+    return await _bounded(reader.read())
 
 
 async def test_a_silent_connection_is_closed_at_the_deadline(served: Served) -> None:
     reader, writer = await served.connect()
     served.clock.advance(HEAD_TIMEOUT_S - 1)
-    await served.settle()
+    await served.run_due()
     assert not served.closed()
     served.clock.advance(1)
-    await _until(served.closed)
-    assert await _read_all(reader) == b""  # closed without a word
+    await served.run_due()
+    assert served.closed()
+    assert await _closed_by_server(reader) == b""  # closed without a word
     writer.close()
 
 
@@ -115,14 +142,14 @@ async def test_the_deadline_counts_from_the_opening_not_the_latest_byte(served: 
     is cut off when the head's own deadline is reached."""
     reader, writer = await served.connect()
     for index in range(9):  # 9 lines, a tenth of the deadline apart: 0.9 of it
-        writer.write(b"GET /x HTTP/1.1\r\n" if index == 0 else b"X-Drip-%d: x\r\n" % index)
-        await writer.drain()
+        await served.send(writer, b"GET /x HTTP/1.1\r\n" if index == 0 else b"X-%d: x\r\n" % index)
         served.clock.advance(HEAD_TIMEOUT_S / 10)
-        await served.settle()
+        await served.run_due()
         assert not served.closed()
     served.clock.advance(HEAD_TIMEOUT_S / 10)
-    await _until(served.closed)
-    assert await _read_all(reader) == b""  # never answered
+    await served.run_due()
+    assert served.closed()
+    assert await _closed_by_server(reader) == b""  # never answered
     writer.close()
 
 
@@ -130,14 +157,14 @@ async def test_a_head_completed_in_time_is_answered_and_the_connection_kept(
     served: Served,
 ) -> None:
     reader, writer = await served.connect()
-    writer.write(REQUEST[:10])
+    await served.send(writer, REQUEST[:10])
     served.clock.advance(HEAD_TIMEOUT_S * 0.9)
     writer.write(REQUEST[10:])
-    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), BOUND_S)
+    head = await _bounded(reader.readuntil(b"\r\n\r\n"))
     assert head.startswith(b"HTTP/1.1 200 ")
-    assert await asyncio.wait_for(reader.readexactly(2), BOUND_S) == b"ok"
+    assert await _bounded(reader.readexactly(2)) == b"ok"
     served.clock.advance(HEAD_TIMEOUT_S * 2)  # idle between requests: the keep-alive's to end
-    await served.settle()
+    await served.run_due()
     assert not served.closed()
     writer.close()
 
@@ -147,33 +174,36 @@ async def test_after_a_response_the_next_head_is_due_from_its_first_byte(
 ) -> None:
     reader, writer = await served.connect()
     writer.write(REQUEST)
-    await asyncio.wait_for(reader.readuntil(b"ok"), BOUND_S)
+    await _bounded(reader.readuntil(b"ok"))
     served.clock.advance(HEAD_TIMEOUT_S * 2)
-    writer.write(b"GET /x HTTP/1.1\r\n")  # and nothing more
-    await writer.drain()
-    await _until(lambda: served.protocols[0]._head_timer is not None)
+    await served.run_due()
+    assert not served.closed()  # no head is due while nothing is sent
+    await served.send(writer, b"GET /x HTTP/1.1\r\n")  # and nothing more
     served.clock.advance(HEAD_TIMEOUT_S - 1)
-    await served.settle()
+    await served.run_due()
     assert not served.closed()
     served.clock.advance(1)
-    await _until(served.closed)
-    assert await _read_all(reader) == b""
+    await served.run_due()
+    assert served.closed()
+    assert await _closed_by_server(reader) == b""
     writer.close()
 
 
 async def test_one_connection_beyond_the_cap_is_refused_at_once(served: Served) -> None:
     held = [await served.connect() for _ in range(MAX_CONNECTIONS)]
     reader, writer = await served.connect()  # the clock is not moved: refused as it opens
-    answer = await _read_all(reader)
+    answer = await _closed_by_server(reader)
     assert answer.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in answer, answer
     assert served.closed() and not any(served.closed(i) for i in range(MAX_CONNECTIONS))
     writer.close()
     for _, held_writer in held:
         held_writer.close()
-    await _until(lambda: not served.state.connections)
+    for protocol in served.protocols:
+        await _bounded(protocol.lost.wait())
+    assert not served.state.connections
     reader, writer = await served.connect()  # room again once they are gone
     writer.write(REQUEST)
-    assert (await asyncio.wait_for(reader.readuntil(b"ok"), BOUND_S)).startswith(b"HTTP/1.1 200")
+    assert (await _bounded(reader.readuntil(b"ok"))).startswith(b"HTTP/1.1 200")
     writer.close()
 
 
@@ -182,14 +212,13 @@ async def test_after_a_response_bytes_that_start_no_request_are_due_too(served: 
     keep-alive timer: without the deadline they would hold the connection for ever."""
     reader, writer = await served.connect()
     writer.write(REQUEST)
-    await asyncio.wait_for(reader.readuntil(b"ok"), BOUND_S)
+    await _bounded(reader.readuntil(b"ok"))
     for _ in range(9):
-        writer.write(b"\r\n")
-        await writer.drain()
-        await _until(lambda: served.protocols[0]._head_timer is not None)
+        await served.send(writer, b"\r\n")
         served.clock.advance(HEAD_TIMEOUT_S / 10)
-        await served.settle()
+        await served.run_due()
         assert not served.closed()
     served.clock.advance(HEAD_TIMEOUT_S / 10)
-    await _until(served.closed)
+    await served.run_due()
+    assert served.closed()
     writer.close()
