@@ -76,13 +76,16 @@ class Served:
         writer.write(data)
         await _bounded(protocol.received.wait())
 
-    async def run_due(self) -> None:
-        """Return once the loop has run every timer due by its clock now: a marker due now runs
-        after them (timers run in the order they fall due)."""
+    async def closed_after(self, seconds: float) -> bool:
+        """The clock moved by `seconds`; whether the server has closed the connection once the
+        loop has run every timer then due (a marker due now runs after them: timers run in the
+        order they fall due)."""
+        self.clock.advance(seconds)
         loop = asyncio.get_running_loop()
         marker = loop.create_future()
         loop.call_at(loop.time(), marker.set_result, None)
         await _bounded(marker)
+        return self.closed()
 
 
 @pytest.fixture
@@ -127,12 +130,8 @@ async def _closed_by_server(reader: asyncio.StreamReader) -> bytes:
 
 async def test_a_silent_connection_is_closed_at_the_deadline(served: Served) -> None:
     reader, writer = await served.connect()
-    served.clock.advance(HEAD_TIMEOUT_S - 1)
-    await served.run_due()
-    assert not served.closed()
-    served.clock.advance(1)
-    await served.run_due()
-    assert served.closed()
+    assert not await served.closed_after(HEAD_TIMEOUT_S - 1)
+    assert await served.closed_after(1)
     assert await _closed_by_server(reader) == b""  # closed without a word
     writer.close()
 
@@ -143,12 +142,8 @@ async def test_the_deadline_counts_from_the_opening_not_the_latest_byte(served: 
     reader, writer = await served.connect()
     for index in range(9):  # 9 lines, a tenth of the deadline apart: 0.9 of it
         await served.send(writer, b"GET /x HTTP/1.1\r\n" if index == 0 else b"X-%d: x\r\n" % index)
-        served.clock.advance(HEAD_TIMEOUT_S / 10)
-        await served.run_due()
-        assert not served.closed()
-    served.clock.advance(HEAD_TIMEOUT_S / 10)
-    await served.run_due()
-    assert served.closed()
+        assert not await served.closed_after(HEAD_TIMEOUT_S / 10)
+    assert await served.closed_after(HEAD_TIMEOUT_S / 10)
     assert await _closed_by_server(reader) == b""  # never answered
     writer.close()
 
@@ -163,9 +158,8 @@ async def test_a_head_completed_in_time_is_answered_and_the_connection_kept(
     head = await _bounded(reader.readuntil(b"\r\n\r\n"))
     assert head.startswith(b"HTTP/1.1 200 ")
     assert await _bounded(reader.readexactly(2)) == b"ok"
-    served.clock.advance(HEAD_TIMEOUT_S * 2)  # idle between requests: the keep-alive's to end
-    await served.run_due()
-    assert not served.closed()
+    # Idle between requests: the keep-alive's to end, not the head deadline.
+    assert not await served.closed_after(HEAD_TIMEOUT_S * 2)
     writer.close()
 
 
@@ -175,16 +169,10 @@ async def test_after_a_response_the_next_head_is_due_from_its_first_byte(
     reader, writer = await served.connect()
     writer.write(REQUEST)
     await _bounded(reader.readuntil(b"ok"))
-    served.clock.advance(HEAD_TIMEOUT_S * 2)
-    await served.run_due()
-    assert not served.closed()  # no head is due while nothing is sent
+    assert not await served.closed_after(HEAD_TIMEOUT_S * 2)  # nothing sent: no head is due
     await served.send(writer, b"GET /x HTTP/1.1\r\n")  # and nothing more
-    served.clock.advance(HEAD_TIMEOUT_S - 1)
-    await served.run_due()
-    assert not served.closed()
-    served.clock.advance(1)
-    await served.run_due()
-    assert served.closed()
+    assert not await served.closed_after(HEAD_TIMEOUT_S - 1)
+    assert await served.closed_after(1)
     assert await _closed_by_server(reader) == b""
     writer.close()
 
@@ -215,10 +203,6 @@ async def test_after_a_response_bytes_that_start_no_request_are_due_too(served: 
     await _bounded(reader.readuntil(b"ok"))
     for _ in range(9):
         await served.send(writer, b"\r\n")
-        served.clock.advance(HEAD_TIMEOUT_S / 10)
-        await served.run_due()
-        assert not served.closed()
-    served.clock.advance(HEAD_TIMEOUT_S / 10)
-    await served.run_due()
-    assert served.closed()
+        assert not await served.closed_after(HEAD_TIMEOUT_S / 10)
+    assert await served.closed_after(HEAD_TIMEOUT_S / 10)
     writer.close()
