@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,9 +36,10 @@ def answered_too_slowly(exc: BaseException) -> bool:
 
 
 def utc_now() -> datetime:
-    """Now, at the millisecond precision BSON stores, so what we return is what we stored."""
-    now = datetime.now(UTC)
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+    """Now, at the millisecond precision BSON stores, so what we return is what we stored.
+    (A float holds milliseconds of this era to within a microsecond, which `fromtimestamp`
+    rounds to: the result is the millisecond exactly. One C call instead of two.)"""
+    return datetime.fromtimestamp(time.time_ns() // 1_000_000 / 1000, UTC)
 
 
 class Database:

@@ -52,7 +52,7 @@ from app.services.mcp_servers import McpServerService
 from app.services.outbound import TenantOutbound
 from app.services.secrets import SecretService
 from app.tools.executors import CallScope
-from app.tools.scrub import Scrubber
+from app.tools.scrub import NOTHING_HIDDEN, Scrubber
 from app.tools.typed import TypedTool
 
 CONTEXT_PATH = "$.context_arguments"
@@ -271,14 +271,15 @@ class Toolbox:
         found: dict[str, TypedTool] = {}  # by tool_id: a tool asked for twice is chosen once
         for tool_id in selection.tool_ids:
             matches = [tool for tool in index.get(tool_id, ()) if usable(tool)]
-            server = server_of(tool_id)
-            if matches or server is None:
+            if matches or (server := server_of(tool_id)) is None:
                 wanted.append(tool_id)
                 found.update((tool.tool_id, tool) for tool in matches)
             else:
                 picked.setdefault(server, set()).add(tool_id)
         key = _name if selection.by_name else _tool_id
-        chosen = sorted(found.values(), key=lambda tool: snapshot.order[tool.tool_id])
+        chosen = list(found.values())
+        if len(chosen) > 1:
+            chosen.sort(key=lambda tool: snapshot.order[tool.tool_id])
         missing = sorted(set(wanted) - {key(tool) for tool in chosen})
         if missing and selection.admin:
             _refuse_unreadable(missing, snapshot.by_id)
@@ -392,11 +393,12 @@ class Toolbox:
             if servers
             else None
         )
+        hidden = hidden_values(context, secrets, servers, tools)
         scope = CallScope(
             context=context,
             secrets=secrets,
             mcp=sessions,
-            scrub=Scrubber(hidden_values(context, secrets, servers, tools)),
+            scrub=Scrubber(hidden) if hidden else NOTHING_HIDDEN,
             http=http,
         )
         return Toolset(tools, scope, skipped_servers=skipped, sessions=sessions)

@@ -36,6 +36,7 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from urllib.parse import urlencode
 
 import httpx
@@ -258,46 +259,65 @@ class OutboundClient:
     ) -> AsyncIterator[OutboundResponse]:
         """Send one request (never following a redirect) and give its response to read; every
         failure, while sending or while reading, comes out as an `OutboundError`."""
+        read_s = self._read_s if timeout_s is None else timeout_s
+        exchange = await self._begin(method, url, query, body, headers)
+        try:
+            async with asyncio.timeout(read_s):  # from sending to the head (and a small body)
+                response = await exchange.send(read_s)
+            yield response
+        except _FAILURES as exc:
+            raise outbound_error(exc) from None
+        finally:
+            exchange.end(self)
+
+    async def fetch(
+        self,
+        method: str,
+        url: str,
+        *,
+        cap: int,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        read_deadline: bool = True,
+    ) -> Fetched:
+        """`request` with the answer read whole (`OutboundResponse.text_capped`): what an
+        external tool's call needs, in one step. `read_deadline=False` leaves the answer's
+        deadline to the caller, which must bound the call itself (the invoker's tool timeout,
+        never longer than this client's); the connect deadline stays."""
+        exchange = await self._begin(method, url, (), body, headers)
+        try:
+            if read_deadline:
+                async with asyncio.timeout(self._read_s):
+                    response = await exchange.send(self._read_s)
+            else:
+                response = await exchange.send(self._read_s)
+            text, truncated = await response.text_capped(cap)
+            return Fetched(response.status, response.headers, text, truncated)
+        except _FAILURES as exc:
+            raise outbound_error(exc) from None
+        finally:
+            exchange.end(self)
+
+    async def _begin(
+        self,
+        method: str,
+        url: str,
+        query: Sequence[tuple[str, str]],
+        body: bytes | None,
+        headers: dict[str, str] | None,
+    ) -> _Exchange:
+        """The request checked and a connection slot taken (the caller then sends it and ends
+        it, which frees the slot)."""
         if self._closed:
             raise OutboundUnreachableError("ClientClosed")
         origin, target = _target(url, query)
         sent = _headers(headers, body)
         if body is None and method in _WITH_BODY:
             body = b""  # sent with a Content-Length of 0
-        read_s = self._read_s if timeout_s is None else timeout_s
         await self._take_slot()
         pool = self._pool(origin)  # after the wait: the sweep may have dropped it meanwhile
         self._in_use[origin] = self._in_use.get(origin, 0) + 1
-        connection = None
-        response: OutboundResponse | None = None
-        try:
-            async with asyncio.timeout(read_s):  # from sending to the head (and a small body)
-                connection, head = await pool.exchange(
-                    method,
-                    target,
-                    body,
-                    sent,
-                    retry_dropped=method in _IDEMPOTENT,
-                    connect_timeout_s=self._connect_s,
-                )
-                response = OutboundResponse(
-                    head.status, head.headers, connection, bodiless=head.bodiless, read_s=read_s
-                )
-                await response.prefetch()
-            yield response
-        except TimeoutError:
-            raise OutboundTimeoutError("no answer in time") from None
-        except zlib.error:
-            raise OutboundUnreachableError("DecodingError") from None
-        except WireError as exc:
-            raise OutboundUnreachableError(_reason(exc)) from None
-        except OSError as exc:  # the lookup failed (the guard's UnresolvableError)
-            raise OutboundUnreachableError(type(exc).__name__) from None
-        finally:
-            if connection is not None:
-                reusable = response is not None and response.finished and head.keep_alive
-                pool.release(connection, reusable and not self._closed)
-            self._done(origin)
+        return _Exchange(pool, origin, method, target, body, sent, self._connect_s)
 
     async def _take_slot(self) -> None:
         if self._slots is None:
@@ -344,6 +364,91 @@ class OutboundClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+@dataclass(slots=True)
+class Fetched:
+    """A whole answer (`OutboundClient.fetch`): the body decoded, capped at the caller's cap."""
+
+    status: int
+    headers: dict[str, str]  # lower-case names
+    text: str
+    truncated: bool  # the body was longer than the cap
+
+
+class _Exchange:
+    """One request from its slot to its end: sent on a pooled connection, its response, and the
+    connection handed back (reused only if the answer was read to its end)."""
+
+    __slots__ = (
+        "body",
+        "connect_s",
+        "connection",
+        "headers",
+        "keep_alive",
+        "method",
+        "origin",
+        "pool",
+        "response",
+        "target",
+    )
+
+    def __init__(
+        self,
+        pool: WirePool,
+        origin: str,
+        method: str,
+        target: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        connect_s: float,
+    ) -> None:
+        self.pool, self.origin = pool, origin
+        self.method, self.target, self.body, self.headers = method, target, body, headers
+        self.connect_s = connect_s
+        self.connection: Connection | None = None
+        self.response: OutboundResponse | None = None
+        self.keep_alive = False
+
+    async def send(self, read_s: float) -> OutboundResponse:
+        """Send it and read the answer's head (and a small body); the caller bounds this."""
+        self.connection, head = await self.pool.exchange(
+            self.method,
+            self.target,
+            self.body,
+            self.headers,
+            retry_dropped=self.method in _IDEMPOTENT,
+            connect_timeout_s=self.connect_s,
+        )
+        self.keep_alive = head.keep_alive
+        response = OutboundResponse(
+            head.status, head.headers, self.connection, bodiless=head.bodiless, read_s=read_s
+        )
+        await response.prefetch()
+        self.response = response
+        return response
+
+    def end(self, client: OutboundClient) -> None:
+        if self.connection is not None:
+            response = self.response
+            reusable = response is not None and response.finished and self.keep_alive
+            self.pool.release(self.connection, reusable and not client._closed)
+        client._done(self.origin)
+
+
+# What an exchange may raise that `outbound_error` turns into an `OutboundError`.
+_FAILURES = (TimeoutError, zlib.error, WireError, OSError)
+
+
+def outbound_error(exc: BaseException) -> OutboundError:
+    """The `OutboundError` for a failure of an exchange (one of `_FAILURES`)."""
+    if isinstance(exc, TimeoutError):  # an OSError too: first
+        return OutboundTimeoutError("no answer in time")
+    if isinstance(exc, zlib.error):
+        return OutboundUnreachableError("DecodingError")
+    if isinstance(exc, WireError):
+        return OutboundUnreachableError(_reason(exc))
+    return OutboundUnreachableError(type(exc).__name__)  # the lookup failed (UnresolvableError)
 
 
 def _reason(exc: WireError) -> str:

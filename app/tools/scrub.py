@@ -9,7 +9,7 @@ from typing import Any
 
 from app.hidden import REDACTED, HiddenValues
 
-__all__ = ["REDACTED", "Scrubber"]
+__all__ = ["NOTHING_HIDDEN", "REDACTED", "Scrubber"]
 
 MAX_JSON_DEPTH = 64  # deeper JSON (an MCP result's structured content) is cut, not walked
 
@@ -67,3 +67,6 @@ class Scrubber:
             return False
         text = raw.decode("latin-1")  # one character per byte: a value's bytes stay together
         return self(text) != text
+
+
+NOTHING_HIDDEN = Scrubber()  # a run with no hidden value (read-only, shared)

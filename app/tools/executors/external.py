@@ -74,13 +74,16 @@ class ExternalExecutor:
             return ToolOutcome.error("; ".join(built.problems), "invalid_arguments")
         http = call.http or self._http
         try:
-            async with http.request(
+            # Always run under the invoker's tool timeout, never longer than the client's:
+            # that bounds the answer (a second deadline would cost CPU on every call).
+            fetched = await http.fetch(
                 tool.method,
                 built.url,
+                cap=self._response_max_bytes,
                 body=built.body,
                 headers={**built.headers, **(headers or {})},
-            ) as response:
-                text, truncated = await response.text_capped(self._response_max_bytes)
+                read_deadline=False,
+            )
         except OutboundBlockedError as exc:
             return ToolOutcome.error(f"blocked: {exc}", "blocked")
         except OutboundTimeoutError:
@@ -90,13 +93,14 @@ class ExternalExecutor:
         except OutboundUnreachableError as exc:
             reason = f"cannot reach the tool's endpoint: {exc.reason}"
             return ToolOutcome.error(reason, "unreachable")
-        if truncated:
+        text, status = fetched.text, fetched.status
+        if fetched.truncated:
             text += f"\n[truncated: the response exceeded {self._response_max_bytes} bytes]"
-        if response.status >= 300:
+        if status >= 300:
             limit = UPSTREAM_ERROR_BODY_CHARS  # scrubbed before the cut, as in the invoker
             shown = call.scrub.head(text, limit) if call.scrub else text
             return ToolOutcome.error(
-                f"the tool's endpoint answered HTTP {response.status}: {shown[:limit]}",
+                f"the tool's endpoint answered HTTP {status}: {shown[:limit]}",
                 "upstream_status",
             )
         return ToolOutcome("ok", text)

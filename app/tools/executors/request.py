@@ -30,6 +30,7 @@ _TEMPLATE = re.compile(r"\{([^{}]*)\}")
 # What a query value may hold as it is (RFC 3986), less `&`, `=` and `+` (which form decoders
 # read as a space) and `,` (the delimiter of non-exploded arrays).
 _QUERY_SAFE = "-._~!$'()*;:@/?"
+_UNRESERVED = re.compile(r"[A-Za-z0-9._~-]*")  # what `quote` never encodes
 _DELIMITERS = {"form": ",", "spaceDelimited": "%20", "pipeDelimited": "|"}
 
 
@@ -121,7 +122,10 @@ def _simple(value: Any, explode: bool, encode: Any) -> str:
 
 
 def _q(value: Any) -> str:
-    return quote(text(value), safe=_QUERY_SAFE)
+    written = text(value)
+    if _UNRESERVED.fullmatch(written):  # the usual value: nothing to encode (0.3 us, not 1)
+        return written
+    return quote(written, safe=_QUERY_SAFE)
 
 
 def query_pairs(name: str, value: Any, style: str, explode: bool) -> list[tuple[str, str]]:
