@@ -9,6 +9,10 @@ import gzip
 
 import pytest
 
+from app.metrics import Metrics
+from app.tools.executors import CallScope
+from app.tools.executors.external import ExternalExecutor
+from app.tools.invocation import InvocationLimits, ToolInvoker
 from app.tools.netguard import OutboundBlockedError, OutboundPolicy
 from app.tools.outbound_client import (
     Fetched,
@@ -16,6 +20,7 @@ from app.tools.outbound_client import (
     OutboundTimeoutError,
     OutboundUnreachableError,
 )
+from app.tools.typed import ExternalTool
 from tests.tools.test_outbound_edges import OK, Start, _answering, raw
 
 __all__ = ["raw"]  # the fixture, shared with the edge cases
@@ -140,3 +145,40 @@ async def test_with_its_read_deadline_a_stalled_answer_is_a_timeout(
         monkeypatch.setattr(loop, "time", lambda: now + 31)
         with pytest.raises(OutboundTimeoutError):
             await call
+
+
+async def test_a_stalled_external_tool_stops_at_the_tool_timeout(
+    raw: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The external executor leaves the answer's deadline to the invoker: a stalled endpoint is
+    the invoker's timeout result, its connection is closed and its slot freed."""
+    stalled = _Stalled()
+    slow, fine = await raw(stalled), await raw(_answering(OK))
+    async with _client(max_connections=1) as http:
+        invoker = ToolInvoker(
+            executors={"external": ExternalExecutor(http=http, response_max_bytes=1000)},
+            limits=InvocationLimits(timeout_s=30, output_max_chars=1000),
+            metrics=Metrics(),
+        )
+        loop = asyncio.get_running_loop()
+        call = asyncio.create_task(invoker.invoke(_tool(f"{slow.url}/a"), {}, CallScope()))
+        await stalled.received.wait()
+        now = loop.time()
+        monkeypatch.setattr(loop, "time", lambda: now + 31)
+        result = await call
+        monkeypatch.undo()
+        assert (result.kind, result.content) == ("timeout", "the tool did not finish within 30 s")
+        assert (await http.fetch("GET", f"{fine.url}/b", cap=100)).text == "ok"
+        assert not http._pools[slow.url]._idle
+
+
+def _tool(url: str) -> ExternalTool:
+    return ExternalTool(
+        tool_id="stalls",
+        name="stalls",
+        description="",
+        parameters={"properties": {}, "required": []},
+        json_parameters={"type": "object", "properties": {}},
+        url=url,
+        method="GET",
+    )
