@@ -22,7 +22,12 @@ What each call can rely on:
 - A connect deadline (lookup, connect, TLS, and the wait for a free connection when
   `max_connections` are busy) and a read deadline (from the request's start to the answer's
   head, with its body when that is small; then each further piece of the body) on every
-  request; failures come out as the `OutboundError` tree.
+  request; failures come out as the `OutboundError` tree. A caller that bounds the whole call
+  itself may leave the first read deadline out (`fetch(read_deadline=False)`: the external
+  executor, under the invoker's tool timeout, which is never longer).
+
+`fetch` (an answer read whole: external tools) and `request` (read as the caller goes: web
+fetch, the import fetch) take the same steps (`_begin`, `_Exchange`, `outbound_error`).
 """
 
 from __future__ import annotations
