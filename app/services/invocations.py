@@ -195,11 +195,13 @@ class PreparedRun:
                         run_id=self.run_id,
                     ) as run,
                 ):
-                    _fill_record(run, tool, visible, None)  # a caller that leaves: cancelled
-                    result = await service._invoker.invoke(
-                        tool, visible, toolset.call, progress=progress
-                    )
-                    _fill_record(run, tool, visible, result)
+                    result: Invocation | None = None
+                    try:
+                        result = await service._invoker.invoke(
+                            tool, visible, toolset.call, progress=progress
+                        )
+                    finally:  # without a result (a caller that left): cancelled
+                        _fill_record(run, tool, visible, result)
                     return _tool_run(run.run_id, tool, result, native=self._kind == "mcp")
         finally:
             await self._release()  # every replica sees the slot free before the answer

@@ -137,6 +137,9 @@ class OutboundResponse:
     async def read_capped(self, cap: int) -> tuple[bytes, bool]:
         """At most `cap` decoded bytes, and whether there was more."""
         inflater = Inflater.for_encoding(self.headers.get("content-encoding", ""))
+        if inflater is None and self.finished and self._ready is not None:  # the usual answer
+            data, self._ready = self._ready, None
+            return (data[:cap], True) if len(data) > cap else (data, False)
         chunks: list[bytes] = []
         size = 0
         while (raw := await self._next()) is not None:

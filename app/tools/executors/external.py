@@ -81,7 +81,7 @@ class ExternalExecutor:
                 built.url,
                 cap=self._response_max_bytes,
                 body=built.body,
-                headers={**built.headers, **(headers or {})},
+                headers={**built.headers, **headers} if headers else built.headers,
                 read_deadline=False,
             )
         except OutboundBlockedError as exc:
