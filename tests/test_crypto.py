@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from app.crypto import key_hash
+from app.crypto import key_hash, random_hex
 
 
 @pytest.mark.parametrize("key", ["tg_" + "a" * 43, "tgc_x", "", "ключ-é"])
@@ -21,3 +23,30 @@ def test_a_stored_hash_is_unchanged() -> None:
     assert key_hash(b"k", "tg_x") == (
         "5d492d011b2633e89493e38b84cda157375612a30348496afe0cd2631f960476"
     )
+
+
+def test_random_digits_are_hex_of_the_length_asked_and_never_repeat() -> None:
+    taken = [random_hex(32) for _ in range(1_000)]  # several 4 KB reads of the source
+    assert all(len(t) == 32 and int(t, 16) >= 0 for t in taken)
+    assert len(set(taken)) == len(taken)
+    assert len(random_hex(8_192)) == 8_192  # a whole read at once
+
+
+def test_threads_taking_random_digits_at_once_never_share_any() -> None:
+    with ThreadPoolExecutor(8) as pool:
+        taken = list(pool.map(lambda _: random_hex(16), range(4_000)))
+    assert len(set(taken)) == len(taken)
+
+
+def test_a_forked_child_takes_digits_its_parent_does_not() -> None:
+    random_hex(16)  # the parent has the rest of a read in hand
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's side
+        os.write(write, random_hex(16).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    with os.fdopen(read) as pipe:
+        childs = pipe.read()
+    assert len(childs) == 16 and childs != random_hex(16)

@@ -6,11 +6,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
-import os
-import threading
 import time
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -18,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from app.crypto import random_hex
 from app.errors import AppError, NotFoundError, UnprocessableError, field_error
 from app.repositories.database import utc_now
 from app.repositories.runs import RunStore
@@ -65,28 +64,7 @@ def new_run_id() -> str:
     """32 hex digits: the time in nanoseconds, then 64 random bits. Records are listed by
     (started_at, run_id), and started_at keeps milliseconds (BSON): runs that start within the
     same millisecond still list in the order they started."""
-    with _random_lock:  # a generator refuses to be advanced by two threads at once
-        random_part = next(_random_hex)
-    return f"{time.time_ns():016x}{random_part}"
-
-
-def _random_parts() -> Iterator[str]:
-    """64 random bits as 16 hex digits, each time; the system's random source is read 4 KB at
-    a time (a read per run was a system call per request)."""
-    while True:
-        block = os.urandom(4096).hex()
-        for at in range(0, len(block), 16):
-            yield block[at : at + 16]
-
-
-def _new_random_parts() -> None:
-    global _random_hex
-    _random_hex = _random_parts()
-
-
-_random_hex = _random_parts()
-_random_lock = threading.Lock()
-os.register_at_fork(after_in_child=_new_random_parts)  # a forked child never repeats its parent
+    return f"{time.time_ns():016x}{random_hex(16)}"
 
 
 @dataclass(slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import subprocess
@@ -115,7 +116,42 @@ def test_the_benchmark_stops_at_a_tool_call_that_failed(status: int, payload: by
 
 def _bench() -> ModuleType:
     """scripts/bench/bench.py, a script rather than a package module."""
-    spec = importlib.util.spec_from_file_location("bench", ROOT / "scripts" / "bench" / "bench.py")
+    return _script("bench")
+
+
+async def test_the_upstream_answers_each_request_of_a_kept_alive_connection() -> None:
+    """The benchmark's stand-in REST API: requests in pieces, two in one packet, a body to
+    skip; a head that never ends or a length that is no number closes the connection."""
+    upstream = _script("upstream")
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(upstream.Api, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    answer = upstream.RESPONSE
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        get = b"GET /weather?city=Oslo HTTP/1.1\r\nHost: x\r\n\r\n"
+        post = b'POST /w HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\n\r\n{"a":1}'
+        writer.write(get[:10])
+        await writer.drain()
+        writer.write(get[10:] + post[:-3])  # the rest of one, most of the next
+        assert await reader.readexactly(len(answer)) == answer
+        writer.write(post[-3:] + get + get)
+        assert await reader.readexactly(3 * len(answer)) == answer * 3
+        writer.close()
+        endless = b"G" * (upstream.MAX_HEAD_BYTES + 1)  # closed only once all of it is read
+        for broken in (b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n", endless):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(broken)
+            assert await reader.read() == b""  # closed, nothing answered
+            writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def _script(name: str) -> ModuleType:
+    """A script of scripts/bench/, loaded as a module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "bench" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

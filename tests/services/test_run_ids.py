@@ -1,10 +1,10 @@
-"""Run ids and `recording`: ids that list in start order and never repeat (a forked child
-included), and a record queued once however the run inside is left."""
+"""Run ids and `recording`: ids that list in start order and never repeat (their random half:
+`app.crypto.random_hex`, tests/test_crypto.py), and a record queued once however the run
+inside is left."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,20 +21,6 @@ def test_run_ids_are_32_hex_digits_in_start_order_and_never_repeat() -> None:
     assert len(set(ids)) == len(ids)
     assert len({run_id[16:] for run_id in ids}) == len(ids)  # the random half alone
     assert [run_id[:16] for run_id in ids] == sorted(run_id[:16] for run_id in ids)
-
-
-def test_a_forked_child_does_not_repeat_its_parents_random_bits() -> None:
-    new_run_id()  # the parent has a block of random bits in hand
-    read, write = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child's side
-        os.write(write, new_run_id()[16:].encode())
-        os._exit(0)
-    os.close(write)
-    os.waitpid(child, 0)
-    with os.fdopen(read) as pipe:
-        childs = pipe.read()
-    assert len(childs) == 16 and childs != new_run_id()[16:]
 
 
 def test_now_is_to_the_millisecond_bson_keeps() -> None:
