@@ -131,7 +131,10 @@ _random = _RandomDigits()
 
 
 def random_hex(digits: int) -> str:
-    """`digits` random hexadecimal digits (at most 8,192)."""
+    """`digits` random hexadecimal digits, at most 8,192. For ids, not for keys: the rest of
+    a read waits in memory until it is handed out."""
+    if not 0 < digits <= 2 * _RANDOM_READ:
+        raise ValueError(f"random_hex gives 1 to {2 * _RANDOM_READ} digits, not {digits}")
     return _random.take(digits)
 
 

@@ -50,3 +50,9 @@ def test_a_forked_child_takes_digits_its_parent_does_not() -> None:
     with os.fdopen(read) as pipe:
         childs = pipe.read()
     assert len(childs) == 16 and childs != random_hex(16)
+
+
+@pytest.mark.parametrize("digits", [0, -1, 8_193])
+def test_random_digits_out_of_range_are_refused(digits: int) -> None:
+    with pytest.raises(ValueError, match="random_hex gives 1 to 8192 digits"):
+        random_hex(digits)
