@@ -20,7 +20,7 @@ from app.tools.outbound_client import (
     OutboundTimeoutError,
     OutboundUnreachableError,
 )
-from app.tools.typed import ExternalTool
+from tests.tools.executors.test_external import _external
 from tests.tools.test_outbound_edges import OK, Start, _answering, raw
 
 __all__ = ["raw"]  # the fixture, shared with the edge cases
@@ -161,7 +161,7 @@ async def test_a_stalled_external_tool_stops_at_the_tool_timeout(
             metrics=Metrics(),
         )
         loop = asyncio.get_running_loop()
-        call = asyncio.create_task(invoker.invoke(_tool(f"{slow.url}/a"), {}, CallScope()))
+        call = asyncio.create_task(invoker.invoke(_external(f"{slow.url}/a"), {}, CallScope()))
         await stalled.received.wait()
         now = loop.time()
         monkeypatch.setattr(loop, "time", lambda: now + 31)
@@ -170,15 +170,3 @@ async def test_a_stalled_external_tool_stops_at_the_tool_timeout(
         assert (result.kind, result.content) == ("timeout", "the tool did not finish within 30 s")
         assert (await http.fetch("GET", f"{fine.url}/b", cap=100)).text == "ok"
         assert not http._pools[slow.url]._idle
-
-
-def _tool(url: str) -> ExternalTool:
-    return ExternalTool(
-        tool_id="stalls",
-        name="stalls",
-        description="",
-        parameters={"properties": {}, "required": []},
-        json_parameters={"type": "object", "properties": {}},
-        url=url,
-        method="GET",
-    )
