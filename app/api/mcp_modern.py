@@ -234,13 +234,6 @@ class ModernAnswers:
     def _stamp(self) -> dict[str, Any]:
         return self._server_stamp
 
-    def _valid(self, method: str, version: str, params: dict[str, Any] | None) -> bool:
-        """The SDK's per-version request validation (`validate_client_request`), its verdict
-        kept per shape of the params (`_shape`): a call's `arguments` are any object on every
-        surface (`dict[str, Any]`), so their values never change it, and a client sends the
-        same name and `_meta` again and again (the check was 6-10 us of a call)."""
-        return self._valid_as(method, version, params, _shape(method, params))
-
     def _valid_as(
         self,
         method: str,
@@ -248,7 +241,11 @@ class ModernAnswers:
         params: dict[str, Any] | None,
         shape: tuple[Any, ...] | None,
     ) -> bool:
-        """`_valid`, the params' shape already taken."""
+        """The SDK's per-version request validation (`validate_client_request`), its verdict
+        kept per shape of the params (`shape`, from `_shape`): a call's `arguments` are any
+        object on every surface (`dict[str, Any]`), so their values never change it, and a
+        client sends the same name and `_meta` again and again (the check was 6-10 us of a
+        call)."""
         key = (version, *shape) if shape is not None else None
         verdict = self._verdicts.get(key) if key is not None else None
         if verdict is None:

@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
 from mcp.types import CallToolResult, TextContent
 
-from app.api.mcp_modern import ModernAnswers
+from app.api.mcp_modern import ModernAnswers, _shape
 from tests.mcp.test_mcp_gateway import Served, served  # noqa: F401 - a fixture: a real port
 from tests.support.apps import TenantCredentials, create_tenant
 
@@ -317,7 +317,8 @@ def test_a_kept_validation_verdict_is_the_sdks_for_every_shape(method: str) -> N
 
     answers = ModernAnswers(Server("t"), list_tools=None, call_tool=None, input_schema=None)  # type: ignore[arg-type]
     for params in [*_SHAPES, *reversed(_SHAPES), *_SHAPES]:
-        assert answers._valid(method, MODERN, params) is sdk(params), params
+        shape = _shape(method, params)
+        assert answers._valid_as(method, MODERN, params, shape) is sdk(params), params
     verdicts = {sdk(p) for p in _SHAPES}
     assert verdicts == {True, False}  # both kinds of shape are exercised
     assert len(answers._verdicts) < len(_SHAPES)  # the long envelope was not kept
