@@ -388,9 +388,8 @@ class Bench:
                     body=body,
                     check=tool_call_succeeded if name in TOOL_CALLS else None,
                 )
-                await asyncio.sleep(
-                    SETTLE_S
-                )  # work left after the answers (run records) counts here
+                # Work left after the answers (run records) counts for this slice.
+                await asyncio.sleep(SETTLE_S)
                 total["cpu"] += self.service.cpu_s() - cpu
                 total["upstream"] += self.upstream.cpu_s() - upstream_cpu
                 total["wall"] += wall
