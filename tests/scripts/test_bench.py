@@ -149,6 +149,32 @@ async def test_the_upstream_answers_each_request_of_a_kept_alive_connection() ->
         await server.wait_closed()
 
 
+_SPIN = """
+import sys, time
+while time.process_time() < 0.2:
+    pass
+print(time.process_time(), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_process_cpu_time_is_read_to_the_nanosecond_from_outside() -> None:
+    """`Process.cpu_s` reads the clock the process itself reads with `time.process_time` (the
+    naive loop's): never behind it, and not in 10 ms ticks."""
+    bench = _bench()
+    process = object.__new__(bench.Process)  # only the child's pid matters here
+    process.popen = subprocess.Popen(
+        [sys.executable, "-c", _SPIN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.popen.stdout is not None
+        own = float(process.popen.stdout.readline())
+        assert process.cpu_s() >= own >= 0.2
+    finally:
+        process.popen.kill()
+        process.popen.wait()
+
+
 def _script(name: str) -> ModuleType:
     """A script of scripts/bench/, loaded as a module."""
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "bench" / f"{name}.py")
