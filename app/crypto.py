@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import os
@@ -60,9 +61,13 @@ def key_id(key: bytes) -> str:
     return hashlib.sha256(key).hexdigest()[:12]
 
 
+@functools.lru_cache(maxsize=4096)
 def key_hash(secret: bytes, key: str) -> str:
-    """How a bearer key (tenant key, client token) is stored and looked up: HMAC-SHA256."""
-    return hmac.digest(secret, key.encode(), "sha256").hex()  # one C call: 2.2 us, not 4.4
+    """How a bearer key (tenant key, client token) is stored and looked up: HMAC-SHA256. The
+    hashes of the 4,096 keys presented last are kept: every authenticated request hashes its
+    key, and under load the HMAC (one C call, 2 us alone) took 4% of a request's CPU. The keys
+    kept are in this process's memory, as the secret they are hashed with already is."""
+    return hmac.digest(secret, key.encode(), "sha256").hex()
 
 
 def associated_data(tenant_id: str, *parts: str) -> bytes:
@@ -136,6 +141,23 @@ def random_hex(digits: int) -> str:
     if not 0 < digits <= 2 * _RANDOM_READ:
         raise ValueError(f"random_hex gives 1 to {2 * _RANDOM_READ} digits, not {digits}")
     return _random.take(digits)
+
+
+def random_below(n: int) -> int:
+    """A uniformly random integer from 0 to `n - 1` (`n` from 1 to 2**64), drawn from the same
+    buffered read of the system's source as `random_hex`, as `secrets.randbelow` draws from it
+    with a system call each time: for dice and ids, not for keys. Uniform by rejection: digits
+    at or past the largest multiple of `n` they can hold are drawn again (fewer than half of
+    the draws, on average)."""
+    if not 0 < n <= 1 << 64:
+        raise ValueError(f"random_below takes 1 to 2**64, not {n}")
+    digits = max(1, ((n - 1).bit_length() + 3) // 4)
+    span = 16**digits
+    limit = span - span % n  # a multiple of n: every remainder equally often below it
+    while True:
+        value = int(_random.take(digits), 16)
+        if value < limit:
+            return value % n
 
 
 def _fresh_random() -> None:

@@ -57,6 +57,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
+        # A head begun and not complete in these bytes is due from now (the loop's time of its
+        # first byte); one complete in them never needed a timer. Idle between requests, bytes
+        # that start no request (blank lines) are due too.
         idle = self.cycle is None or self.cycle.response_complete
         if (self._in_head or idle) and not self.transport.is_closing():
             self._arm_head_timer()
@@ -64,7 +67,6 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head = True
-        self._arm_head_timer()
 
     def on_headers_complete(self) -> None:
         self._in_head = False

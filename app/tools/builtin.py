@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import ast
 import operator
-import secrets
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from app.crypto import random_below
 from app.tools.calls import function_context
 from app.tools.progress import Progress
 from app.tools.registry import FunctionRegistry
@@ -34,7 +34,7 @@ def roll_dice(d: int) -> int:
     """
     if not 2 <= d <= MAX_DICE_SIDES:
         raise ValueError(f"d must be between 2 and {MAX_DICE_SIDES}")
-    return secrets.randbelow(d) + 1
+    return random_below(d) + 1
 
 
 @registry.register(tool_id="current-time", tags=["time"])

@@ -1,5 +1,6 @@
 """The body limit's deadline on the event loop's clock moved by hand (the deadline is never
-waited for): one timer per body, armed at the first read, dropped when the body is in. Each test
+waited for): one timer per body, armed by the first read that has to wait (none for a body
+already in), dropped when the body is in. Each test
 waits on what the code does (a read starting, a task ending), bounded."""
 
 from __future__ import annotations
@@ -108,6 +109,50 @@ async def test_a_whole_body_arms_no_deadline_that_outlives_it(clock: LoopClock) 
     assert _timers() == []
 
 
+async def test_a_read_that_waits_gets_what_arrives_under_the_deadline(clock: LoopClock) -> None:
+    """The first read, nothing there yet: its wait is timed (the task sends it what arrives),
+    and the timer goes once the body is in."""
+    arrived = asyncio.get_running_loop().create_future()
+    reading = asyncio.Event()
+    reads = 0
+
+    async def receive() -> Message:
+        nonlocal reads
+        reads += 1
+        reading.set()
+        return await arrived  # type: ignore[no-any-return]
+
+    got: list[Any] = []
+    gate = BodySizeLimitMiddleware(reader(got), max_bytes=100, timeout_s=TIMEOUT_S)
+    task = asyncio.ensure_future(gate(SCOPE, receive, _no_send))
+    await _within(reading.wait())
+    assert len(_timers()) == 1  # its wait is timed
+    clock.advance(TIMEOUT_S - 1)
+    arrived.set_result({"type": "http.request", "body": b"{}", "more_body": False})
+    await _within(task)
+    assert got == [{"type": "http.request", "body": b"{}", "more_body": False}]
+    assert reads == 1 and _timers() == []
+
+
+async def test_a_receive_that_is_no_coroutine_is_timed_too(clock: LoopClock) -> None:
+    """ASGI asks for an awaitable: a `receive` handing out futures is awaited as it is."""
+    loop = asyncio.get_running_loop()
+    reading = asyncio.Event()
+
+    def receive() -> asyncio.Future[Message]:
+        reading.set()
+        return loop.create_future()  # never done
+
+    gate = BodySizeLimitMiddleware(reader([]), max_bytes=100, timeout_s=TIMEOUT_S)
+    task = asyncio.ensure_future(gate(SCOPE, receive, _no_send))  # type: ignore[arg-type]
+    await _within(reading.wait())
+    assert len(_timers()) == 1
+    clock.advance(TIMEOUT_S)
+    with pytest.raises(HTTPException) as raised:
+        await _within(task)
+    assert raised.value.status_code == 408
+
+
 async def test_a_read_after_the_body_waits_without_a_deadline(clock: LoopClock) -> None:
     """After the body, `receive` only waits for the client to leave: never a 408."""
     waiting = asyncio.Event()
@@ -180,9 +225,9 @@ async def test_the_deadline_passing_between_two_reads_is_a_408_at_a_read_that_wa
     body = Body(b"{")
     task = asyncio.ensure_future(gate(SCOPE, body.receive, _no_send))
     await _within(reached.wait())
-    [due] = _timers()
-    asyncio.get_running_loop().call_at(due + 0.5, busy.set)  # after the deadline's timer ran
+    assert _timers() == []  # the first piece was there: its read armed no timer
     clock.advance(TIMEOUT_S + 1)
+    busy.set()
     with pytest.raises(HTTPException) as raised:
         await _within(task)
     assert raised.value.status_code == 408
@@ -213,9 +258,9 @@ async def test_a_body_already_received_is_taken_after_the_deadline(
     task = asyncio.ensure_future(gate(SCOPE, Body(b'{"a":', b"1}", ends=True).receive, _no_send))
     if not late_first:
         await _within(reached.wait())
-        [due] = _timers()
-        asyncio.get_running_loop().call_at(due + 0.5, pause.set)
+        assert _timers() == []  # nothing has waited: no timer
         clock.advance(TIMEOUT_S * 2)
+        pause.set()
     await _within(task)
     assert [m["body"] for m in got] == [b'{"a":', b"1}"]
     assert _timers() == []
