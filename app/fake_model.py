@@ -38,6 +38,7 @@ class FakeModelApp:
         messages = request.get("messages", [])
         offered = {t["function"]["name"] for t in request.get("tools") or []}
         message: dict[str, Any]
+        calls = int(_model_option(request, "calls", self.calls))
         if messages and messages[-1].get("role") == "user" and self.tool in offered:
             message = {
                 "role": "assistant",
@@ -48,7 +49,7 @@ class FakeModelApp:
                         "type": "function",
                         "function": {"name": self.tool, "arguments": self.arguments},
                     }
-                    for _ in range(self.calls)
+                    for _ in range(calls)
                 ],
             }
             finish = "tool_calls"

@@ -69,6 +69,14 @@ class HiddenValues:
         are the common case). The last `PREPARED_KEPT` sets prepared are kept, each of at most
         `PREPARED_MAX_CHARS` characters of text (its forms take about 7 times that); treat the
         result as read-only."""
+        key: tuple[str, ...] | None = None
+        if isinstance(values, list | tuple) and all(type(value) is str for value in values):
+            # Strings as given (nearly every run's context values and secrets): the same list
+            # finds its prepared set without taking its texts again.
+            key = tuple(values)
+            found = _by_strings.get(key)
+            if found is not None:
+                return found
         texts = frozenset(hidden_texts(values))
         if sum(map(len, texts)) > PREPARED_MAX_CHARS:  # large values: prepared, never kept
             return cls(texts=texts)
@@ -78,6 +86,10 @@ class HiddenValues:
             if len(_prepared) >= PREPARED_KEPT:
                 del _prepared[next(iter(_prepared))]  # the oldest
             _prepared[texts] = found
+        if key is not None and sum(map(len, key)) <= PREPARED_MAX_CHARS:
+            if len(_by_strings) >= PREPARED_KEPT:
+                del _by_strings[next(iter(_by_strings))]  # the oldest
+            _by_strings[key] = found
         return found
 
     def __bool__(self) -> bool:
@@ -118,6 +130,7 @@ class HiddenValues:
 PREPARED_KEPT = 256
 PREPARED_MAX_CHARS = 2048  # a set of larger values is prepared for its request only
 _prepared: dict[frozenset[str], HiddenValues] = {}
+_by_strings: dict[tuple[str, ...], HiddenValues] = {}  # `of`'s lists of strings, as given
 
 
 def _through(layer: Layer, start: int, end: int) -> tuple[int, int]:

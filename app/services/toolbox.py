@@ -227,11 +227,14 @@ class Toolbox:
             )
         merged = caller_context(context or {}, token)
         stored, picked, categories = await self._stored_tools(tenant_id, selection, token)
-        servers = await self._servers(tenant_id, selection, picked)
-        found, skipped = await self._server_tools(
-            tenant_id, servers, picked, merged, selection, token
-        )
-        tools = [*stored, *found]
+        if picked or selection.mcp_servers or selection.every_server:
+            servers = await self._servers(tenant_id, selection, picked)
+            found, skipped = await self._server_tools(
+                tenant_id, servers, picked, merged, selection, token
+            )
+            tools = [*stored, *found]
+        else:  # stored tools only (a call of one, most chats): no server to ask
+            servers, skipped, tools = [], {}, stored
         _check_names(tools)
         if selection.by_name:
             await self._check_served_names(tenant_id, stored, merged, token)
@@ -266,6 +269,12 @@ class Toolbox:
             return _tagged(pool, selection.tags), {}, categories
         # Ids (or names) are looked up, not searched for among all the tenant's tools.
         index = snapshot.tools_by_name if selection.by_name else snapshot.tools_by_id
+        if len(selection.tool_ids) == 1 and selection.tags is None:  # a call of one tool
+            only: list[TypedTool] = [
+                tool for tool in index.get(selection.tool_ids[0], ()) if usable(tool)
+            ]
+            if len(only) == 1:
+                return only, {}, categories
         wanted: list[str] = []
         picked: dict[str, set[str]] = {}
         found: dict[str, TypedTool] = {}  # by tool_id: a tool asked for twice is chosen once
@@ -291,11 +300,10 @@ class Toolbox:
         self, tenant_id: str, selection: Selection, picked: dict[str, set[str]]
     ) -> list[McpServer]:
         """The servers whose tools join: all of every usable one (listing), all of the named
-        ones, and the servers of picked ids (an unknown server makes its ids unavailable)."""
+        ones, and the servers of picked ids (an unknown server makes its ids unavailable).
+        Asked only when there are any (`open`)."""
         if selection.every_server:
             return await self._mcp.usable(tenant_id=tenant_id)
-        if not selection.mcp_servers and not picked:
-            return []
         whole = await self._mcp.resolve(
             list(selection.mcp_servers), tenant_id=tenant_id, path="$.mcp_servers"
         )

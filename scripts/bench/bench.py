@@ -12,6 +12,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import secrets
 import socket
 import statistics
@@ -20,9 +21,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
+from urllib.parse import urlsplit
 
 import aiohttp
+import uvloop
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -92,6 +95,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def core_split() -> tuple[set[int], set[int]] | None:
+    """(the service's CPU, everyone else's) when there are two or more: the service (and the
+    naive loop, the system it is compared with) on a core of its own, the load (this driver,
+    the fake model, the upstream) on the rest, as a service's clients are other machines.
+    Without it the scheduler placed the service beside its driver or not, run by run: /ping's
+    CPU per request moved by up to a third between two processes of the same code measured
+    together, and every ratio to it with it."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return ({cpus[-1]}, set(cpus[:-1])) if len(cpus) > 1 else None
+
+
+def _on(cpus: set[int] | None) -> Callable[[], None] | None:
+    """A `preexec_fn` keeping the child on `cpus` (None: wherever the scheduler puts it)."""
+    return None if cpus is None else lambda: os.sched_setaffinity(0, cpus)
+
+
 class Process:
     """A server process on 127.0.0.1 whose CPU time and RSS we read from /proc."""
 
@@ -101,6 +120,7 @@ class Process:
         port: int,
         env: dict[str, str] | None = None,
         stderr: IO[str] | int = subprocess.PIPE,
+        cpus: set[int] | None = None,
     ) -> None:
         self.port = port
         self.popen = subprocess.Popen(
@@ -109,6 +129,7 @@ class Process:
             env={**os.environ, **(env or {})},
             stdout=subprocess.DEVNULL,
             stderr=stderr,
+            preexec_fn=_on(cpus),
         )
         deadline = time.monotonic() + 120  # a loaded, shared machine starts slowly
         while True:
@@ -147,35 +168,122 @@ class Process:
         self.popen.wait(15)
 
 
-async def drive(
-    session: aiohttp.ClientSession,
-    method: str,
-    url: str,
-    *,
-    count: int,
-    concurrency: int,
-    body: dict[str, Any] | None = None,
-    headers: dict[str, str] | None = None,
-    check: Callable[[int, bytes], None] | None = None,
-) -> tuple[list[float], float]:
-    """Send `count` requests with `concurrency` workers; per-request latencies and wall time."""
-    latencies: list[float] = []
-    todo = iter(range(count))
+class _Connection(asyncio.Protocol):
+    """One kept-alive connection of the driver: one request at a time, its answer framed by
+    Content-Length (every route measured answers so)."""
 
-    async def worker() -> None:
-        for _ in todo:
-            started = time.perf_counter()
-            async with session.request(method, url, json=body, headers=headers) as response:
-                payload = await response.read()
-                if check:
-                    check(response.status, payload)
-                elif response.status >= 400:
-                    raise RuntimeError(f"{method} {url}: {response.status} {payload[:200]!r}")
-            latencies.append(time.perf_counter() - started)
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
+        self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
+        self.closed = False
 
-    wall = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return latencies, time.perf_counter() - wall
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0 or self.waiter is None:
+            return
+        found = _LENGTH.search(self.buffer, 0, end)
+        if found is None:
+            self.waiter.set_exception(RuntimeError(f"an answer without Content-Length: {data!r}"))
+            return
+        total = end + 4 + int(found[1])
+        if len(self.buffer) >= total:
+            answer = (int(self.buffer[9:12]), self.buffer[end + 4 : total])
+            self.buffer = self.buffer[total:]
+            waiter, self.waiter = self.waiter, None
+            waiter.set_result(answer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ConnectionError("the server closed the connection"))
+
+    async def exchange(self, request: bytes) -> tuple[int, bytes]:
+        assert self.transport is not None
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        return await self.waiter
+
+
+_LENGTH = re.compile(rb"\r\ncontent-length: *(\d+)", re.IGNORECASE)
+
+
+class Driver:
+    """The benchmark's HTTP client: kept-alive connections on asyncio's protocol layer, requests
+    written whole once and answers read by their Content-Length. An aiohttp session cost about
+    0.15 ms of CPU a request here, more than the service's `/ping`: sharing two cores, it, not
+    the service, set the pace of the cheap routes, and a service waiting for its next request
+    spends more CPU on each (a wake-up per request instead of several requests per wake-up)."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+
+    async def _connection(self, host: str, port: int) -> _Connection:
+        idle = self._idle.get((host, port), [])
+        while idle:
+            connection = idle.pop()
+            if not connection.closed:
+                return connection
+        _, made = await asyncio.get_running_loop().create_connection(_Connection, host, port)
+        return made
+
+    def _release(self, host: str, port: int, connection: _Connection) -> None:
+        if not connection.closed:
+            self._idle.setdefault((host, port), []).append(connection)
+
+    async def drive(
+        self,
+        method: str,
+        url: str,
+        *,
+        count: int,
+        concurrency: int,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        check: Callable[[int, bytes], None] | None = None,
+    ) -> tuple[list[float], float]:
+        """Send `count` requests with `concurrency` connections; per-request latencies and
+        wall time."""
+        parts = urlsplit(url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 80
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        payload = json.dumps(body).encode() if body is not None else b""
+        lines = [f"{method} {target} HTTP/1.1", f"Host: {host}:{port}"]
+        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+        if body is not None:
+            lines += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
+        latencies: list[float] = []
+        todo = iter(range(count))
+
+        async def worker() -> None:
+            connection = await self._connection(host, port)
+            try:
+                for _ in todo:
+                    started = time.perf_counter()
+                    status, answer = await connection.exchange(request)
+                    if check:
+                        check(status, answer)
+                    elif status >= 400:
+                        raise RuntimeError(f"{method} {url}: {status} {answer[:200]!r}")
+                    latencies.append(time.perf_counter() - started)
+            finally:
+                self._release(host, port, connection)
+
+        wall = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return latencies, time.perf_counter() - wall
+
+    def close(self) -> None:
+        for connections in self._idle.values():
+            for connection in connections:
+                if connection.transport is not None:
+                    connection.transport.close()
+        self._idle.clear()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -188,6 +296,8 @@ class Bench:
         self.args = args
         self.results: dict[str, list[dict[str, float]]] = {}
         self.service_env = service_env or {}  # settings on top of the benchmark's own
+        split = core_split() if getattr(args, "pin", False) else None
+        self.service_cpus, self.load_cpus = split if split is not None else (None, None)
 
     def record(self, name: str, **figures: float) -> None:
         self.results.setdefault(name, []).append(figures)
@@ -211,8 +321,9 @@ class Bench:
                 "--no-access-log",
                 "--loop",
                 "uvloop",
-                "--http",  # the protocol `python -m app serve` runs
+                "--http",  # the protocol and proxy setting `python -m app serve` runs with
                 "app.http_server:GuardedHttpProtocol",
+                "--no-proxy-headers",
                 "--log-level",
                 "warning",
                 "--timeout-keep-alive",
@@ -221,18 +332,24 @@ class Bench:
             self.service_port,
             env,
             stderr=self._service_log(),
+            cpus=self.service_cpus,
         )
 
     async def setup(self) -> None:
+        if self.load_cpus is not None:
+            os.sched_setaffinity(0, self.load_cpus)  # this driver
         self.model_port, self.service_port = free_port(), free_port()
         self.upstream_port = free_port()
-        self.fake = Process(
-            [sys.executable, "-m", "app", "fake-model", "--port", str(self.model_port)],
+        self.fake = Process(  # the fake model's answers, on a lean server (model.py)
+            [sys.executable, str(HERE / "model.py"), "--port", str(self.model_port)],
             self.model_port,
+            {"PYTHONPATH": str(ROOT)},
+            cpus=self.load_cpus,
         )
         self.upstream = Process(
             [sys.executable, str(HERE / "upstream.py"), "--port", str(self.upstream_port)],
             self.upstream_port,
+            cpus=self.load_cpus,
         )
         admin = secrets.token_urlsafe(32)
         env = {
@@ -259,7 +376,8 @@ class Bench:
         self.base = f"http://127.0.0.1:{self.service_port}"
         # Idle connections are dropped by the driver before the service's keep-alive (75 s) ends.
         connector = aiohttp.TCPConnector(limit=200, keepalive_timeout=10)
-        self.session = aiohttp.ClientSession(connector=connector)
+        self.session = aiohttp.ClientSession(connector=connector)  # the setup's requests
+        self.driver = Driver()  # the measured ones
         admin_h = {"Authorization": f"Bearer {admin}"}
         self.key_value = await self._tenant("bench", admin_h)
         self.key = {"Authorization": f"Bearer {self.key_value}"}
@@ -304,8 +422,7 @@ class Bench:
     async def model_round_trip_ms(self, concurrency: int) -> float:
         """The model's own time for one call at this concurrency, seen from this driver."""
         body = {"model": "fake", "messages": [{"role": "user", "content": "x"}]}
-        latencies, _ = await drive(
-            self.session,
+        latencies, _ = await self.driver.drive(
             "POST",
             f"http://127.0.0.1:{self.model_port}/v1/chat/completions",
             count=self.args.round_trips * concurrency,
@@ -324,8 +441,7 @@ class Bench:
             iterations += json.loads(payload)["iterations"]
 
         cpu = self.service.cpu_s()
-        latencies, wall = await drive(
-            self.session,
+        latencies, wall = await self.driver.drive(
             "POST",
             f"{self.base}/chat",
             count=count,
@@ -361,6 +477,7 @@ class Bench:
             text=True,
             check=True,
             cwd=ROOT,
+            preexec_fn=_on(self.service_cpus),  # the system compared: on the service's core
         )
         data = json.loads(out.stdout)
         return {
@@ -386,8 +503,7 @@ class Bench:
                 if batch <= 0:
                     continue
                 cpu, upstream_cpu = self.service.cpu_s(), self.upstream.cpu_s()
-                _, wall = await drive(
-                    self.session,
+                _, wall = await self.driver.drive(
                     method,
                     f"{self.base}{path}",
                     count=batch,
@@ -502,6 +618,7 @@ class Bench:
 
     async def close(self) -> None:
         await self.session.close()
+        self.driver.close()
         self.service.stop()
         self.fake.stop()
         self.upstream.stop()
@@ -618,13 +735,19 @@ def main() -> None:
         default=SLICE,
         help="requests of one route before the next route's, in the interleaved route rows",
     )
+    parser.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the service and the naive loop on one CPU, the load on the others (core_split)",
+    )
     parser.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
     parser.add_argument("--out", default=str(ROOT / "bench-results"))
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.chats_c1, args.chats_c50, args.requests = 1, 10, 60, 100
         args.slow_chats, args.memory_chats, args.round_trips = 100, 1100, 20
-    results = asyncio.run(measure(args))
+    results = uvloop.run(measure(args))
     summary = summarize(results)
     lines = headline(summary)
     out = Path(args.out)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -173,6 +175,102 @@ def test_a_process_cpu_time_is_read_to_the_nanosecond_from_outside() -> None:
     finally:
         process.popen.kill()
         process.popen.wait()
+
+
+def _chat(model: str, *, tool_result: bool = False) -> bytes:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Roll a die."}]
+    if tool_result:
+        messages += [{"role": "assistant", "content": None}, {"role": "tool", "content": "4"}]
+    tools = [{"type": "function", "function": {"name": "roll_dice"}}]
+    body = json.dumps({"model": model, "messages": messages, "tools": tools}).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+    return head % len(body) + body
+
+
+async def _answer(reader: asyncio.StreamReader) -> dict[str, Any]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    return json.loads(await reader.readexactly(length))  # type: ignore[no-any-return]
+
+
+async def test_the_benchmark_model_answers_as_the_fake_model_does() -> None:
+    """scripts/bench/model.py: the fake model's answers (`FakeModelApp`, the calls the model
+    name asks for), request after request on one connection, a body in pieces; a chunked body
+    closes the connection."""
+    model = _script("model")
+    app = model.FakeModelApp(tool="roll_dice", arguments='{"d": 6}', calls=1, latency_s=0.0)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: model.Model(app), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        first = _chat("fake-calls-3")
+        writer.write(first[:30])
+        await writer.drain()
+        writer.write(first[30:] + _chat("fake-calls-1", tool_result=True))
+        called = (await _answer(reader))["choices"][0]
+        assert called["finish_reason"] == "tool_calls"
+        assert [c["function"]["name"] for c in called["message"]["tool_calls"]] == ["roll_dice"] * 3
+        answered = (await _answer(reader))["choices"][0]
+        assert answered == {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Tool results: 4"},
+            "finish_reason": "stop",
+        }
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+        assert await reader.read() == b""  # closed, nothing answered
+        writer.close()
+        assert app.served == 2
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_the_benchmark_driver_sends_and_checks_each_request() -> None:
+    """`Driver.drive` against the stand-in REST API: every request answered over kept-alive
+    connections (reused by the next drive), each answer given to `check`; an answer that is
+    an error stops it."""
+    bench, upstream = _bench(), _script("upstream")
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(upstream.Api, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    driver = bench.Driver()
+    seen: list[tuple[int, bytes]] = []
+    try:
+        url = f"http://127.0.0.1:{port}/weather?city=Oslo"
+        latencies, wall = await driver.drive(
+            "POST", url, count=25, concurrency=4, body={"a": 1}, check=lambda *a: seen.append(a)
+        )
+        assert len(latencies) == 25 and wall > 0
+        assert seen == [(200, upstream.ANSWER)] * 25
+        assert sum(map(len, driver._idle.values())) == 4  # kept for the next drive
+        await driver.drive("GET", url, count=5, concurrency=4)
+        assert sum(map(len, driver._idle.values())) == 4
+
+        def refuse(status: int, answer: bytes) -> None:
+            raise RuntimeError("a tool call failed")
+
+        with pytest.raises(RuntimeError, match="a tool call failed"):
+            await driver.drive("GET", url, count=3, concurrency=1, check=refuse)
+    finally:
+        driver.close()
+        server.close()
+        await server.wait_closed()
+
+
+def test_the_benchmark_puts_the_service_on_a_core_of_its_own() -> None:
+    """`core_split`: the last CPU for the service (and the naive loop), the rest for the load;
+    nothing to split on one CPU."""
+    bench = _bench()
+    cpus = sorted(os.sched_getaffinity(0))
+    split = bench.core_split()
+    if len(cpus) < 2:
+        assert split is None
+    else:
+        assert split == ({cpus[-1]}, set(cpus[:-1]))
 
 
 def _script(name: str) -> ModuleType:

@@ -171,3 +171,19 @@ def test_prepared_values_are_shared_per_set_of_texts_and_bounded() -> None:
     assert hidden.HiddenValues.of([large]) is not hidden.HiddenValues.of([large])
     assert len(hidden._prepared) == kept
     assert Scrubber([large])(f"x{large}y") == "x[redacted]y"
+    assert len(hidden._by_strings) == hidden.PREPARED_KEPT  # lists of strings: bounded too
+
+
+def test_a_list_of_strings_finds_its_prepared_set_as_given() -> None:
+    """Strings as given skip taking their texts again: the same set as their texts find, and
+    a Basic credential among them still hidden decoded too."""
+    from app import hidden
+
+    basic = base64.b64encode(b"user:hunter2-pass").decode()  # a Basic credential, stored
+    given = ["sk-abcdef0123", basic, "abc"]
+    first = hidden.HiddenValues.of(given)
+    assert hidden.HiddenValues.of(list(given)) is first
+    assert hidden.HiddenValues.of(tuple(given)) is first
+    assert hidden.HiddenValues.of([basic, "sk-abcdef0123"]) is first  # the same texts
+    assert first.plain == hidden.HiddenValues(given).plain
+    assert Scrubber(given)("token user:hunter2-pass") == "token [redacted]"
