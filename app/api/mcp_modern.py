@@ -55,6 +55,8 @@ _ROUTING_HEADERS = frozenset({MCP_PROTOCOL_VERSION_HEADER, MCP_METHOD_HEADER, MC
 _VERDICTS_KEPT = 256  # request shapes whose validation verdict is kept
 _SHAPE_MAX_BYTES = 2048  # a longer envelope is checked each time, never kept
 _PARAM_PREFIX = MCP_PARAM_HEADER_PREFIX.lower()
+_PARAM_PREFIX_BYTES = _PARAM_PREFIX.encode()
+_READ_HEADERS = frozenset({*(name.encode() for name in _ROUTING_HEADERS), b"accept"})
 
 ListTools = Callable[[Any, Any], Awaitable[mcp_types.ListToolsResult]]
 
@@ -122,10 +124,13 @@ class ModernAnswers:
         if method not in ANSWERED or self._server.cache_hints or not _plain_request(message):
             return False
         request = Request(scope)
-        # The headers decoded once, as Starlette's `Headers` gives them: every pair, in order,
-        # and a mapping of each name to its first value.
+        # The headers these checks read (the routing headers, Accept, `Mcp-Param-*`) decoded
+        # once, as Starlette's `Headers` gives them: each pair, in order, and a mapping of each
+        # name to its first value. The SDK's ladder reads the routing headers alone.
         pairs = [
-            (name.decode("latin-1"), value.decode("latin-1")) for name, value in scope["headers"]
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in scope["headers"]
+            if name in _READ_HEADERS or name.startswith(_PARAM_PREFIX_BYTES)
         ]
         headers: dict[str, str] = {}
         for name, value in pairs:

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import weakref
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -177,7 +176,9 @@ class PreparedRun:
         self._kind: RunKind = kind
         self._release = release
         self.run_id = new_run_id()
-        weakref.finalize(self, release)
+
+    def __del__(self) -> None:
+        self._release()  # dropped unrun: the slot is freed (a run freed it already: no-op)
 
     async def run(self, progress: ProgressSink | None = None) -> ToolRun:
         """Run the tool (its progress reports to `progress`) and record the run."""

@@ -5,13 +5,17 @@ inside is left."""
 from __future__ import annotations
 
 import asyncio
+import gc
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from app.errors import NotFoundError
+from app.limits import WRITTEN, Release, once
 from app.repositories.database import utc_now
+from app.services.invocations import PreparedRun
 from app.services.runs import RunRecording, new_run_id, recording
 
 
@@ -70,3 +74,36 @@ def test_a_cancelled_run_is_recorded_as_cancelled() -> None:
     ):
         raise asyncio.CancelledError
     assert [r["stop_reason"] for r in recorder.records] == ["cancelled"]
+
+
+def test_a_prepared_run_dropped_unrun_frees_its_slot_once() -> None:
+    """A streamed invoke whose client left before its run started drops its `PreparedRun`:
+    collecting it frees the run slot; a run that freed it already frees nothing twice."""
+    freed: list[str] = []
+
+    def slot(name: str) -> Release:
+        def release() -> Awaitable[None]:
+            freed.append(name)
+            return WRITTEN
+
+        return once(release)
+
+    def prepared(release: Release) -> PreparedRun:
+        return PreparedRun(
+            None,  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            {},
+            tenant_id="t",
+            kind="invoke",
+            release=release,
+        )
+
+    unrun = prepared(slot("unrun"))
+    del unrun
+    gc.collect()
+    assert freed == ["unrun"]
+    ran = prepared(slot("ran"))
+    ran._release()  # as `run` does before it answers
+    del ran
+    gc.collect()
+    assert freed == ["unrun", "ran"]
