@@ -7,23 +7,22 @@ the same protocol in a real `python -m app serve`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from starlette.types import Receive, Scope, Send
-from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from app import http_server
 from app.http_server import GuardedHttpProtocol
 from tests.support.apps import make_settings
 from tests.support.clock import LoopClock
+from tests.support.protocols import bounded, serving
 
 HEAD_TIMEOUT_S = 30.0  # far above the real seconds a test takes: only `advance` reaches it
 MAX_CONNECTIONS = 2
-BOUND_S = 5.0  # what any wait below may take, in real seconds, before the test fails
 REQUEST = b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n"
 
 
@@ -63,7 +62,7 @@ class Served:
 
     async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         connection = await asyncio.open_connection("127.0.0.1", self.port)
-        await _bounded(self.made.get())  # the server's side of it
+        await bounded(self.made.get())  # the server's side of it
         return connection
 
     def closed(self, index: int = -1) -> bool:
@@ -74,7 +73,7 @@ class Served:
         protocol = self.protocols[index]
         protocol.received.clear()
         writer.write(data)
-        await _bounded(protocol.received.wait())
+        await bounded(protocol.received.wait())
 
     async def closed_after(self, seconds: float) -> bool:
         """The clock moved by `seconds`; whether the server has closed the connection once the
@@ -84,7 +83,7 @@ class Served:
         loop = asyncio.get_running_loop()
         marker = loop.create_future()
         loop.call_at(loop.time(), marker.set_result, None)
-        await _bounded(marker)
+        await bounded(marker)
         return self.closed()
 
 
@@ -95,37 +94,21 @@ async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Served]:
     monkeypatch.setattr(loop, "time", clock)
     settings = make_settings(header_timeout_s=HEAD_TIMEOUT_S, max_connections=MAX_CONNECTIONS)
     monkeypatch.setattr(http_server, "get_settings", lambda: settings)
-    config = Config(
-        app=_answer, lifespan="off", access_log=False, timeout_keep_alive=10 * HEAD_TIMEOUT_S
-    )
-    config.load()
     served = Served(clock, 0)
 
-    def protocol() -> Watched:
-        made = Watched(config=config, server_state=served.state, app_state={}, _loop=loop)
-        served.protocols.append(made)
-        served.made.put_nowait(made)
-        return made
+    def made(protocol: Watched) -> None:
+        served.protocols.append(protocol)
+        served.made.put_nowait(protocol)
 
-    server = await loop.create_server(protocol, "127.0.0.1", 0)
-    served.port = server.sockets[0].getsockname()[1]
-    try:
+    async with serving(
+        Watched, _answer, keep_alive_s=int(10 * HEAD_TIMEOUT_S), state=served.state, made=made
+    ) as served.port:
         yield served
-    finally:
-        server.close()
-        for made in served.protocols:
-            if made.transport is not None:
-                made.transport.close()
-        await server.wait_closed()
-
-
-async def _bounded(awaitable: Awaitable[Any]) -> Any:
-    return await asyncio.wait_for(awaitable, BOUND_S)
 
 
 async def _closed_by_server(reader: asyncio.StreamReader) -> bytes:
     """What the server sent before it closed the connection (waits for the close)."""
-    return await _bounded(reader.read())
+    return await bounded(reader.read())
 
 
 async def test_a_silent_connection_is_closed_at_the_deadline(served: Served) -> None:
@@ -155,9 +138,9 @@ async def test_a_head_completed_in_time_is_answered_and_the_connection_kept(
     await served.send(writer, REQUEST[:10])
     served.clock.advance(HEAD_TIMEOUT_S * 0.9)
     writer.write(REQUEST[10:])
-    head = await _bounded(reader.readuntil(b"\r\n\r\n"))
+    head = await bounded(reader.readuntil(b"\r\n\r\n"))
     assert head.startswith(b"HTTP/1.1 200 ")
-    assert await _bounded(reader.readexactly(2)) == b"ok"
+    assert await bounded(reader.readexactly(2)) == b"ok"
     # Idle between requests: the keep-alive's to end, not the head deadline.
     assert not await served.closed_after(HEAD_TIMEOUT_S * 2)
     writer.close()
@@ -168,7 +151,7 @@ async def test_after_a_response_the_next_head_is_due_from_its_first_byte(
 ) -> None:
     reader, writer = await served.connect()
     writer.write(REQUEST)
-    await _bounded(reader.readuntil(b"ok"))
+    await bounded(reader.readuntil(b"ok"))
     assert not await served.closed_after(HEAD_TIMEOUT_S * 2)  # nothing sent: no head is due
     await served.send(writer, b"GET /x HTTP/1.1\r\n")  # and nothing more
     assert not await served.closed_after(HEAD_TIMEOUT_S - 1)
@@ -187,11 +170,11 @@ async def test_one_connection_beyond_the_cap_is_refused_at_once(served: Served) 
     for _, held_writer in held:
         held_writer.close()
     for protocol in served.protocols:
-        await _bounded(protocol.lost.wait())
+        await bounded(protocol.lost.wait())
     assert not served.state.connections
     reader, writer = await served.connect()  # room again once they are gone
     writer.write(REQUEST)
-    assert (await _bounded(reader.readuntil(b"ok"))).startswith(b"HTTP/1.1 200")
+    assert (await bounded(reader.readuntil(b"ok"))).startswith(b"HTTP/1.1 200")
     writer.close()
 
 
@@ -200,7 +183,7 @@ async def test_after_a_response_bytes_that_start_no_request_are_due_too(served: 
     keep-alive timer: without the deadline they would hold the connection for ever."""
     reader, writer = await served.connect()
     writer.write(REQUEST)
-    await _bounded(reader.readuntil(b"ok"))
+    await bounded(reader.readuntil(b"ok"))
     for _ in range(9):
         await served.send(writer, b"\r\n")
         assert not await served.closed_after(HEAD_TIMEOUT_S / 10)

@@ -7,20 +7,19 @@ on what the server sends, bounded in real seconds; none is a sleep."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from starlette.types import Receive, Scope, Send
-from uvicorn.config import Config
-from uvicorn.server import ServerState
 
 from app import http_server
+from app.api.routing import whole_body
 from app.http_server import GuardedHttpProtocol
 from tests.support.apps import make_settings
+from tests.support.protocols import bounded, serving
 
-BOUND_S = 5.0  # what any wait below may take, in real seconds, before the test fails
 BODY = b'{"status":"ok"}'
 
 
@@ -81,12 +80,7 @@ async def _app(scope: Scope, receive: Receive, send: Send, served: Served) -> No
         await send({"type": "http.response.start", "status": 200, "headers": length})
         raise RuntimeError("the app failed mid-answer")
     elif path == "/echo":
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await whole_body(receive)
         length = [(b"content-length", b"%d" % len(body))]
         await send({"type": "http.response.start", "status": 200, "headers": length})
         await send({"type": "http.response.body", "body": body})
@@ -94,7 +88,6 @@ async def _app(scope: Scope, receive: Receive, send: Send, served: Served) -> No
 
 @pytest.fixture
 async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Served]:
-    loop = asyncio.get_running_loop()
     settings = make_settings(header_timeout_s=30.0, max_connections=10)
     monkeypatch.setattr(http_server, "get_settings", lambda: settings)
     served = Served()
@@ -102,48 +95,30 @@ async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Served]:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await _app(scope, receive, send, served)
 
-    config = Config(app=app, lifespan="off", access_log=False, timeout_keep_alive=30)
-    config.load()
-    state = ServerState()
-
-    def protocol() -> Watched:
-        made = Watched(config=config, server_state=state, app_state={}, _loop=loop)
-        served.protocols.append(made)
-        return made
-
-    server = await loop.create_server(protocol, "127.0.0.1", 0)
-    served.port = server.sockets[0].getsockname()[1]
     try:
-        yield served
+        async with serving(Watched, app, keep_alive_s=30, made=served.protocols.append) as port:
+            served.port = port
+            yield served
     finally:
         served.release.set()
-        server.close()
-        for made in served.protocols:
-            if made.transport is not None:
-                made.transport.close()
-        await server.wait_closed()
-
-
-async def _bounded(awaitable: Awaitable[Any]) -> Any:
-    return await asyncio.wait_for(awaitable, BOUND_S)
 
 
 async def _request(
     served: Served, data: bytes
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    reader, writer = await _bounded(asyncio.open_connection("127.0.0.1", served.port))
+    reader, writer = await bounded(asyncio.open_connection("127.0.0.1", served.port))
     writer.write(data)
     return reader, writer
 
 
 async def _response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     """One answer framed by its Content-Length: (head, body)."""
-    head = await _bounded(reader.readuntil(b"\r\n\r\n"))
+    head = await bounded(reader.readuntil(b"\r\n\r\n"))
     length = 0
     for line in head.split(b"\r\n"):
         if line.lower().startswith(b"content-length:"):
             length = int(line.split(b":")[1])
-    return head, await _bounded(reader.readexactly(length))
+    return head, await bounded(reader.readexactly(length))
 
 
 async def test_an_answer_of_known_length_leaves_in_one_write(served: Served) -> None:
@@ -169,10 +144,10 @@ async def test_a_body_in_parts_goes_with_the_head_first_then_as_it_comes(served:
 async def test_a_streamed_answer_sends_its_head_before_its_body(served: Served) -> None:
     """Server-sent events are chunked: their head is not held, whatever the body waits for."""
     reader, writer = await _request(served, b"GET /slow-stream HTTP/1.1\r\nHost: t\r\n\r\n")
-    head = await _bounded(reader.readuntil(b"\r\n\r\n"))  # while the app still waits
+    head = await bounded(reader.readuntil(b"\r\n\r\n"))  # while the app still waits
     assert head.startswith(b"HTTP/1.1 200 ") and b"transfer-encoding: chunked" in head
     served.release.set()
-    assert await _bounded(reader.readuntil(b"0\r\n\r\n")) == b"4\r\nlate\r\n0\r\n\r\n"
+    assert await bounded(reader.readuntil(b"0\r\n\r\n")) == b"4\r\nlate\r\n0\r\n\r\n"
     writer.close()
 
 
@@ -184,7 +159,7 @@ async def test_a_bodiless_answer_is_not_held(
     served: Served, request_line: bytes, status: bytes
 ) -> None:
     reader, writer = await _request(served, request_line + b"\r\nHost: t\r\n\r\n")
-    head = await _bounded(reader.readuntil(b"\r\n\r\n"))
+    head = await bounded(reader.readuntil(b"\r\n\r\n"))
     assert head.startswith(b"HTTP/1.1 " + status)
     assert served.writes() == [head]
     writer.write(b"GET /json HTTP/1.1\r\nHost: t\r\n\r\n")  # the connection still serves
@@ -195,7 +170,7 @@ async def test_a_bodiless_answer_is_not_held(
 async def test_an_app_failing_mid_answer_sends_the_head_then_closes(served: Served) -> None:
     """As uvicorn does without the held head: the client sees the head, then the close."""
     reader, writer = await _request(served, b"GET /fails HTTP/1.1\r\nHost: t\r\n\r\n")
-    received = await _bounded(reader.read())  # to the close
+    received = await bounded(reader.read())  # to the close
     assert received.startswith(b"HTTP/1.1 200 ") and received.endswith(b"\r\n\r\n")
     writer.close()
 
@@ -205,7 +180,7 @@ async def test_100_continue_goes_out_before_the_answer(served: Served) -> None:
         served,
         b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
     )
-    interim = await _bounded(reader.readuntil(b"\r\n\r\n"))
+    interim = await bounded(reader.readuntil(b"\r\n\r\n"))
     assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
     writer.write(b"hello")
     head, body = await _response(reader)
