@@ -116,8 +116,8 @@ class _OneWrite:
     def write(self, data: bytes) -> None:
         head = self._head
         if head is not None:
+            self._transport.writelines((head, data))  # one send (uvloop: writev)
             self._head = None
-            self._transport.write(head + data)
             return
         cycle = self._cycle
         if cycle.response_started and not self._head_seen:  # uvicorn's write of the head

@@ -34,6 +34,10 @@ class _Counted:
         self.writes.append(bytes(data))
         self._transport.write(data)
 
+    def writelines(self, pieces: tuple[bytes, ...]) -> None:  # one send of them all
+        self.writes.append(b"".join(pieces))
+        self._transport.writelines(pieces)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 

@@ -178,7 +178,9 @@ class PreparedRun:
         self.run_id = new_run_id()
 
     def __del__(self) -> None:
-        self._release()  # dropped unrun: the slot is freed (a run freed it already: no-op)
+        release = getattr(self, "_release", None)  # None: built only in part
+        if release is not None:
+            release()  # dropped unrun: the slot is freed (a run freed it already: no-op)
 
     async def run(self, progress: ProgressSink | None = None) -> ToolRun:
         """Run the tool (its progress reports to `progress`) and record the run."""

@@ -106,11 +106,6 @@ def core_split() -> tuple[set[int], set[int]] | None:
     return ({cpus[-1]}, set(cpus[:-1])) if len(cpus) > 1 else None
 
 
-def _on(cpus: set[int] | None) -> Callable[[], None] | None:
-    """A `preexec_fn` keeping the child on `cpus` (None: wherever the scheduler puts it)."""
-    return None if cpus is None else lambda: os.sched_setaffinity(0, cpus)
-
-
 class Process:
     """A server process on 127.0.0.1 whose CPU time and RSS we read from /proc."""
 
@@ -129,8 +124,11 @@ class Process:
             env={**os.environ, **(env or {})},
             stdout=subprocess.DEVNULL,
             stderr=stderr,
-            preexec_fn=_on(cpus),
         )
+        # Placed from here, not in the child before its exec (`preexec_fn` is unsafe in a
+        # process with threads, as this driver is); its measured work starts much later.
+        if cpus is not None:
+            os.sched_setaffinity(self.popen.pid, cpus)
         deadline = time.monotonic() + 120  # a loaded, shared machine starts slowly
         while True:
             try:
@@ -177,6 +175,7 @@ class _Connection(asyncio.Protocol):
         self.buffer = b""
         self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
         self.closed = False
+        self.idle_since = 0.0  # when it went back to the pool
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -188,7 +187,8 @@ class _Connection(asyncio.Protocol):
             return
         found = _LENGTH.search(self.buffer, 0, end)
         if found is None:
-            self.waiter.set_exception(RuntimeError(f"an answer without Content-Length: {data!r}"))
+            waiter, self.waiter = self.waiter, None
+            waiter.set_exception(RuntimeError(f"an answer without Content-Length: {data!r}"))
             return
         total = end + 4 + int(found[1])
         if len(self.buffer) >= total:
@@ -200,7 +200,14 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_exception(ConnectionError("the server closed the connection"))
+            answered = bool(self.buffer)  # part of an answer came: never sent again
+            error = ConnectionError("the server closed the connection")
+            self.waiter.set_exception(error if answered else _Dropped(error))
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
 
     async def exchange(self, request: bytes) -> tuple[int, bytes]:
         assert self.transport is not None
@@ -210,6 +217,13 @@ class _Connection(asyncio.Protocol):
 
 
 _LENGTH = re.compile(rb"\r\ncontent-length: *(\d+)", re.IGNORECASE)
+IDLE_S = 10.0  # a kept-alive connection idle longer is dropped (the service keeps them 30 s)
+DRIVE_TIMEOUT_S = 300.0  # a drive that takes longer has met a service that stopped answering
+
+
+class _Dropped(ConnectionError):
+    """The server closed a connection before any of its answer: a kept-alive connection it had
+    just closed; the request is sent again on a new one."""
 
 
 class Driver:
@@ -222,18 +236,23 @@ class Driver:
     def __init__(self) -> None:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
 
-    async def _connection(self, host: str, port: int) -> _Connection:
+    async def _connection(self, host: str, port: int, *, fresh: bool = False) -> _Connection:
         idle = self._idle.get((host, port), [])
-        while idle:
+        recent = time.monotonic() - IDLE_S
+        while idle and not fresh:
             connection = idle.pop()
-            if not connection.closed:
+            if not connection.closed and connection.idle_since > recent:
                 return connection
+            connection.close()
         _, made = await asyncio.get_running_loop().create_connection(_Connection, host, port)
         return made
 
     def _release(self, host: str, port: int, connection: _Connection) -> None:
-        if not connection.closed:
+        if not connection.closed and connection.waiter is None and not connection.buffer:
+            connection.idle_since = time.monotonic()
             self._idle.setdefault((host, port), []).append(connection)
+        else:  # closed, or left mid-answer: never reused
+            connection.close()
 
     async def drive(
         self,
@@ -265,7 +284,12 @@ class Driver:
             try:
                 for _ in todo:
                     started = time.perf_counter()
-                    status, answer = await connection.exchange(request)
+                    try:
+                        status, answer = await connection.exchange(request)
+                    except _Dropped:  # a kept-alive connection the service had just closed
+                        connection.close()
+                        connection = await self._connection(host, port, fresh=True)
+                        status, answer = await connection.exchange(request)
                     if check:
                         check(status, answer)
                     elif status >= 400:
@@ -275,14 +299,14 @@ class Driver:
                 self._release(host, port, connection)
 
         wall = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        async with asyncio.timeout(DRIVE_TIMEOUT_S):
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
         return latencies, time.perf_counter() - wall
 
     def close(self) -> None:
         for connections in self._idle.values():
             for connection in connections:
-                if connection.transport is not None:
-                    connection.transport.close()
+                connection.close()
         self._idle.clear()
 
 
@@ -472,12 +496,14 @@ class Bench:
                 str(count),
                 "--concurrency",
                 str(concurrency),
+                # The system compared with the service: on the service's CPU.
+                "--cpus",
+                ",".join(map(str, sorted(self.service_cpus or ()))),
             ],
             capture_output=True,
             text=True,
             check=True,
             cwd=ROOT,
-            preexec_fn=_on(self.service_cpus),  # the system compared: on the service's core
         )
         data = json.loads(out.stdout)
         return {

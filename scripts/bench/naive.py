@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import time
 from typing import Any
@@ -82,7 +83,10 @@ async def main() -> None:
     parser.add_argument("--model", default="fake-calls-1")
     parser.add_argument("--chats", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--cpus", default="", help="run on these CPUs (comma-separated)")
     args = parser.parse_args()
+    if args.cpus:
+        os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
     client = AsyncOpenAI(base_url=args.base_url, api_key="bench")
     await one_chat(client, args.model)  # warm-up: connections, imports
     latencies: list[float] = []

@@ -261,6 +261,33 @@ async def test_the_benchmark_driver_sends_and_checks_each_request() -> None:
         await server.wait_closed()
 
 
+async def test_the_benchmark_driver_sends_again_on_a_connection_the_server_closed() -> None:
+    """The service closes kept-alive connections it finds idle (while the driver's loop was
+    busy elsewhere, unaware): a request meeting one is sent again on a new connection, once."""
+    bench, upstream = _bench(), _script("upstream")
+    loop = asyncio.get_running_loop()
+    made: list[Any] = []
+
+    def api() -> Any:
+        made.append(upstream.Api())
+        return made[-1]
+
+    server = await loop.create_server(api, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/weather"
+    driver = bench.Driver()
+    try:
+        await driver.drive("GET", url, count=4, concurrency=2)
+        for protocol in made:  # closed by the server; the driver has not run since
+            protocol.transport.close()
+        latencies, _ = await driver.drive("GET", url, count=4, concurrency=2)
+        assert len(latencies) == 4
+        assert len(made) == 4  # two new connections, one per worker
+    finally:
+        driver.close()
+        server.close()
+        await server.wait_closed()
+
+
 def test_the_benchmark_puts_the_service_on_a_core_of_its_own() -> None:
     """`core_split`: the last CPU for the service (and the naive loop), the rest for the load;
     nothing to split on one CPU."""
