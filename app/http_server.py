@@ -11,9 +11,10 @@ one more at once instead of reading it.
 
 uvicorn writes a response's head as soon as the app starts the response, and its body in a
 second write: two sends, and on loopback each costs the receiver's TCP processing too (the
-second, 4-5 us of CPU here: 3% of a `/ping`). A head whose body has a known, non-zero length (every JSON answer) is held
-until the body's first bytes and goes out with them (`_OneWrite`); a streamed answer (chunked:
-server-sent events) and a body-less one are written as uvicorn writes them.
+second, 4-5 us of CPU here: 3% of a `/ping`). A head whose body has a known, non-zero length
+(every JSON answer) is held until the body's first bytes and goes out with them (`_OneWrite`);
+a streamed answer (chunked: server-sent events) and a body-less one are written as uvicorn
+writes them.
 
 uvicorn builds the protocol itself (in each worker process), so the values come from the
 settings, read from the environment like the app's own.
