@@ -270,8 +270,7 @@ class OutboundClient:
         read_s = self._read_s if timeout_s is None else timeout_s
         exchange = await self._begin(method, url, query, body, headers)
         try:
-            async with asyncio.timeout(read_s):  # from sending to the head (and a small body)
-                response = await exchange.send(read_s)
+            response = await exchange.head(read_s)
             yield response
         except _FAILURES as exc:
             raise outbound_error(exc) from None
@@ -294,11 +293,7 @@ class OutboundClient:
         never longer than this client's); the connect deadline stays."""
         exchange = await self._begin(method, url, (), body, headers)
         try:
-            if read_deadline:
-                async with asyncio.timeout(self._read_s):
-                    response = await exchange.send(self._read_s)
-            else:
-                response = await exchange.send(self._read_s)
+            response = await exchange.head(self._read_s, deadline=read_deadline)
             text, truncated = await response.text_capped(cap)
             return Fetched(response.status, response.headers, text, truncated)
         except _FAILURES as exc:
@@ -418,8 +413,16 @@ class _Exchange:
         self.response: OutboundResponse | None = None
         self.keep_alive = False
 
+    async def head(self, read_s: float, *, deadline: bool = True) -> OutboundResponse:
+        """`send` within `read_s` (from sending to the head, and a small body); without the
+        `deadline`, the caller bounds it."""
+        if not deadline:
+            return await self.send(read_s)
+        async with asyncio.timeout(read_s):
+            return await self.send(read_s)
+
     async def send(self, read_s: float) -> OutboundResponse:
-        """Send it and read the answer's head (and a small body); the caller bounds this."""
+        """Send it and read the answer's head (and a small body), unbounded here."""
         self.connection, head = await self.pool.exchange(
             self.method,
             self.target,

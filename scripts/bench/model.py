@@ -66,7 +66,11 @@ class Model(asyncio.Protocol):
                 break  # the body is still on its way
             body = self.pending[end + 4 : end + 4 + length]
             self.pending = self.pending[end + 4 + length :]
-            request: dict[str, Any] = orjson.loads(body) if body else {}
+            try:
+                request: dict[str, Any] = orjson.loads(body) if body else {}
+            except orjson.JSONDecodeError:
+                self.transport.close()  # not a model request: nothing to answer
+                return
             api = _api_of(path)
             payload = orjson.dumps(_shaped(api, self.app.answer(_as_chat(api, request))))
             latency_s = _model_option(request, "ms", self.app.latency_s * 1000) / 1000

@@ -223,6 +223,10 @@ async def test_the_benchmark_model_answers_as_the_fake_model_does() -> None:
         writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
         assert await reader.read() == b""  # closed, nothing answered
         writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 3\r\n\r\n{x}")
+        assert await reader.read() == b""  # a body that is not JSON: closed, nothing answered
+        writer.close()
         assert app.served == 2
     finally:
         server.close()
