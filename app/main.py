@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -30,13 +30,18 @@ from app.api.hot_routes import ChatRoute, HotLane, InvokeRoute
 from app.api.mcp_endpoint import McpGateway
 from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from app.api.problems import PROBLEM_MEDIA_TYPE, install_error_handlers
+from app.api.tracing import TracingMiddleware
 from app.config import Settings, get_settings
 from app.container import build_services
 from app.heap import settled_heap
 from app.logs import configure_logging
 from app.mcp.config import McpConfigError, McpServer, load_operator_servers
 from app.metrics import Metrics, loop_lag_probe
+from app.telemetry import tracing
 from app.tools.registry import FunctionDictionaryError, FunctionRegistry, load_registry
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 logger = logging.getLogger("app")
 OPENAPI_URL = "/openapi.json"
@@ -131,10 +136,12 @@ def create_app(
     *,
     registry: FunctionRegistry | None = None,
     tune_gc: bool = False,
+    span_exporter: SpanExporter | None = None,
 ) -> FastAPI:
     """Build the application; `registry` replaces FUNCTIONS_MODULE (tests use it). `tune_gc`:
     the app owns its process, so the garbage collector is set for serving once start-up is done
-    (app/heap.py); only an entry point says so."""
+    (app/heap.py); only an entry point says so. `span_exporter` turns tracing on with it in
+    place of the OTLP exporter (tests)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -144,6 +151,11 @@ def create_app(
         operator = _load_mcp_servers(settings)
         _warn_about_development_setup(settings)
         async with AsyncExitStack() as stack:
+            # Entered first, left last: the spans of the shutdown are exported too.
+            metrics = app.state.metrics
+            await stack.enter_async_context(
+                tracing(settings, metrics=metrics, exporter=span_exporter)
+            )
             app.state.services = await build_services(
                 settings, checked, stack, operator, app.state.metrics
             )
@@ -200,6 +212,8 @@ def create_app(
     app.add_middleware(
         RequestContextMiddleware, metrics=app.state.metrics, access_log=settings.access_log
     )
+    if settings.tracing or span_exporter is not None:  # off: no layer at all
+        app.add_middleware(TracingMiddleware)  # outermost: the access log line carries its ids
     install_error_handlers(app)
     _finish_openapi(app, settings)
     # /ping first of the routers (matching walks routes in order).

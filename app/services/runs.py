@@ -23,6 +23,7 @@ from app.repositories.runs import RunStore
 from app.repositories.storable import storable
 from app.schemas.runs import Run, RunKind, RunQuery, RunStatus, Usage
 from app.services.run_recorder import RunRecorder as RunRecorder  # where callers import it
+from app.telemetry import annotate
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +122,8 @@ class recording:  # a context manager used like a function: `with recording(...)
         self._run = RunRecording(run_id or new_run_id(), kind, clock())
 
     def __enter__(self) -> RunRecording:
+        # The current span (a chat's, a request's) names the run: a trace finds its record.
+        annotate(**{"toolgate.run_id": self._run.run_id, "toolgate.run_kind": self._run.kind})
         return self._run
 
     def __exit__(
