@@ -19,6 +19,7 @@ from app.api import (
     mcp_metadata,
     mcp_servers,
     model_providers,
+    openai_compat,
     runs,
     secrets,
     tenants,
@@ -221,6 +222,7 @@ def create_app(
     for module in (*routers, categories, tenants):
         app.include_router(module.router)
     app.include_router(mcp_metadata.router)
+    app.include_router(openai_compat.router)  # /v1: OpenAI's API over the tool loop
     if settings.docs_served:
         install_openapi(app, openapi_url=OPENAPI_URL)
         install_docs(app, openapi_url=OPENAPI_URL)

@@ -188,11 +188,9 @@ class ChatService:
 
 def _token_allows(token: ClientToken, chosen: ChosenModel) -> None:
     """A client token limited to some providers or models: 403 for any other."""
-    if token.providers is not None and chosen.provider not in token.providers:
-        where = f"model provider '{chosen.provider}'" if chosen.provider else "the operator's model"
-        raise ForbiddenError(f"this client token may not use {where}")
-    if token.models is not None and chosen.model not in token.models:
-        raise ForbiddenError(f"this client token may not use model '{chosen.model}'")
+    problem = token.refuses_model(chosen.provider, chosen.model)
+    if problem is not None:
+        raise ForbiddenError(problem)
 
 
 def with_instructions(messages: list[dict[str, Any]], content: str) -> list[dict[str, Any]]:

@@ -154,6 +154,15 @@ class RunService:
             raise NotFoundError(f"run '{run_id}' does not exist")
         return shown_run(found)
 
+    async def kept_messages(self, run_id: str, *, tenant_id: str) -> list[dict[str, Any]] | None:
+        """The conversation a chat's record kept (RUN_STORE_MESSAGES), None if it kept none;
+        404 for no such run (or one not stored yet)."""
+        found = await self._runs.get(run_id, tenant_id=tenant_id)
+        if found is None:
+            raise NotFoundError(f"run '{run_id}' does not exist (or is not stored yet)")
+        messages = found.get("messages")
+        return messages if found.get("kind") == "chat" and isinstance(messages, list) else None
+
     async def page(self, query: RunQuery, *, tenant_id: str, cursor: str | None) -> bytes:
         """A page as JSON (a RunPage); every stored record is shown, whole or reduced."""
         if cursor:

@@ -1,0 +1,169 @@
+"""`/v1/chat/completions` and `/v1/responses`: OpenAI's request shapes, as toolgate reads them.
+
+Known OpenAI fields are accepted (an OpenAI SDK app sends them unchanged); unknown ones are
+refused like on every route. What toolgate decides itself (the tools, the tool loop) is not
+the client's: `tools` are refused, and `tool_choice` may only say `auto` or `none`. Sampling
+fields (`temperature`, `top_p`, `max_tokens`, ...) are accepted and not applied: the answer
+names them (`SAMPLING_FIELDS`, the `X-Toolgate-Ignored` header). toolgate's own options travel
+in the `toolgate` extension object (the SDKs' `extra_body`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints
+
+from app.schemas.chat import ApprovalDecision, ContextArguments, MessageToolCall
+from app.schemas.fields import MAX_JSON_DEPTH, BoundedJSON, ClientModel, Name, ServerName, Tag
+
+ModelName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+# Accepted and not applied: toolgate's model calls use the provider's own defaults.
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "max_output_tokens",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "logprobs",
+    "top_logprobs",
+    "reasoning_effort",
+    "reasoning",
+    "verbosity",
+    "service_tier",
+    "response_format",
+    "text",
+    "truncation",
+)
+
+
+class ToolgateOptions(ClientModel):
+    """toolgate's own options on an OpenAI request (the SDKs: `extra_body={"toolgate": ...}`);
+    each means what it means on `POST /chat`."""
+
+    tool_ids: list[Name] | None = Field(default=None, max_length=128)
+    tags: list[Tag] | None = Field(default=None, max_length=32)
+    mcp_servers: list[ServerName] | None = Field(default=None, max_length=16)
+    context_arguments: ContextArguments = Field(default_factory=dict)
+    max_iterations: Annotated[int, Field(ge=1, le=1000)] | None = None
+    category_hints: bool = True
+    approvals: list[ApprovalDecision] = Field(default_factory=list, max_length=128)
+    steps: bool = Field(
+        default=False,
+        description="Show the tool steps: a `toolgate` object in the answer (and in stream "
+        "chunks or events as they happen). Off: the answer is plain OpenAI.",
+    )
+
+
+class OpenAIMessage(ClientModel):
+    """A chat-completions message as an OpenAI SDK sends it (an assistant message it got back
+    may carry `refusal`, `annotations`, `audio`: accepted, not sent on)."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, BoundedJSON]] | None = Field(
+        default=None,
+        description=f"Text, or content parts nesting at most {MAX_JSON_DEPTH} levels.",
+    )
+    name: Annotated[str, StringConstraints(max_length=64)] | None = None
+    tool_calls: list[MessageToolCall] | None = Field(default=None, max_length=128)
+    tool_call_id: Annotated[str, StringConstraints(max_length=256)] | None = None
+    refusal: Annotated[str, StringConstraints(max_length=100_000)] | None = None
+    annotations: list[dict[str, BoundedJSON]] | None = Field(default=None, max_length=1000)
+    audio: dict[str, BoundedJSON] | None = None
+    function_call: None = None
+
+
+class StreamOptions(ClientModel):
+    include_usage: bool = False
+    include_obfuscation: bool = False
+
+
+class OpenAIRequest(ClientModel):
+    """What both APIs share."""
+
+    model: ModelName | None = Field(
+        default=None,
+        description="`provider/model`, a provider's name, a bare model name (of the tenant's "
+        "default provider, else the operator's) or `default`; `GET /v1/models` lists them.",
+    )
+    stream: bool = False
+    tools: list[dict[str, BoundedJSON]] | None = Field(default=None, max_length=128)
+    tool_choice: str | dict[str, BoundedJSON] | None = None
+    parallel_tool_calls: bool | None = None
+    metadata: (
+        dict[
+            Annotated[str, StringConstraints(max_length=64)],
+            Annotated[str, StringConstraints(max_length=512)],
+        ]
+        | None
+    ) = Field(
+        default=None,
+        max_length=16,
+        description="Kept as OpenAI keeps it; `tool_ids` and `tags` (comma-separated) select "
+        "tools like the `toolgate` extension's.",
+    )
+    user: Annotated[str, StringConstraints(max_length=256)] | None = None
+    safety_identifier: Annotated[str, StringConstraints(max_length=256)] | None = None
+    prompt_cache_key: Annotated[str, StringConstraints(max_length=256)] | None = None
+    store: bool | None = None
+    toolgate: ToolgateOptions = Field(default_factory=ToolgateOptions)
+    # Accepted, not applied (SAMPLING_FIELDS).
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(ge=0, le=1)] | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
+    stop: str | list[Annotated[str, StringConstraints(max_length=256)]] | None = None
+    seed: int | None = None
+    presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    logit_bias: dict[str, float] | None = Field(default=None, max_length=300)
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    reasoning_effort: Annotated[str, StringConstraints(max_length=32)] | None = None
+    reasoning: dict[str, BoundedJSON] | None = None
+    verbosity: Annotated[str, StringConstraints(max_length=32)] | None = None
+    service_tier: Annotated[str, StringConstraints(max_length=32)] | None = None
+    response_format: dict[str, BoundedJSON] | None = None
+    text: dict[str, BoundedJSON] | None = None
+    truncation: Annotated[str, StringConstraints(max_length=32)] | None = None
+
+    def ignored(self) -> list[str]:
+        """The sampling fields the request set (accepted, not applied)."""
+        return [name for name in SAMPLING_FIELDS if getattr(self, name) is not None]
+
+
+class ChatCompletionRequest(OpenAIRequest):
+    """`POST /v1/chat/completions`."""
+
+    messages: list[OpenAIMessage] = Field(min_length=1, max_length=1000)
+    stream_options: StreamOptions | None = None
+    n: Annotated[int, Field(ge=1, le=1)] | None = Field(
+        default=None, description="One choice only: toolgate runs one tool loop per request."
+    )
+    modalities: list[Literal["text"]] | None = None
+
+
+class ResponsesRequest(OpenAIRequest):
+    """`POST /v1/responses`: `input` (a text or a list of message items) and `instructions`."""
+
+    input: str | list[dict[str, BoundedJSON]] = Field(
+        description="A text (the user's message) or message items (`role`, `content`).",
+        max_length=1000,
+    )
+    instructions: Annotated[str, StringConstraints(max_length=1_000_000)] | None = None
+    previous_response_id: Annotated[str, StringConstraints(max_length=128)] | None = Field(
+        default=None,
+        description="Continue a response toolgate kept: its run record must hold the messages "
+        "(RUN_STORE_MESSAGES=true); a tenant key only (a client token's end user could name "
+        "another's).",
+    )
+    include: list[Annotated[str, StringConstraints(max_length=128)]] | None = Field(
+        default=None, max_length=16
+    )
+    background: Literal[False] | None = None

@@ -1,0 +1,247 @@
+"""OpenAI's Responses API over `ChatService`: `input` and `instructions` become the chat's
+messages (after the conversation a previous response kept, with `previous_response_id`), and
+the chat's answer or events become a `Response` or its streaming events, as the API names them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from app.errors import BadRequestError, UnprocessableError, field_error
+from app.schemas.openai import ResponsesRequest
+from app.services.chat import ChatEvent
+from app.services.client_tokens import ClientToken
+from app.services.openai_compat import STEP_EVENTS, extension, problem_as_openai, refuse_for_token
+from app.services.runs import RunService
+
+RESPONSE_PREFIX = "resp_"
+# One server-sent event (name, data), or None for a keep-alive comment.
+ResponseEvent = tuple[str, dict[str, Any]] | None
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+
+def response_id(run_id: str) -> str:
+    return f"{RESPONSE_PREFIX}{run_id}"
+
+
+async def response_messages(
+    runs: RunService, body: ResponsesRequest, *, tenant_id: str, token: ClientToken | None
+) -> list[dict[str, Any]]:
+    """The chat's messages: the instructions, a previous response's conversation, the input."""
+    messages: list[dict[str, Any]] = []
+    if body.instructions:
+        messages.append({"role": "system", "content": body.instructions})
+    if body.previous_response_id is not None:
+        messages += await _previous(runs, body.previous_response_id, tenant_id, token)
+    if isinstance(body.input, str):
+        messages.append({"role": "user", "content": body.input})
+    else:
+        messages += [_message(item, index) for index, item in enumerate(body.input)]
+    if not any(m["role"] != "system" for m in messages):
+        raise BadRequestError(
+            "The input holds no message.", errors=[field_error("$.input", "must not be empty")]
+        )
+    return messages
+
+
+async def _previous(
+    runs: RunService, previous: str, tenant_id: str, token: ClientToken | None
+) -> list[dict[str, Any]]:
+    refuse_for_token(token, "previous_response_id")
+    if not previous.startswith(RESPONSE_PREFIX):
+        raise BadRequestError(
+            "previous_response_id names a response of toolgate (resp_...).",
+            errors=[field_error("$.previous_response_id", "must start with 'resp_'")],
+        )
+    kept = await runs.kept_messages(previous.removeprefix(RESPONSE_PREFIX), tenant_id=tenant_id)
+    if kept is None:
+        raise UnprocessableError(
+            "That response's conversation was not kept: previous_response_id needs "
+            "RUN_STORE_MESSAGES=true (else send the whole conversation as `input`).",
+            errors=[field_error("$.previous_response_id", "its conversation was not kept")],
+        )
+    return [m for m in kept if m.get("role") != "system"]  # instructions are not carried over
+
+
+def _message(item: dict[str, Any], index: int) -> dict[str, Any]:
+    """One input item (a message) as a chat-completions message."""
+    where = f"$.input[{index}]"
+    kind = item.get("type", "message")
+    role = item.get("role")
+    if kind != "message" or role not in ("user", "system", "developer", "assistant"):
+        raise BadRequestError(
+            "toolgate takes message items only (role user, system, developer or assistant): "
+            "it runs the tools itself, so function calls and their outputs are not input.",
+            errors=[field_error(where, f"unsupported item (type {str(kind)[:40]!r})")],
+        )
+    content = item.get("content")
+    if isinstance(content, str):
+        return {"role": role, "content": content}
+    if not isinstance(content, list):
+        raise BadRequestError(
+            "A message's content is a text or a list of parts.",
+            errors=[field_error(f"{where}.content", "must be a string or a list")],
+        )
+    parts = [_part(part, f"{where}.content[{i}]") for i, part in enumerate(content)]
+    if role == "assistant" or all(part["type"] == "text" for part in parts):
+        return {"role": role, "content": "".join(part.get("text", "") for part in parts)}
+    return {"role": role, "content": parts}
+
+
+def _part(part: Any, where: str) -> dict[str, Any]:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
+        return {"type": "text", "text": part["text"]}
+    if kind == "input_image" and isinstance(part.get("image_url"), str):
+        return {"type": "image_url", "image_url": {"url": part["image_url"]}}
+    raise BadRequestError(
+        "Content parts may be input_text, output_text or input_image (by URL).",
+        errors=[field_error(where, f"unsupported part (type {str(kind)[:40]!r})")],
+    )
+
+
+def _item(run_id: str, text: str, status: str) -> dict[str, Any]:
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {
+        "type": "message",
+        "id": f"msg_{run_id}",
+        "status": status,
+        "role": "assistant",
+        "content": [part] if status == "completed" else [],
+    }
+
+
+def response_object(
+    body: ResponsesRequest,
+    *,
+    run_id: str,
+    model: str,
+    status: str,
+    text: str | None = None,
+    answer: dict[str, Any] | None = None,
+    steps: bool = False,
+) -> dict[str, Any]:
+    """A `Response`: in progress (no output yet), or completed with the chat's answer."""
+    shown: dict[str, Any] = {
+        "id": response_id(run_id),
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": body.instructions,
+        "metadata": body.metadata or {},
+        "model": model,
+        "output": [],
+        "parallel_tool_calls": body.parallel_tool_calls is not False,
+        "previous_response_id": body.previous_response_id,
+        "store": body.store is not False,
+        "temperature": None,
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": None,
+        "text": {"format": {"type": "text"}},
+        "truncation": "disabled",
+        "usage": None,
+    }
+    if answer is not None:
+        content = answer["message"].get("content") or ""
+        shown["output"] = [_item(run_id, content if text is None else text, "completed")]
+        used = answer["usage"]
+        shown["usage"] = {
+            "input_tokens": used["prompt_tokens"],
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": used["completion_tokens"],
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": used["total_tokens"],
+        }
+        if answer["stop_reason"] == "token_budget" or answer.get("finish_reason") == "length":
+            shown["status"] = "incomplete"
+            shown["incomplete_details"] = {"reason": "max_output_tokens"}
+        if steps or answer["stop_reason"] == "approval_required":
+            shown["toolgate"] = extension(answer, steps=steps)
+    return shown
+
+
+class _Sequence:
+    """The events' `sequence_number`s."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def event(self, name: str, **data: Any) -> tuple[str, dict[str, Any]]:
+        self.next += 1
+        return name, {"type": name, "sequence_number": self.next - 1, **data}
+
+
+async def response_events(
+    events: AsyncGenerator[ChatEvent, None],
+    body: ResponsesRequest,
+    *,
+    run_id: str,
+    model: str,
+    steps: bool,
+) -> AsyncIterator[ResponseEvent]:
+    """The chat's events as the Responses API streams: `response.created`, the message item's
+    text as `response.output_text.delta`s (a blank line between turns), its `.done` events, then
+    `response.completed` (or `response.failed` with OpenAI's error)."""
+    seq, item_id = _Sequence(), f"msg_{run_id}"
+    started = response_object(body, run_id=run_id, model=model, status="in_progress")
+    yield seq.event("response.created", response=started)
+    yield seq.event("response.in_progress", response=started)
+    where = {"item_id": item_id, "output_index": 0, "content_index": 0}
+    written: list[str] = []
+    opened, turn_break = False, False
+    try:
+        async for event in events:
+            if event is None:
+                yield None
+                continue
+            name, data = event
+            if name == "iteration":
+                turn_break = bool(written)
+            elif name in ("message.delta", "done") and not opened:
+                opened = True
+                item = _item(run_id, "", "in_progress")
+                yield seq.event("response.output_item.added", output_index=0, item=item)
+                part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+                yield seq.event("response.content_part.added", **where, part=part)
+            if name == "message.delta" and data.get("content"):
+                delta = ("\n\n" if turn_break else "") + data["content"]
+                written.append(delta)
+                turn_break = False
+                yield seq.event("response.output_text.delta", **where, delta=delta, logprobs=[])
+            elif name == "done":
+                text = "".join(written) or data["message"].get("content") or ""
+                for done in _finished(seq, where, run_id, text):
+                    yield done
+                final = response_object(
+                    body, run_id=run_id, model=model, status="completed", text=text,
+                    answer=data, steps=steps,
+                )  # fmt: skip
+                yield seq.event("response.completed", response=final)
+                return
+            elif name == "error":
+                failed = response_object(body, run_id=run_id, model=model, status="failed")
+                failed["error"] = problem_as_openai(data)["error"]
+                yield seq.event("response.failed", response=failed)
+                return
+            elif steps and name in STEP_EVENTS:
+                yield seq.event(f"toolgate.{name}", data=data)
+    finally:
+        await events.aclose()  # a client that left cancels the run
+
+
+def _finished(
+    seq: _Sequence, where: dict[str, Any], run_id: str, text: str
+) -> list[tuple[str, dict[str, Any]]]:
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return [
+        seq.event("response.output_text.done", **where, text=text, logprobs=[]),
+        seq.event("response.content_part.done", **where, part=part),
+        seq.event(
+            "response.output_item.done", output_index=0, item=_item(run_id, text, "completed")
+        ),
+    ]
