@@ -92,12 +92,21 @@ def _error(
 
 def _invalid(exc: RequestValidationError) -> tuple[str, str | None]:
     first = exc.errors()[0] if exc.errors() else {}
-    loc = [part for part in first.get("loc", ()) if part != "body"]
+    loc = [part for part in first.get("loc", ()) if part != "body" and not _union_tag(part)]
     if first.get("type") == "json_invalid":
         return "The request body is not valid JSON.", None
     where = json_path(loc).removeprefix("$.") if loc else None
     message = f"{first.get('msg', 'Invalid request')}" + (f" (at {where})" if where else "")
     return message, where
+
+
+_TYPE_NAMES = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
+
+
+def _union_tag(part: Any) -> bool:
+    """A part pydantic adds to a location to say which member of a union failed (`str`,
+    `list[...]`): not a field of the request."""
+    return isinstance(part, str) and (part in _TYPE_NAMES or "[" in part)
 
 
 router = APIRouter(tags=["openai"], route_class=OpenAIRoute, prefix="/v1")

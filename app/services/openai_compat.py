@@ -134,7 +134,7 @@ def extension(answer: dict[str, Any], *, steps: bool) -> dict[str, Any]:
         shown["pending_approvals"] = answer["pending_approvals"]
         shown["messages"] = answer["messages"]
     if steps:
-        for key in ("iterations", "tool_calls", "skipped_mcp_servers", "usage"):
+        for key in ("iterations", "tool_calls", "messages", "skipped_mcp_servers", "usage"):
             shown[key] = answer[key]
     return shown
 

@@ -7,6 +7,7 @@ exporter's protobuf; the tool's upstream and the model are real HTTP servers too
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
@@ -75,14 +76,13 @@ async def _hidden_tool(chat: ChatClient, upstream: ThreadedServer) -> None:
         "/secrets/api_key", json={"value": SECRET_VALUE}, headers=chat.tenant.headers
     )
     assert put.status_code in (200, 201), put.text
-    await chat.add_tool(
-        external(
-            "echo",
-            f"{upstream.url}/echo",
-            "GET",
-            context_parameters=[{"name": "user_id"}, {"name": "api_key", "secret": "api_key"}],
-        )
+    hidden = [{"name": "user_id"}, {"name": "api_key", "secret": "api_key"}]
+    await chat.add_tool(external("echo", f"{upstream.url}/echo", context_parameters=hidden))
+    # Echoes every value in every encoding (tests/support/echoes.py) into the recorded result.
+    reflect = external(
+        "reflect", f"{upstream.url}/reflect/200", properties={"q": {"type": "string"}}
     )
+    await chat.add_tool({**reflect, "context_parameters": hidden})
 
 
 async def test_a_chat_with_an_external_tool_is_one_trace_in_the_receiver(
@@ -102,7 +102,8 @@ async def test_a_chat_with_an_external_tool_is_one_trace_in_the_receiver(
     async with running_app(settings, functions.registry) as app, http_client(app) as http:
         chat = ChatClient(app, http, await create_tenant(http, "acme"))
         await _hidden_tool(chat, upstream)
-        fake.reset(script.tool_calls(("echo", {"city": "Paris"})), script.text("It is sunny."))
+        calls = script.tool_calls(("echo", {"city": "Paris"}), ("reflect", {"q": "x"}))
+        fake.reset(calls, script.text("It is sunny."))
         caller = f"00-{CALLER_TRACE}-{CALLER_PARENT}-01"
         response = await http.post(
             "/chat",
@@ -153,7 +154,12 @@ async def test_a_chat_with_an_external_tool_is_one_trace_in_the_receiver(
     # ...and no exported byte holds either, in any encoding.
     exported = b"".join(found.raw).decode("utf-8", "replace")
     assert ("user_id", CONTEXT_VALUE) in RECEIVED[-1]["query"]  # type: ignore[operator]
-    assert [v for v in (CONTEXT_VALUE, SECRET_VALUE) if leaks(v, exported)] == []
+    assert "[redacted]" in by_name["execute_tool reflect"].attributes["gen_ai.tool.call.result"]
+    # The oracle decodes every form (CPU): in a thread, off the loop the app shares with the test.
+    leaked = await asyncio.to_thread(
+        lambda: [v for v in (CONTEXT_VALUE, SECRET_VALUE) if leaks(v, exported)]
+    )
+    assert leaked == []
     # The request's log lines name the trace.
     lines = [json.loads(line) for line in json_logs.lines if CALLER_TRACE in line]
     assert any(line.get("logger") == "app.access" for line in lines)
