@@ -318,11 +318,14 @@ def describe_model_call(*, api: str, host: str, port: int | None = None) -> None
         return
     span = trace.get_current_span()
     if span.is_recording():
-        span.set_attribute("gen_ai.provider.name", "anthropic" if "anthropic" in api else "openai")
-        span.set_attribute("toolgate.model_api", api)
-        span.set_attribute("server.address", host)
-        if port is not None:
-            span.set_attribute("server.port", port)
+        span.set_attributes(
+            {
+                "gen_ai.provider.name": "anthropic" if "anthropic" in api else "openai",
+                "toolgate.model_api": api,
+                "server.address": host,
+                **({"server.port": port} if port is not None else {}),
+            }
+        )
 
 
 def model_answered(span: Span | None, turn: Any, *, scrub: Scrubbing | None) -> None:
@@ -330,10 +333,13 @@ def model_answered(span: Span | None, turn: Any, *, scrub: Scrubbing | None) -> 
     (opt-in) what it said."""
     if span is None or not span.is_recording():
         return
-    span.set_attribute("gen_ai.usage.input_tokens", turn.usage.prompt_tokens)
-    span.set_attribute("gen_ai.usage.output_tokens", turn.usage.completion_tokens)
+    found: dict[str, Any] = {
+        "gen_ai.usage.input_tokens": turn.usage.prompt_tokens,
+        "gen_ai.usage.output_tokens": turn.usage.completion_tokens,
+    }
     if turn.finish is not None:
-        span.set_attribute("gen_ai.response.finish_reasons", [turn.finish])
+        found["gen_ai.response.finish_reasons"] = [turn.finish]
+    span.set_attributes(found)  # one lock, not one per attribute
     if _capture_content:
         parts: list[dict[str, Any]] = []
         if turn.content:
@@ -366,10 +372,12 @@ def tool_finished(span: Span | None, done: Any, *, arguments: Any, scrub: Scrubb
     redacted."""
     if span is None or not span.is_recording():
         return
-    span.set_attribute("toolgate.tool.status", done.status)
-    if done.status != "ok":
-        span.set_attribute("error.type", done.kind or "tool_error")
-        span.set_status(Status(StatusCode.ERROR, done.kind or "tool_error"))
+    if done.status == "ok":
+        span.set_attribute("toolgate.tool.status", "ok")
+    else:
+        kind = done.kind or "tool_error"
+        span.set_attributes({"toolgate.tool.status": done.status, "error.type": kind})
+        span.set_status(Status(StatusCode.ERROR, kind))
     if _capture_content:
         if arguments is not None:
             span.set_attribute("gen_ai.tool.call.arguments", recorded(arguments, scrub))

@@ -5,7 +5,9 @@ Installed only while tracing is on (`create_app`): off, requests pass no layer o
 
 from __future__ import annotations
 
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from typing import Any
+
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.telemetry import request_context, started
@@ -46,16 +48,22 @@ class TracingMiddleware:
                 await self.app(scope, receive, send_traced)
             finally:
                 if span is not None and span.is_recording():
-                    route = getattr(scope.get("route"), "path_format", None)
-                    if route is None and scope["path"] in FIXED_ROUTES:
-                        route = scope["path"]
-                    if route is not None:
-                        span.update_name(f"{method} {route}")
-                        span.set_attribute("http.route", route)
-                    span.set_attribute("http.response.status_code", status)
-                    request_id = scope.get("state", {}).get("request_id")
-                    if request_id is not None:
-                        span.set_attribute("toolgate.request_id", request_id)
-                    if status >= 500:
-                        span.set_attribute("error.type", str(status))
-                        span.set_status(Status(StatusCode.ERROR))
+                    _answered(span, scope, method, status)
+
+
+def _answered(span: Span, scope: Scope, method: str, status: int) -> None:
+    """What is known once the app answered: the route, the status, the request's id."""
+    found: dict[str, Any] = {"http.response.status_code": status}
+    route = getattr(scope.get("route"), "path_format", None)
+    if route is None and scope["path"] in FIXED_ROUTES:
+        route = scope["path"]
+    if route is not None:
+        span.update_name(f"{method} {route}")
+        found["http.route"] = route
+    request_id = scope.get("state", {}).get("request_id")
+    if request_id is not None:
+        found["toolgate.request_id"] = request_id
+    if status >= 500:
+        found["error.type"] = str(status)
+        span.set_status(Status(StatusCode.ERROR))
+    span.set_attributes(found)
