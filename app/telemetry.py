@@ -247,6 +247,12 @@ def started(
     tracer = _tracer
     if tracer is None:
         return _OFF
+    if parent is None:
+        found = trace.get_current_span().get_span_context()
+        if found.is_valid and not found.trace_flags.sampled and not found.is_remote:
+            # A trace the sampler dropped here: every sampler (`_sampler`) drops its children
+            # too, so none is built (a sampled-out request costs next to nothing).
+            return _OFF
     return _Traced(tracer.start_span(name, context=parent, kind=kind, attributes=attributes))
 
 

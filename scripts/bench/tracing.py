@@ -3,10 +3,12 @@
 Starts one service (and its own fake model) per variant, all with the benchmark's production
 settings: `off` (no OTEL_* variable: no span is built), `on` (OTEL_EXPORTER_OTLP_ENDPOINT set
 to a local OTLP/HTTP receiver, scripts/bench/otlp_sink.py, the default sampler: every chat
-traced and exported) and, with `--before REF`, `before`: the service of commit REF (extracted
-with `git archive`), tracing as it was. Rounds interleave the variants, so a busy machine slows
-them alike. Prints per variant and concurrency the service's CPU per model iteration (medians
-over the rounds) and its ratio to `off`; goals: `on` at most 1.15x, `off` at most 1.02x `before`.
+traced and exported), `on, 1 in 10 sampled` (OTEL_TRACES_SAMPLER=parentbased_traceidratio,
+OTEL_TRACES_SAMPLER_ARG=0.1) and, with `--before REF`, `before`: the service of commit REF
+(extracted with `git archive`), tracing as it was. Rounds interleave the variants, so a busy
+machine slows them alike. Prints per variant and concurrency the service's CPU per model
+iteration (medians over the rounds) and its ratio to `off`; goals: `on` at most 1.15x, `off`
+at most 1.02x `before`.
 """
 
 from __future__ import annotations
@@ -40,9 +42,15 @@ def extracted(ref: str) -> Path:
 async def measure(
     args: argparse.Namespace, sink_port: int, before: Path | None
 ) -> dict[str, dict[int, list[float]]]:
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}"}
+    one_in_ten = {
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.1",
+    }
     benches = {
         "off": Bench(args),
-        "on": Bench(args, {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}"}),
+        "on": Bench(args, endpoint),
+        "on, 1 in 10 sampled": Bench(args, {**endpoint, **one_in_ten}),
     }
     if before is not None:
         benches = {"before": Bench(args, source=before), **benches}

@@ -4,8 +4,11 @@ the final answer, in their own types. The service runs in uvicorn on 127.0.0.1 (
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,10 +21,28 @@ from tests.support import functions
 from tests.support.apps import ADMIN, make_settings
 from tests.support.documents import external
 from tests.support.fake_model import FakeModel
+from tests.support.npm_tools import installed
 from tests.support.servers import ThreadedServer
 from tests.support.upstream import RECEIVED
 
 ANSWER = "It is sunny in Paris."
+JS_SDK = ("openai@7.59.0",)  # npm's `openai`, installed on first use (tests/support/npm_tools.py)
+JS_CLIENT = """
+const { OpenAI } = require(process.argv[2]);
+(async () => {
+  const client = new OpenAI({ baseURL: process.argv[3], apiKey: process.argv[4], maxRetries: 0 });
+  const ask = [{ role: "user", content: "Weather in Paris?" }];
+  const whole = await client.chat.completions.create({ model: "default", messages: ask });
+  let streamed = "";
+  const stream = await client.chat.completions.create(
+    { model: "default", messages: ask, stream: true });
+  for await (const chunk of stream) streamed += chunk.choices[0]?.delta?.content ?? "";
+  const response = await client.responses.create({ model: "default", input: "Weather in Paris?" });
+  console.log(JSON.stringify({
+    whole: whole.choices[0].message.content, streamed, responses: response.output_text,
+  }));
+})().catch((error) => { console.error(error); process.exit(1); });
+"""
 
 
 @dataclass
@@ -190,3 +211,25 @@ async def test_the_agents_sdk_over_both_apis(served: Served) -> None:
             result = await agents.Runner.run(agent, "Weather in Paris?")
             assert result.final_output == ANSWER
             _ran_the_tool(served)
+
+
+@pytest.mark.slow
+def test_the_js_sdk_from_npm(served: Served, tmp_path: Path) -> None:
+    """The official JS SDK (npm `openai`, run by the machine's node): whole, streamed and
+    Responses, changing only baseURL and apiKey."""
+    root, _ = installed(JS_SDK)
+    script_path = tmp_path / "client.cjs"
+    script_path.write_text(JS_CLIENT)
+    steps = [script.tool_calls(("weather", {"city": "Paris"})), script.text(ANSWER)]
+    served.fake.reset(*steps, *steps, *steps)
+    package = str(root / "node_modules" / "openai")
+    ran = subprocess.run(
+        ["node", str(script_path), package, served.base_url, served.key],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert json.loads(ran.stdout) == {"whole": ANSWER, "streamed": ANSWER, "responses": ANSWER}
+    assert len(served.fake.requests) == 6  # three chats, each calling the tool

@@ -27,7 +27,7 @@ from tests.support.documents import external
 from tests.support.echoes import leaks
 from tests.support.fake_model import FakeModel
 from tests.support.logs import JsonLines
-from tests.support.otlp import OtlpReceiver
+from tests.support.otlp import OtlpReceiver, grpc_receiver
 from tests.support.servers import ThreadedServer
 from tests.support.upstream import RECEIVED
 
@@ -294,3 +294,60 @@ async def test_a_failed_export_is_counted_and_logged(
         metrics = chat.app.state.metrics
     assert metrics.spans_dropped._value.get() >= 1
     assert any("could not be exported" in r.getMessage() for r in caplog.records)
+
+
+async def test_the_grpc_exporter_when_asked(
+    fake_model_server: tuple[FakeModel, ThreadedServer], fake: FakeModel
+) -> None:
+    """OTEL_EXPORTER_OTLP_PROTOCOL=grpc (the `otlp-grpc` extra) exports to a gRPC receiver."""
+    found = OtlpReceiver()
+    with grpc_receiver(found) as endpoint:
+        settings = _settings(
+            fake_model_server[1].url,
+            otel_exporter_otlp_endpoint=endpoint,
+            otel_exporter_otlp_protocol="grpc",
+        )
+        async with running_app(settings, functions.registry) as app, http_client(app) as http:
+            chat = ChatClient(app, http, await create_tenant(http, "acme"))
+            fake.reset(script.text("hi"))
+            assert (await chat.chat()).status_code == 200
+    names = {span.name for span in found.spans}
+    assert {"POST /chat", "invoke_agent toolgate", "chat gpt-4o-mini"} <= names
+
+
+def test_tracing_is_on_only_with_an_endpoint_and_nothing_saying_off() -> None:
+    on = {"otel_exporter_otlp_endpoint": "http://127.0.0.1:4318"}
+    assert make_settings(None, **on).tracing
+    assert make_settings(None, otel_exporter_otlp_traces_endpoint="https://x/v1/traces").tracing
+    assert not make_settings(None).tracing
+    assert not make_settings(None, otel_exporter_otlp_endpoint="").tracing  # empty: unset
+    assert not make_settings(None, **on, otel_sdk_disabled=True).tracing
+    assert not make_settings(None, **on, otel_traces_exporter="none").tracing
+    for bad in (
+        {"otel_exporter_otlp_endpoint": "localhost:4318"},
+        {"otel_exporter_otlp_protocol": "http/json"},
+        {"otel_traces_sampler": "sometimes"},
+        {"otel_traces_sampler_arg": 2},
+    ):
+        with pytest.raises(ValueError):
+            make_settings(None, **bad)
+
+
+async def test_a_trace_the_sampler_drops_builds_no_span_below_the_request(
+    fake_model_server: tuple[FakeModel, ThreadedServer], fake: FakeModel
+) -> None:
+    """A caller's unsampled `traceparent` (parentbased sampler): nothing is exported, and the
+    model still gets the trace's context (its flags say not sampled)."""
+    memory = InMemorySpanExporter()
+    async with _traced(fake_model_server, memory) as chat:
+        fake.reset(script.text("hi"))
+        unsampled = f"00-{CALLER_TRACE}-{CALLER_PARENT}-00"
+        response = await chat.http.post(
+            "/chat",
+            json={"messages": [{"role": "user", "content": "hello"}]},
+            headers={**chat.tenant.headers, "traceparent": unsampled},
+        )
+        assert response.status_code == 200, response.text
+        sent = fake.raw_requests[-1].decode()
+    assert [s for s in memory.get_finished_spans() if s.name == "POST /chat"] == []
+    assert f"00-{CALLER_TRACE}-" in sent and "-00'" in sent

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import gzip
 import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,3 +106,28 @@ def _value(value: AnyValue) -> Any:
     if kind == "array_value":
         return [_value(item) for item in value.array_value.values]
     return getattr(value, kind) if kind else None
+
+
+@contextmanager
+def grpc_receiver(found: OtlpReceiver) -> Iterator[str]:
+    """The same receiver over OTLP/gRPC (grpcio's server, the proto's service), on
+    127.0.0.1; yields the endpoint URL the exporter takes."""
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+    class Traces(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+        def Export(self, request: Any, context: Any) -> ExportTraceServiceResponse:
+            with found._lock:
+                found.raw.append(request.SerializeToString())
+                found.paths.append("grpc")
+                found.spans.extend(_decoded(request))
+            return ExportTraceServiceResponse()
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop(grace=None)
