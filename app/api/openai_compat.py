@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Body, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException
@@ -23,7 +23,14 @@ from app.api.routing import StrictJSONRoute
 from app.api.sse import KEEPALIVE
 from app.deps import CallerDep, TenantContext
 from app.errors import AppError
-from app.schemas.openai import ChatCompletionRequest, OpenAIRequest, ResponsesRequest
+from app.schemas.openai import (
+    CHAT_COMPLETION_EXAMPLES,
+    RESPONSES_EXAMPLES,
+    ChatCompletionRequest,
+    OpenAIError,
+    OpenAIRequest,
+    ResponsesRequest,
+)
 from app.services.chat import StartedChat
 from app.services.openai_compat import (
     Chunk,
@@ -43,13 +50,11 @@ from app.services.openai_responses import (
 
 logger = logging.getLogger(__name__)
 _JSON = "application/json"
-_ERROR_DOC = {
-    "description": 'OpenAI\'s error shape: `{"error": {message, type, param, code}}`.',
-    "content": {_JSON: {"schema": {"type": "object", "required": ["error"]}}},
+_ERROR_STATUSES = (400, 401, 403, 404, 408, 413, 422, 429, 502, 503, 504)
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": OpenAIError, "description": "OpenAI's error shape."}
+    for status in _ERROR_STATUSES
 }
-ERRORS: dict[int | str, dict[str, Any]] = dict.fromkeys(
-    (400, 401, 403, 404, 408, 413, 422, 429, 502, 503, 504), _ERROR_DOC
-)
 
 
 class OpenAIRoute(StrictJSONRoute):
@@ -91,8 +96,15 @@ def _error(
 
 
 def _invalid(exc: RequestValidationError) -> tuple[str, str | None]:
-    first = exc.errors()[0] if exc.errors() else {}
-    loc = [part for part in first.get("loc", ()) if part != "body" and not _union_tag(part)]
+    """The message and `param` of a body that does not match: of its errors, the one deepest
+    in the body (a union's members each report one; the deepest is where it went wrong)."""
+    errors = [
+        (error, [p for p in error.get("loc", ()) if p != "body" and not _union_tag(p)])
+        for error in exc.errors()
+    ]
+    if not errors:
+        return "Invalid request.", None
+    first, loc = max(errors, key=lambda found: len(found[1]))
     if first.get("type") == "json_invalid":
         return "The request body is not valid JSON.", None
     where = json_path(loc).removeprefix("$.") if loc else None
@@ -101,12 +113,15 @@ def _invalid(exc: RequestValidationError) -> tuple[str, str | None]:
 
 
 _TYPE_NAMES = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
+_TAG_PREFIXES = ("constrained-", "function-", "lax-or-strict", "json-or-python")
 
 
 def _union_tag(part: Any) -> bool:
     """A part pydantic adds to a location to say which member of a union failed (`str`,
     `list[...]`): not a field of the request."""
-    return isinstance(part, str) and (part in _TYPE_NAMES or "[" in part)
+    return isinstance(part, str) and (
+        part in _TYPE_NAMES or "[" in part or part.startswith(_TAG_PREFIXES)
+    )
 
 
 router = APIRouter(tags=["openai"], route_class=OpenAIRoute, prefix="/v1")
@@ -147,7 +162,10 @@ async def _event_frames(events: AsyncIterator[ResponseEvent]) -> AsyncIterator[b
 
 
 @router.post("/chat/completions", responses=ERRORS)
-async def chat_completions(body: ChatCompletionRequest, caller: CallerDep) -> Response:
+async def chat_completions(
+    body: Annotated[ChatCompletionRequest, Body(openapi_examples=CHAT_COMPLETION_EXAMPLES)],
+    caller: CallerDep,
+) -> Response:
     """OpenAI chat completions: toolgate runs the tenant's tools until the model answers."""
     services = caller.services
     messages = chat_messages(body)
@@ -166,7 +184,10 @@ async def chat_completions(body: ChatCompletionRequest, caller: CallerDep) -> Re
 
 
 @router.post("/responses", responses=ERRORS)
-async def responses(body: ResponsesRequest, caller: CallerDep) -> Response:
+async def responses(
+    body: Annotated[ResponsesRequest, Body(openapi_examples=RESPONSES_EXAMPLES)],
+    caller: CallerDep,
+) -> Response:
     """OpenAI Responses: `input` and `instructions` (and a kept `previous_response_id`)."""
     services = caller.services
     messages = await response_messages(services.runs, body, tenant_id=caller.id, token=caller.token)

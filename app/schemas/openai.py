@@ -10,9 +10,9 @@ in the `toolgate` extension object (the SDKs' `extra_body`).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints
 
 from app.schemas.chat import ApprovalDecision, ContextArguments, MessageToolCall
 from app.schemas.fields import MAX_JSON_DEPTH, BoundedJSON, ClientModel, Name, ServerName, Tag
@@ -149,10 +149,37 @@ class ChatCompletionRequest(OpenAIRequest):
     modalities: list[Literal["text"]] | None = None
 
 
+class InputText(ClientModel):
+    type: Literal["input_text", "output_text", "text"]
+    text: Annotated[str, StringConstraints(max_length=1_000_000)]
+    annotations: list[dict[str, BoundedJSON]] | None = Field(default=None, max_length=1000)
+    logprobs: list[dict[str, BoundedJSON]] | None = Field(default=None, max_length=100_000)
+
+
+class InputImage(ClientModel):
+    type: Literal["input_image"]
+    image_url: Annotated[str, StringConstraints(max_length=20_000_000)]
+    detail: Literal["low", "high", "auto"] | None = None
+
+
+class InputMessage(ClientModel):
+    """A message item of `input` (an SDK sends an output message back as one: `id`, `status`
+    accepted). toolgate runs the tools, so function calls and their outputs are no input."""
+
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: (
+        Annotated[str, StringConstraints(max_length=1_000_000)]
+        | list[Annotated[InputText | InputImage, Field(discriminator="type")]]
+    ) = Field(max_length=1000)
+    id: Annotated[str, StringConstraints(max_length=256)] | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
 class ResponsesRequest(OpenAIRequest):
     """`POST /v1/responses`: `input` (a text or a list of message items) and `instructions`."""
 
-    input: str | list[dict[str, BoundedJSON]] = Field(
+    input: Annotated[str, StringConstraints(max_length=1_000_000)] | list[InputMessage] = Field(
         description="A text (the user's message) or message items (`role`, `content`).",
         max_length=1000,
     )
@@ -167,3 +194,57 @@ class ResponsesRequest(OpenAIRequest):
         default=None, max_length=16
     )
     background: Literal[False] | None = None
+
+
+class OpenAIErrorDetail(BaseModel):
+    message: str
+    type: str = Field(description="`invalid_request_error`, `authentication_error`, ...")
+    param: str | None = Field(description="The request field at fault, if one is.")
+    code: str | None
+
+
+class OpenAIError(BaseModel):
+    """OpenAI's error shape: what every `/v1` error is answered with."""
+
+    error: OpenAIErrorDetail
+
+
+# Request examples (the OpenAPI document's; each works as sent on a fresh tenant).
+CHAT_COMPLETION_EXAMPLES: dict[str, dict[str, Any]] = {
+    "dice": {
+        "summary": "The tenant's tools, run by toolgate until the model answers",
+        "value": {
+            "model": "default",
+            "messages": [{"role": "user", "content": "Roll a six-sided die for me."}],
+        },
+    },
+    "extension": {
+        "summary": "Tools chosen and context values given in the `toolgate` extension",
+        "value": {
+            "model": "default",
+            "messages": [{"role": "user", "content": "Roll a die."}],
+            "toolgate": {"tool_ids": ["rolldice"], "context_arguments": {"user_id": "u-42"}},
+        },
+    },
+    "streamed": {
+        "summary": "As chat.completion.chunk events, ending in [DONE]",
+        "value": {
+            "model": "default",
+            "messages": [{"role": "user", "content": "Roll a die."}],
+            "stream": True,
+        },
+    },
+}
+RESPONSES_EXAMPLES: dict[str, dict[str, Any]] = {
+    "dice": {
+        "summary": "A text input and instructions",
+        "value": {"model": "default", "instructions": "Be brief.", "input": "Roll a die."},
+    },
+    "messages": {
+        "summary": "Message items as input",
+        "value": {
+            "model": "default",
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": "Roll a die."}]}],
+        },
+    },
+}

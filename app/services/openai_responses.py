@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from app.errors import BadRequestError, UnprocessableError, field_error
-from app.schemas.openai import ResponsesRequest
+from app.schemas.openai import InputMessage, InputText, ResponsesRequest
 from app.services.chat import ChatEvent
 from app.services.client_tokens import ClientToken
 from app.services.openai_compat import STEP_EVENTS, extension, problem_as_openai, refuse_for_token
@@ -19,7 +19,6 @@ from app.services.runs import RunService
 RESPONSE_PREFIX = "resp_"
 # One server-sent event (name, data), or None for a keep-alive comment.
 ResponseEvent = tuple[str, dict[str, Any]] | None
-_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 
 
 def response_id(run_id: str) -> str:
@@ -38,7 +37,7 @@ async def response_messages(
     if isinstance(body.input, str):
         messages.append({"role": "user", "content": body.input})
     else:
-        messages += [_message(item, index) for index, item in enumerate(body.input)]
+        messages += [_message(item) for item in body.input]
     if not any(m["role"] != "system" for m in messages):
         raise BadRequestError(
             "The input holds no message.", errors=[field_error("$.input", "must not be empty")]
@@ -65,41 +64,19 @@ async def _previous(
     return [m for m in kept if m.get("role") != "system"]  # instructions are not carried over
 
 
-def _message(item: dict[str, Any], index: int) -> dict[str, Any]:
-    """One input item (a message) as a chat-completions message."""
-    where = f"$.input[{index}]"
-    kind = item.get("type", "message")
-    role = item.get("role")
-    if kind != "message" or role not in ("user", "system", "developer", "assistant"):
-        raise BadRequestError(
-            "toolgate takes message items only (role user, system, developer or assistant): "
-            "it runs the tools itself, so function calls and their outputs are not input.",
-            errors=[field_error(where, f"unsupported item (type {str(kind)[:40]!r})")],
-        )
-    content = item.get("content")
-    if isinstance(content, str):
-        return {"role": role, "content": content}
-    if not isinstance(content, list):
-        raise BadRequestError(
-            "A message's content is a text or a list of parts.",
-            errors=[field_error(f"{where}.content", "must be a string or a list")],
-        )
-    parts = [_part(part, f"{where}.content[{i}]") for i, part in enumerate(content)]
-    if role == "assistant" or all(part["type"] == "text" for part in parts):
-        return {"role": role, "content": "".join(part.get("text", "") for part in parts)}
-    return {"role": role, "content": parts}
-
-
-def _part(part: Any, where: str) -> dict[str, Any]:
-    kind = part.get("type") if isinstance(part, dict) else None
-    if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
-        return {"type": "text", "text": part["text"]}
-    if kind == "input_image" and isinstance(part.get("image_url"), str):
-        return {"type": "image_url", "image_url": {"url": part["image_url"]}}
-    raise BadRequestError(
-        "Content parts may be input_text, output_text or input_image (by URL).",
-        errors=[field_error(where, f"unsupported part (type {str(kind)[:40]!r})")],
-    )
+def _message(item: InputMessage) -> dict[str, Any]:
+    """One input message item as a chat-completions message."""
+    if isinstance(item.content, str):
+        return {"role": item.role, "content": item.content}
+    parts: list[dict[str, Any]] = [
+        {"type": "text", "text": part.text}
+        if isinstance(part, InputText)
+        else {"type": "image_url", "image_url": {"url": part.image_url}}
+        for part in item.content
+    ]
+    if item.role == "assistant" or all(part["type"] == "text" for part in parts):
+        return {"role": item.role, "content": "".join(p.get("text", "") for p in parts)}
+    return {"role": item.role, "content": parts}
 
 
 def _item(run_id: str, text: str, status: str) -> dict[str, Any]:

@@ -66,7 +66,7 @@ def _deep(levels: int) -> Any:
         ),
         ("/v1/responses", {"input": []}, "input"),
         ("/v1/responses", {"input": 7}, "input"),
-        ("/v1/responses", {"input": [{"type": "function_call_output", "output": "x"}]}, "input[0]"),
+        ("/v1/responses", {"input": [{"type": "function_call_output", "output": "x"}]}, None),
         ("/v1/responses", {"input": [{"role": "user", "content": [{"type": "audio"}]}]}, None),
         ("/v1/responses", {"input": "hi", "previous_response_id": "run_1"}, None),
     ],
@@ -233,7 +233,8 @@ async def test_tool_steps_stream_only_when_asked(
 ) -> None:
     await chat.add_tool(external("echo", f"{upstream.url}/echo"))
     for steps in (False, True):
-        fake.reset(script.tool_calls(("echo", {"city": "Oslo"})), script.streamed_text("a", "b"))
+        call = ("call_1", "echo", '{"city": "Oslo"}')
+        fake.reset(script.streamed_tool_calls(call), script.streamed_text("a", "b"))
         body = {"messages": HELLO, "stream": True, "toolgate": {"steps": steps}}
         answered = await chat.http.post(CHAT, json=body, headers=chat.tenant.headers)
         assert answered.status_code == 200, answered.text

@@ -70,6 +70,15 @@ async def _traced(
         yield ChatClient(app, http, await create_tenant(http, "acme"))
 
 
+async def _chat_with_traceparent(chat: ChatClient, traceparent: str) -> None:
+    response = await chat.http.post(
+        "/chat",
+        json={"messages": [{"role": "user", "content": "hello"}]},
+        headers={**chat.tenant.headers, "traceparent": traceparent},
+    )
+    assert response.status_code == 200, response.text
+
+
 async def _hidden_tool(chat: ChatClient, upstream: ThreadedServer) -> None:
     """An external tool that sends a context value and a secret to an echoing upstream."""
     put = await chat.http.put(
@@ -192,13 +201,7 @@ async def test_tracing_off_builds_no_span_and_sends_no_traceparent(
     assert not telemetry.tracing_on()
     await chat.add_tool(external("echo", f"{upstream.url}/echo", "GET"))
     fake.reset(script.tool_calls(("echo", {"city": "Paris"})), script.text("ok"))
-    caller = f"00-{CALLER_TRACE}-{CALLER_PARENT}-01"
-    response = await chat.http.post(
-        "/chat",
-        json={"messages": [{"role": "user", "content": "hello"}]},
-        headers={**chat.tenant.headers, "traceparent": caller},
-    )
-    assert response.status_code == 200, response.text
+    await _chat_with_traceparent(chat, f"00-{CALLER_TRACE}-{CALLER_PARENT}-01")
     headers = RECEIVED[-1]["headers"]
     assert isinstance(headers, dict) and "traceparent" not in headers
     assert all(b"traceparent" not in raw for raw in fake.raw_requests)
@@ -341,13 +344,7 @@ async def test_a_trace_the_sampler_drops_builds_no_span_below_the_request(
     memory = InMemorySpanExporter()
     async with _traced(fake_model_server, memory) as chat:
         fake.reset(script.text("hi"))
-        unsampled = f"00-{CALLER_TRACE}-{CALLER_PARENT}-00"
-        response = await chat.http.post(
-            "/chat",
-            json={"messages": [{"role": "user", "content": "hello"}]},
-            headers={**chat.tenant.headers, "traceparent": unsampled},
-        )
-        assert response.status_code == 200, response.text
+        await _chat_with_traceparent(chat, f"00-{CALLER_TRACE}-{CALLER_PARENT}-00")
         sent = fake.raw_requests[-1].decode()
     assert [s for s in memory.get_finished_spans() if s.name == "POST /chat"] == []
     assert f"00-{CALLER_TRACE}-" in sent and "-00'" in sent
