@@ -184,6 +184,13 @@ def completion(answer: dict[str, Any], *, model: str, steps: bool) -> dict[str, 
     return body
 
 
+def _chunk_head(run_id: str, model: str, include_usage: bool) -> dict[str, Any]:
+    """What every chunk of one stream says first."""
+    head: dict[str, Any] = {"id": completion_id(run_id), "object": "chat.completion.chunk"}
+    head |= {"created": int(time.time()), "model": model, "system_fingerprint": None}
+    return {**head, "usage": None} if include_usage else head
+
+
 async def completion_chunks(
     events: AsyncGenerator[ChatEvent, None],
     *,
@@ -196,11 +203,7 @@ async def completion_chunks(
     between turns), a last chunk with the finish reason, the usage chunk if asked; an error
     ends the stream with OpenAI's error object. Tool steps: chunks without choices whose
     `toolgate` names the event, with `steps` only."""
-    created = int(time.time())
-    head = {"id": completion_id(run_id), "object": "chat.completion.chunk", "created": created}
-    head |= {"model": model, "system_fingerprint": None}
-    if include_usage:
-        head["usage"] = None
+    head = _chunk_head(run_id, model, include_usage)
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}

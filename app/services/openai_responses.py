@@ -126,14 +126,7 @@ def response_object(
     if answer is not None:
         content = answer["message"].get("content") or ""
         shown["output"] = [_item(run_id, content if text is None else text, "completed")]
-        used = answer["usage"]
-        shown["usage"] = {
-            "input_tokens": used["prompt_tokens"],
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": used["completion_tokens"],
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": used["total_tokens"],
-        }
+        shown["usage"] = _usage(answer["usage"])
         if answer["stop_reason"] == "token_budget" or answer.get("finish_reason") == "length":
             shown["status"] = "incomplete"
             shown["incomplete_details"] = {"reason": "max_output_tokens"}
@@ -142,15 +135,91 @@ def response_object(
     return shown
 
 
-class _Sequence:
-    """The events' `sequence_number`s."""
+def _usage(used: dict[str, int]) -> dict[str, Any]:
+    return {
+        "input_tokens": used["prompt_tokens"],
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": used["completion_tokens"],
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": used["total_tokens"],
+    }
 
-    def __init__(self) -> None:
+
+class _Translation:
+    """One chat's events as the Responses API's, with the state that needs: the sequence
+    numbers, whether the message item was opened, the text streamed so far."""
+
+    def __init__(self, body: ResponsesRequest, *, run_id: str, model: str, steps: bool) -> None:
+        self.body, self.run_id, self.model, self.steps = body, run_id, model, steps
         self.next = 0
+        self.where = {"item_id": f"msg_{run_id}", "output_index": 0, "content_index": 0}
+        self.written: list[str] = []
+        self.opened, self.turn_break, self.ended = False, False, False
 
     def event(self, name: str, **data: Any) -> tuple[str, dict[str, Any]]:
         self.next += 1
         return name, {"type": name, "sequence_number": self.next - 1, **data}
+
+    def response(self, status: str, **shown: Any) -> dict[str, Any]:
+        return response_object(
+            self.body, run_id=self.run_id, model=self.model, status=status, **shown
+        )
+
+    def started(self) -> list[tuple[str, dict[str, Any]]]:
+        shown = self.response("in_progress")
+        return [
+            self.event("response.created", response=shown),
+            self.event("response.in_progress", response=shown),
+        ]
+
+    def of(self, name: str, data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """What one chat event becomes (`ended` once the response is complete or failed)."""
+        found = []
+        if name == "iteration":
+            self.turn_break = bool(self.written)
+        elif name in ("message.delta", "done") and not self.opened:
+            self.opened = True
+            found += self._opened()
+        if name == "message.delta" and data.get("content"):
+            delta = ("\n\n" if self.turn_break else "") + data["content"]
+            self.written.append(delta)
+            self.turn_break = False
+            found.append(
+                self.event("response.output_text.delta", **self.where, delta=delta, logprobs=[])
+            )
+        elif name == "done":
+            found += self._completed(data)
+        elif name == "error":
+            failed = self.response("failed")
+            failed["error"] = problem_as_openai(data)["error"]
+            found.append(self.event("response.failed", response=failed))
+            self.ended = True
+        elif self.steps and name in STEP_EVENTS:
+            found.append(self.event(f"toolgate.{name}", data=data))
+        return found
+
+    def _opened(self) -> list[tuple[str, dict[str, Any]]]:
+        part: dict[str, Any] = {"type": "output_text", "text": "", "annotations": []}
+        part["logprobs"] = []
+        item = _item(self.run_id, "", "in_progress")
+        return [
+            self.event("response.output_item.added", output_index=0, item=item),
+            self.event("response.content_part.added", **self.where, part=part),
+        ]
+
+    def _completed(self, answer: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        text = "".join(self.written) or answer["message"].get("content") or ""
+        part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
+        part["logprobs"] = []
+        item = _item(self.run_id, text, "completed")
+        final = self.response("completed", text=text, answer=answer, steps=self.steps)
+        self.ended = True
+        return [
+            self.event("response.output_text.done", **self.where, text=text, logprobs=[]),
+            self.event("response.content_part.done", **self.where, part=part),
+            self.event("response.output_item.done", output_index=0, item=item),
+            self.event("response.completed", response=final),
+        ]
 
 
 async def response_events(
@@ -164,61 +233,17 @@ async def response_events(
     """The chat's events as the Responses API streams: `response.created`, the message item's
     text as `response.output_text.delta`s (a blank line between turns), its `.done` events, then
     `response.completed` (or `response.failed` with OpenAI's error)."""
-    seq, item_id = _Sequence(), f"msg_{run_id}"
-    started = response_object(body, run_id=run_id, model=model, status="in_progress")
-    yield seq.event("response.created", response=started)
-    yield seq.event("response.in_progress", response=started)
-    where = {"item_id": item_id, "output_index": 0, "content_index": 0}
-    written: list[str] = []
-    opened, turn_break = False, False
+    translation = _Translation(body, run_id=run_id, model=model, steps=steps)
+    for started in translation.started():
+        yield started
     try:
         async for event in events:
             if event is None:
                 yield None
                 continue
-            name, data = event
-            if name == "iteration":
-                turn_break = bool(written)
-            elif name in ("message.delta", "done") and not opened:
-                opened = True
-                item = _item(run_id, "", "in_progress")
-                yield seq.event("response.output_item.added", output_index=0, item=item)
-                part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-                yield seq.event("response.content_part.added", **where, part=part)
-            if name == "message.delta" and data.get("content"):
-                delta = ("\n\n" if turn_break else "") + data["content"]
-                written.append(delta)
-                turn_break = False
-                yield seq.event("response.output_text.delta", **where, delta=delta, logprobs=[])
-            elif name == "done":
-                text = "".join(written) or data["message"].get("content") or ""
-                for done in _finished(seq, where, run_id, text):
-                    yield done
-                final = response_object(
-                    body, run_id=run_id, model=model, status="completed", text=text,
-                    answer=data, steps=steps,
-                )  # fmt: skip
-                yield seq.event("response.completed", response=final)
+            for shown in translation.of(*event):
+                yield shown
+            if translation.ended:
                 return
-            elif name == "error":
-                failed = response_object(body, run_id=run_id, model=model, status="failed")
-                failed["error"] = problem_as_openai(data)["error"]
-                yield seq.event("response.failed", response=failed)
-                return
-            elif steps and name in STEP_EVENTS:
-                yield seq.event(f"toolgate.{name}", data=data)
     finally:
         await events.aclose()  # a client that left cancels the run
-
-
-def _finished(
-    seq: _Sequence, where: dict[str, Any], run_id: str, text: str
-) -> list[tuple[str, dict[str, Any]]]:
-    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-    return [
-        seq.event("response.output_text.done", **where, text=text, logprobs=[]),
-        seq.event("response.content_part.done", **where, part=part),
-        seq.event(
-            "response.output_item.done", output_index=0, item=_item(run_id, text, "completed")
-        ),
-    ]
