@@ -120,10 +120,11 @@ def _finish_openapi(app: FastAPI, settings: Settings) -> None:
             spec = build()
             _problems_as_sent(spec)
             schemas = spec["components"]["schemas"]
-            chat = schemas["ChatRequest"]["properties"]["max_iterations"]
-            for option in chat.get("anyOf", [chat]):
-                if option.get("type") == "integer":
-                    option["maximum"] = settings.chat_max_iterations
+            for model in ("ChatRequest", "ToolgateOptions"):  # /chat, and /v1's extension
+                chat = schemas[model]["properties"]["max_iterations"]
+                for option in chat.get("anyOf", [chat]):
+                    if option.get("type") == "integer":
+                        option["maximum"] = settings.chat_max_iterations
             secret = schemas["SecretPut"]["properties"]["value"]
             secret["maxLength"] = settings.max_secret_bytes  # characters; bytes are checked too
         assert app.openapi_schema is not None, "FastAPI.openapi() caches what it builds"

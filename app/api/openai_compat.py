@@ -161,7 +161,29 @@ async def _event_frames(events: AsyncIterator[ResponseEvent]) -> AsyncIterator[b
             yield b"event: %b\ndata: %b\n\n" % (name.encode(), orjson.dumps(data))
 
 
-@router.post("/chat/completions", responses=ERRORS)
+# One server-sent event: its `data` is JSON (or `[DONE]`), its `event` a Responses event's name.
+_EVENT_SCHEMA = {
+    "type": "object",
+    "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
+    "required": ["data"],
+}
+
+
+def _answers(what: str, stream: str) -> dict[int | str, dict[str, Any]]:
+    """The routes' documented answers: the JSON one, the stream, OpenAI's errors."""
+    content = {"application/json": {}, "text/event-stream": {"schema": _EVENT_SCHEMA}}
+    return {
+        200: {"description": f"{what}; with `stream: true`, {stream}.", "content": content},
+        **ERRORS,
+    }
+
+
+@router.post(
+    "/chat/completions",
+    responses=_answers(
+        "A `ChatCompletion`", "server-sent `chat.completion.chunk`s ending in `data: [DONE]`"
+    ),
+)
 async def chat_completions(
     body: Annotated[ChatCompletionRequest, Body(openapi_examples=CHAT_COMPLETION_EXAMPLES)],
     caller: CallerDep,
@@ -183,7 +205,12 @@ async def chat_completions(
     return Response(payload, media_type=_JSON, headers=headers)
 
 
-@router.post("/responses", responses=ERRORS)
+@router.post(
+    "/responses",
+    responses=_answers(
+        "A `Response`", "the Responses API's events, ending in `response.completed`"
+    ),
+)
 async def responses(
     body: Annotated[ResponsesRequest, Body(openapi_examples=RESPONSES_EXAMPLES)],
     caller: CallerDep,

@@ -15,9 +15,18 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, StringConstraints
 
 from app.schemas.chat import ApprovalDecision, ContextArguments, MessageToolCall
-from app.schemas.fields import MAX_JSON_DEPTH, BoundedJSON, ClientModel, Name, ServerName, Tag
+from app.schemas.fields import (
+    MAX_JSON_DEPTH,
+    BoundedJSON,
+    ClientModel,
+    Name,
+    ServerName,
+    Tag,
+    WholeNumber,
+)
 
 ModelName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+ResponseId = Annotated[str, StringConstraints(pattern=r"^resp_[0-9a-f]{32}$")]
 # Accepted and not applied: toolgate's model calls use the provider's own defaults.
 SAMPLING_FIELDS = (
     "temperature",
@@ -50,7 +59,7 @@ class ToolgateOptions(ClientModel):
     tags: list[Tag] | None = Field(default=None, max_length=32)
     mcp_servers: list[ServerName] | None = Field(default=None, max_length=16)
     context_arguments: ContextArguments = Field(default_factory=dict)
-    max_iterations: Annotated[int, Field(ge=1, le=1000)] | None = None
+    max_iterations: Annotated[int, Field(ge=1, le=1000), WholeNumber] | None = None
     category_hints: bool = True
     approvals: list[ApprovalDecision] = Field(default_factory=list, max_length=128)
     steps: bool = Field(
@@ -92,8 +101,15 @@ class OpenAIRequest(ClientModel):
         "default provider, else the operator's) or `default`; `GET /v1/models` lists them.",
     )
     stream: bool = False
-    tools: list[dict[str, BoundedJSON]] | None = Field(default=None, max_length=128)
-    tool_choice: str | dict[str, BoundedJSON] | None = None
+    tools: list[dict[str, BoundedJSON]] | None = Field(
+        default=None,
+        max_length=128,
+        description="Refused unless empty: toolgate runs the tenant's tools, no client-side tools.",
+        json_schema_extra={"maxItems": 0},
+    )
+    tool_choice: Literal["auto", "none"] | None = Field(
+        default=None, description="`none`: no tools; which tool the model calls is its own choice."
+    )
     parallel_tool_calls: bool | None = None
     metadata: (
         dict[
@@ -115,16 +131,16 @@ class OpenAIRequest(ClientModel):
     # Accepted, not applied (SAMPLING_FIELDS).
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(ge=0, le=1)] | None = None
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
-    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_tokens: Annotated[int, Field(ge=1), WholeNumber] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1), WholeNumber] | None = None
+    max_output_tokens: Annotated[int, Field(ge=1), WholeNumber] | None = None
     stop: str | list[Annotated[str, StringConstraints(max_length=256)]] | None = None
-    seed: int | None = None
+    seed: Annotated[int, WholeNumber] | None = None
     presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
     frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
     logit_bias: dict[str, float] | None = Field(default=None, max_length=300)
     logprobs: bool | None = None
-    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20), WholeNumber] | None = None
     reasoning_effort: Annotated[str, StringConstraints(max_length=32)] | None = None
     reasoning: dict[str, BoundedJSON] | None = None
     verbosity: Annotated[str, StringConstraints(max_length=32)] | None = None
@@ -143,7 +159,7 @@ class ChatCompletionRequest(OpenAIRequest):
 
     messages: list[OpenAIMessage] = Field(min_length=1, max_length=1000)
     stream_options: StreamOptions | None = None
-    n: Annotated[int, Field(ge=1, le=1)] | None = Field(
+    n: Annotated[int, Field(ge=1, le=1), WholeNumber] | None = Field(
         default=None, description="One choice only: toolgate runs one tool loop per request."
     )
     modalities: list[Literal["text"]] | None = None
@@ -170,8 +186,11 @@ class InputMessage(ClientModel):
     role: Literal["user", "system", "developer", "assistant"]
     content: (
         Annotated[str, StringConstraints(max_length=1_000_000)]
-        | list[Annotated[InputText | InputImage, Field(discriminator="type")]]
-    ) = Field(max_length=1000)
+        | Annotated[
+            list[Annotated[InputText | InputImage, Field(discriminator="type")]],
+            Field(max_length=1000),
+        ]
+    )
     id: Annotated[str, StringConstraints(max_length=256)] | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
@@ -179,12 +198,14 @@ class InputMessage(ClientModel):
 class ResponsesRequest(OpenAIRequest):
     """`POST /v1/responses`: `input` (a text or a list of message items) and `instructions`."""
 
-    input: Annotated[str, StringConstraints(max_length=1_000_000)] | list[InputMessage] = Field(
-        description="A text (the user's message) or message items (`role`, `content`).",
-        max_length=1000,
-    )
+    input: (
+        Annotated[str, StringConstraints(min_length=1, max_length=1_000_000)]
+        | Annotated[list[InputMessage], Field(min_length=1, max_length=1000)]
+    ) = Field(description="A text (the user's message) or message items (`role`, `content`).")
     instructions: Annotated[str, StringConstraints(max_length=1_000_000)] | None = None
-    previous_response_id: Annotated[str, StringConstraints(max_length=128)] | None = Field(
+    previous_response_id: (
+        Annotated[str, StringConstraints(pattern=r"^resp_[0-9a-f]{32}$")] | None
+    ) = Field(
         default=None,
         description="Continue a response toolgate kept: its run record must hold the messages "
         "(RUN_STORE_MESSAGES=true); a tenant key only (a client token's end user could name "

@@ -14,7 +14,9 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from app.errors import BadRequestError, ForbiddenError, field_error
+from pydantic import ValidationError
+
+from app.errors import BadRequestError, ForbiddenError, UnprocessableError, field_error
 from app.schemas.chat import ChatRequest
 from app.schemas.openai import ChatCompletionRequest, OpenAIRequest
 from app.services.chat import ChatEvent, ChatService, StartedChat
@@ -63,12 +65,6 @@ def _refuse_client_tools(body: OpenAIRequest) -> None:
             "(select the tenant's with `toolgate.tool_ids`, `toolgate.tags` or `metadata`).",
             errors=[field_error("$.tools", "must be absent or empty")],
         )
-    choice = body.tool_choice
-    if choice is not None and choice not in ("auto", "none"):
-        raise BadRequestError(
-            "toolgate decides which tool the model calls: `tool_choice` may be `auto` or `none`.",
-            errors=[field_error("$.tool_choice", "must be 'auto' or 'none'")],
-        )
 
 
 def _listed(value: str | None) -> list[str] | None:
@@ -105,7 +101,13 @@ async def start_chat(
     }
     if body.parallel_tool_calls is not None:
         request["parallel_tool_calls"] = body.parallel_tool_calls
-    checked = ChatRequest.model_validate({k: v for k, v in request.items() if v is not None})
+    try:
+        checked = ChatRequest.model_validate({k: v for k, v in request.items() if v is not None})
+    except ValidationError as exc:  # what only /chat's own rules refuse (a model name's length)
+        problems = [
+            field_error("$." + ".".join(map(str, e["loc"])), e["msg"]) for e in exc.errors()
+        ]
+        raise UnprocessableError("The request cannot be run as given.", errors=problems) from None
     return await chat.start(checked, tenant_id=tenant_id, token=token)
 
 

@@ -38,10 +38,6 @@ async def response_messages(
         messages.append({"role": "user", "content": body.input})
     else:
         messages += [_message(item) for item in body.input]
-    if not any(m["role"] != "system" for m in messages):
-        raise BadRequestError(
-            "The input holds no message.", errors=[field_error("$.input", "must not be empty")]
-        )
     return messages
 
 

@@ -56,6 +56,7 @@ def _deep(levels: int) -> Any:
         (CHAT, {"messages": HELLO, "stream": "yes"}, "stream"),
         (CHAT, {"messages": HELLO, "n": 2}, "n"),
         (CHAT, {"messages": HELLO, "tool_choice": "required"}, "tool_choice"),
+        (CHAT, {"messages": HELLO, "tool_choice": {"type": "function"}}, "tool_choice"),
         (CHAT, {"messages": HELLO, "surprise": 1}, "surprise"),
         (CHAT, {"messages": HELLO, "toolgate": {"tool_ids": "echo"}}, "toolgate.tool_ids"),
         (CHAT, {"messages": HELLO, "model": "x" * 5000}, "model"),
@@ -98,6 +99,15 @@ async def test_not_json_oversized_and_unknown_tools(chat: ChatClient) -> None:
         CHAT, json={"messages": HELLO, "toolgate": {"tool_ids": ["nope"]}}, headers=headers
     )
     assert unknown.status_code == 422 and unknown.json()["error"]["param"] == "tool_ids"
+    # A name /v1 takes but /chat's rules do not (its model names are shorter): a 422, no 500.
+    long_name = await chat.http.post(
+        CHAT, json={"messages": HELLO, "model": "m" * 256}, headers=headers
+    )
+    _openai_error(long_name, 422, "model")
+    # Long texts are texts, not lists: no item cap on them.
+    long_input = {"input": "x" * 5000, "model": "default", "stream": False}
+    fake_reply = await chat.http.post("/v1/responses", json=long_input, headers=headers)
+    assert fake_reply.status_code != 400, fake_reply.text
 
 
 async def test_credentials_are_checked_as_on_chat(chat: ChatClient) -> None:
@@ -136,7 +146,7 @@ async def test_a_client_token_binds_its_context_tools_and_models(
     assert [m["id"] for m in models.json()["data"]] == ["gpt-4o-mini"]
     other = await chat.http.post(CHAT, json={"messages": HELLO, "model": "gpt-x"}, headers=alice)
     _openai_error(other, 403)
-    previous = {"input": "hi", "previous_response_id": "resp_0"}
+    previous = {"input": "hi", "previous_response_id": "resp_" + "0" * 32}
     refused = await chat.http.post("/v1/responses", json=previous, headers=alice)
     assert "client token" in _openai_error(refused, 403)
 
