@@ -206,13 +206,46 @@ class Settings(BaseSettings):
     mcp_pool_per_tenant: int = Field(default=8, ge=1, le=1000)
     mcp_pool_total: int = Field(default=64, ge=1, le=10_000)
 
+    # OpenTelemetry traces (docs/operating.md, "Tracing"): the standard OTEL_* variables. On only
+    # when an OTLP endpoint is set; the SDK reads its other variables (batch sizes, timeouts,
+    # certificates, compression, OTEL_RESOURCE_ATTRIBUTES) from the process environment itself.
+    otel_sdk_disabled: bool = False
+    otel_traces_exporter: Literal["otlp", "none"] = "otlp"
+    otel_exporter_otlp_endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    otel_exporter_otlp_traces_endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    otel_exporter_otlp_protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
+    otel_exporter_otlp_traces_protocol: Literal["http/protobuf", "grpc"] | None = None
+    otel_exporter_otlp_headers: SecretStr | None = None
+    otel_exporter_otlp_traces_headers: SecretStr | None = None
+    otel_service_name: str | None = None
+    otel_traces_sampler: Literal[
+        "always_on",
+        "always_off",
+        "traceidratio",
+        "parentbased_always_on",
+        "parentbased_always_off",
+        "parentbased_traceidratio",
+    ] = "parentbased_always_on"
+    otel_traces_sampler_arg: float | None = Field(default=None, ge=0, le=1)
+    # Opt-in: model messages and tool arguments and results on the spans, redacted like run
+    # records (the name the OpenTelemetry GenAI instrumentations read).
+    otel_instrumentation_genai_capture_message_content: bool = False
+
     @field_validator("outbound_ports", "outbound_blocked_ports")
     @classmethod
     def _port_lists(cls, value: str) -> str:
         parse_ports(value)  # ValueError naming the bad part
         return value
 
-    @field_validator("docs_enabled", mode="before")
+    @field_validator(
+        "docs_enabled",
+        "otel_exporter_otlp_endpoint",
+        "otel_exporter_otlp_traces_endpoint",
+        "otel_exporter_otlp_traces_protocol",
+        "otel_service_name",
+        "otel_traces_sampler_arg",
+        mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
@@ -261,6 +294,12 @@ class Settings(BaseSettings):
                 "LIMITS=shared needs MONGODB_URL: the in-memory store lives in one process"
             )
         return self
+
+    @property
+    def tracing(self) -> bool:
+        """Traces are exported: an OTLP endpoint is set and the SDK and exporter are not off."""
+        endpoint = self.otel_exporter_otlp_traces_endpoint or self.otel_exporter_otlp_endpoint
+        return bool(endpoint) and not self.otel_sdk_disabled and self.otel_traces_exporter != "none"
 
     @property
     def shared_limits(self) -> bool:

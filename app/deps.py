@@ -78,7 +78,9 @@ async def authenticate(services: Services, presented: str, *, client_tokens: boo
                 "The client token is not valid (unknown, malformed, revoked or expired)."
             )
         if not client_tokens:
-            raise ForbiddenError("Client tokens open /mcp and /chat only; use the tenant API key.")
+            raise ForbiddenError(
+                "Client tokens open /mcp, /chat and /v1 only; use the tenant API key."
+            )
         tenant_id = token.tenant_id
     else:
         found = await services.tenants.tenant_for_key(presented)
@@ -110,9 +112,9 @@ class AdminKeyAuth(HTTPBearer):
 # take a client token say so in the same description.
 TENANT_SCHEME = "TenantKey"
 TENANT_SCHEME_DOC = (
-    "A tenant API key (tg_...), from POST /tenants or a key rotation. POST /chat (and /mcp) "
-    "also take a client token (tgc_..., POST /client-tokens) whose bound context and tool "
-    "selection apply."
+    "A tenant API key (tg_...), from POST /tenants or a key rotation. POST /chat, /v1 (and "
+    "/mcp) also take a client token (tgc_..., POST /client-tokens) whose bound context and "
+    "tool selection apply."
 )
 require_tenant = TenantKeyAuth(
     scheme_name=TENANT_SCHEME, auto_error=False, description=TENANT_SCHEME_DOC

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from opentelemetry import trace
 
 from app.hidden import REDACTED, HiddenValues
 
@@ -25,6 +26,8 @@ from app.hidden import REDACTED, HiddenValues
 request_context: ContextVar[dict[str, str] | None] = ContextVar("request_context", default=None)
 # Values a running chat must never log (context arguments, secrets), set for its duration.
 _hidden_values: ContextVar[HiddenValues | None] = ContextVar("hidden_values", default=None)
+# Whether lines carry the current span's trace_id and span_id (tracing on: app/telemetry.py).
+_trace_ids = False
 
 _PATTERNS = [
     # Authorization: Bearer xyz / Basic xyz, in headers, reprs or prose.
@@ -103,6 +106,22 @@ def _hiding(hidden: HiddenValues) -> Iterator[None]:
         _hidden_values.reset(token)
 
 
+def carry_trace_ids(on: bool) -> None:
+    """From now on, lines written inside a span name its `trace_id` and `span_id` (or not)."""
+    global _trace_ids
+    _trace_ids = on
+
+
+def trace_ids() -> dict[str, str]:
+    """The current span's ids as log fields (none outside a span, or with tracing off)."""
+    if not _trace_ids:
+        return {}
+    found = trace.get_current_span().get_span_context()
+    if not found.is_valid:
+        return {}
+    return {"trace_id": format(found.trace_id, "032x"), "span_id": format(found.span_id, "016x")}
+
+
 # LogRecord's own attributes; anything else on a record came from `extra=`.
 _RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "message",
@@ -125,6 +144,8 @@ class JsonFormatter(logging.Formatter):
         context = request_context.get()
         if context:
             entry.update(context)
+        if _trace_ids:
+            entry.update(trace_ids())
         for key, value in vars(record).items():
             if key not in _RECORD_FIELDS and key not in entry:
                 entry[key] = _redacted_field(key, value)
@@ -140,7 +161,7 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        context = request_context.get()
+        context = {**(request_context.get() or {}), **trace_ids()}
         line = redact(super().format(record))
         return f"{line} [{' '.join(f'{k}={v}' for k, v in context.items())}]" if context else line
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -19,6 +19,7 @@ from app.api import (
     mcp_metadata,
     mcp_servers,
     model_providers,
+    openai_compat,
     runs,
     secrets,
     tenants,
@@ -30,13 +31,18 @@ from app.api.hot_routes import ChatRoute, HotLane, InvokeRoute
 from app.api.mcp_endpoint import McpGateway
 from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from app.api.problems import PROBLEM_MEDIA_TYPE, install_error_handlers
+from app.api.tracing import TracingMiddleware
 from app.config import Settings, get_settings
 from app.container import build_services
 from app.heap import settled_heap
 from app.logs import configure_logging
 from app.mcp.config import McpConfigError, McpServer, load_operator_servers
 from app.metrics import Metrics, loop_lag_probe
+from app.telemetry import tracing
 from app.tools.registry import FunctionDictionaryError, FunctionRegistry, load_registry
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 logger = logging.getLogger("app")
 OPENAPI_URL = "/openapi.json"
@@ -114,10 +120,11 @@ def _finish_openapi(app: FastAPI, settings: Settings) -> None:
             spec = build()
             _problems_as_sent(spec)
             schemas = spec["components"]["schemas"]
-            chat = schemas["ChatRequest"]["properties"]["max_iterations"]
-            for option in chat.get("anyOf", [chat]):
-                if option.get("type") == "integer":
-                    option["maximum"] = settings.chat_max_iterations
+            for model in ("ChatRequest", "ToolgateOptions"):  # /chat, and /v1's extension
+                chat = schemas[model]["properties"]["max_iterations"]
+                for option in chat.get("anyOf", [chat]):
+                    if option.get("type") == "integer":
+                        option["maximum"] = settings.chat_max_iterations
             secret = schemas["SecretPut"]["properties"]["value"]
             secret["maxLength"] = settings.max_secret_bytes  # characters; bytes are checked too
         assert app.openapi_schema is not None, "FastAPI.openapi() caches what it builds"
@@ -131,10 +138,12 @@ def create_app(
     *,
     registry: FunctionRegistry | None = None,
     tune_gc: bool = False,
+    span_exporter: SpanExporter | None = None,
 ) -> FastAPI:
     """Build the application; `registry` replaces FUNCTIONS_MODULE (tests use it). `tune_gc`:
     the app owns its process, so the garbage collector is set for serving once start-up is done
-    (app/heap.py); only an entry point says so."""
+    (app/heap.py); only an entry point says so. `span_exporter` turns tracing on with it in
+    place of the OTLP exporter (tests)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -144,6 +153,11 @@ def create_app(
         operator = _load_mcp_servers(settings)
         _warn_about_development_setup(settings)
         async with AsyncExitStack() as stack:
+            # Entered first, left last: the spans of the shutdown are exported too.
+            metrics = app.state.metrics
+            await stack.enter_async_context(
+                tracing(settings, metrics=metrics, exporter=span_exporter)
+            )
             app.state.services = await build_services(
                 settings, checked, stack, operator, app.state.metrics
             )
@@ -200,6 +214,8 @@ def create_app(
     app.add_middleware(
         RequestContextMiddleware, metrics=app.state.metrics, access_log=settings.access_log
     )
+    if settings.tracing or span_exporter is not None:  # off: no layer at all
+        app.add_middleware(TracingMiddleware)  # outermost: the access log line carries its ids
     install_error_handlers(app)
     _finish_openapi(app, settings)
     # /ping first of the routers (matching walks routes in order).
@@ -207,6 +223,7 @@ def create_app(
     for module in (*routers, categories, tenants):
         app.include_router(module.router)
     app.include_router(mcp_metadata.router)
+    app.include_router(openai_compat.router)  # /v1: OpenAI's API over the tool loop
     if settings.docs_served:
         install_openapi(app, openapi_url=OPENAPI_URL)
         install_docs(app, openapi_url=OPENAPI_URL)

@@ -146,6 +146,11 @@ class Metrics:
             "Bytes of run records in this process's local journal, not yet known stored.",
             registry=registry,
         )
+        self.spans_dropped = Counter(
+            "toolgate_trace_spans_dropped",
+            "Spans the OTLP exporter could not deliver (tracing on); each batch logs an ERROR.",
+            registry=registry,
+        )
         self.database_reachable = Gauge(
             "toolgate_database_reachable",
             "1 while the database answered its last check (GET /healthz says since when not).",

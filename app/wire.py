@@ -20,6 +20,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from app.telemetry import outbound_headers
+
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_IDLE_PER_ORIGIN = 256
@@ -245,6 +247,7 @@ class WirePool:
         body: bytes | None,
         headers: dict[str, str],
     ) -> _Head:
+        headers = outbound_headers(headers)  # the trace's traceparent, when tracing is on
         lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}"]
         if body is not None:
             lines.append(f"Content-Length: {len(body)}")

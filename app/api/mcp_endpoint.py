@@ -37,6 +37,7 @@ from app.api.mcp_progress import answer_with_progress, progress_token
 from app.api.problems import problem_response
 from app.deps import TenantContext, authenticate, presented_bearer
 from app.errors import AppError, NotFoundError, UnauthorizedError, UnprocessableError
+from app.telemetry import mcp_server_span
 
 if TYPE_CHECKING:
     from app.container import Services
@@ -374,9 +375,10 @@ class McpGateway:
     ) -> mcp_types.ListToolsResult:
         caller = _caller(ctx)
         try:
-            tools = await caller.services.mcp_gateway.list_tools(
-                tenant_id=caller.id, token=caller.token
-            )
+            with mcp_server_span(method="tools/list", target=None, meta=_meta(params)):
+                tools = await caller.services.mcp_gateway.list_tools(
+                    tenant_id=caller.id, token=caller.token
+                )
         except AppError as exc:  # a name offered twice, an unreadable server credential
             raise MCPError(mcp_types.INTERNAL_ERROR, _problem_text(exc)) from None
         return mcp_types.ListToolsResult(tools=tools)
@@ -408,6 +410,12 @@ class McpGateway:
         its wire form directly, 10 us less than a model built and dumped) or, for an MCP
         server's own parts, the SDK's model."""
         caller = _caller(ctx)
+        with mcp_server_span(method="tools/call", target=params.name, meta=_meta(params)):
+            return await self._called(caller, params, progress)
+
+    async def _called(
+        self, caller: TenantContext, params: mcp_types.CallToolRequestParams, progress: Any
+    ) -> mcp_types.CallToolResult | TextResult:
         try:
             result = await caller.services.mcp_gateway.call_tool(
                 params.name,
@@ -427,6 +435,12 @@ class McpGateway:
         if result.status == "ok":
             return TextResult(result.content or "", is_error=False)
         return TextResult(result.error.message if result.error else "the tool failed", True)
+
+
+def _meta(params: mcp_types.RequestParams | None) -> dict[str, Any] | None:
+    """A request's `_meta`, where a client puts its trace context (MCP's conventions)."""
+    meta = params.meta if params is not None else None
+    return dict(meta) if isinstance(meta, dict) else None
 
 
 def _handshake_result(called: mcp_types.CallToolResult | TextResult) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from app.chat.model import (
     upstream_status,
 )
 from app.hidden import HiddenValues
+from app.telemetry import describe_model_call
 from app.wire import Connector, WireError, WirePool, server_sent_events
 
 logger = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ class HTTPModelClient:
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
     ) -> ModelTurn:
+        describe_model_call(api=self._api.name, host=self._pool.host, port=self._pool.port)
         body = self._api.body(
             model=model,
             messages=messages,
@@ -185,6 +187,7 @@ class HTTPModelClient:
     ) -> AsyncIterator[str | ModelTurn]:
         """Content deltas as they arrive, then the assembled turn. Failures before the first
         byte of content are retried like `complete`; later ones end the stream with the error."""
+        describe_model_call(api=self._api.name, host=self._pool.host, port=self._pool.port)
         body = self._api.body(
             model=model,
             messages=messages,

@@ -23,6 +23,7 @@ from app.chat.model import (
     malformed_answer,
 )
 from app.metrics import Metrics
+from app.telemetry import model_answered, model_span
 from app.tools.approval import ApprovalPolicy
 from app.tools.executors import CallScope
 from app.tools.invocation import Invocation, ToolInvoker
@@ -219,6 +220,17 @@ class ChatLoop:
     async def _call_model(
         self, run: _Run, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
     ) -> ModelTurn:
+        scrub, streamed = run.chat.call.scrub, run.emit is not None
+        with model_span(
+            model=run.chat.model, stream=streamed, messages=messages, scrub=scrub
+        ) as span:
+            turn = await self._model_turn(run, messages, tools)
+            model_answered(span, turn, scrub=scrub)
+            return turn
+
+    async def _model_turn(
+        self, run: _Run, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> ModelTurn:
         model, parallel = run.chat.model, run.chat.parallel_tool_calls
         client = run.chat.client or self._model
         if run.emit is None:
@@ -266,16 +278,22 @@ class ChatLoop:
                 if call.name
                 else "the tool call has no function name"
             )
-            result = self._invoker.refused(problem, "unknown_tool", scope)
+            result = self._invoker.refused(
+                problem, "unknown_tool", scope, call_id=call.id, name=call.name
+            )
         elif parse_error is not None:
-            result = self._invoker.refused(parse_error, "invalid_arguments", scope, tool)
+            result = self._invoker.refused(
+                parse_error, "invalid_arguments", scope, tool, call_id=call.id
+            )
         elif decision is not None and not decision.approved:
             why = f": {decision.reason}" if decision.reason else ""
             refusal = f"a person refused this call{why}"
-            result = self._invoker.refused(refusal, "refused", scope, tool)
+            result = self._invoker.refused(refusal, "refused", scope, tool, call_id=call.id)
         else:
             watcher = _progress_events(run.emit, call.id) if run.emit else None
-            result = await self._invoker.invoke(tool, arguments, scope, progress=watcher)
+            result = await self._invoker.invoke(
+                tool, arguments, scope, progress=watcher, call_id=call.id
+            )
         record, content = _recorded(call, shown, result, time.perf_counter() - started)
         if decision is not None:
             record.approval = decision.shown()

@@ -25,6 +25,7 @@ from app.chat.model import (
     unreachable,
     upstream_status,
 )
+from app.telemetry import describe_model_call, outbound_headers
 
 logger = logging.getLogger(__name__)
 
@@ -50,10 +51,12 @@ class OpenAISDKClient:
         parallel_tool_calls: bool,
     ) -> ModelTurn:
         options = tool_options(tools, parallel_tool_calls)
+        self._describe()
         try:
             completion = await self._completions.create(
                 model=model,
                 messages=cast(Any, messages),  # already OpenAI-format dicts
+                extra_headers=outbound_headers({}) or None,  # the trace's traceparent, if on
                 **options,
             )
         except openai.OpenAIError as exc:
@@ -77,9 +80,13 @@ class OpenAISDKClient:
             **tool_options(tools, parallel_tool_calls),
         }
         assembler = TurnAssembler()
+        self._describe()
         try:
             chunks = await self._completions.create(
-                model=model, messages=cast(Any, messages), **options
+                model=model,
+                messages=cast(Any, messages),
+                extra_headers=outbound_headers({}) or None,
+                **options,
             )
             async for chunk in chunks:
                 added = assembler.feed(chunk.model_dump(exclude_none=True))
@@ -90,6 +97,10 @@ class OpenAISDKClient:
         except ValueError as exc:
             raise malformed_answer() from exc
         yield assembler.turn()
+
+    def _describe(self) -> None:
+        url = self._client.base_url
+        describe_model_call(api="chat_completions", host=url.host, port=url.port)
 
     async def close(self) -> None:
         await self._client.close()

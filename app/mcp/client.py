@@ -30,6 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from app.mcp.config import McpServer
 from app.mcp.stdio import stdio_transport
+from app.telemetry import inject_headers
 from app.tools.netguard import OutboundBlockedError, OutboundPolicy, guarded_transport
 from app.tools.outcome import ToolOutcome
 
@@ -63,7 +64,14 @@ def _http_client(
         verify=_trusted_roots(),  # a new client's own context loads the CA bundle: CPU on the loop
         follow_redirects=False,
         trust_env=False,
+        # The trace's traceparent on each request: the SDK sends a message in its sender's
+        # context, so the current span is the call's.
+        event_hooks={"request": [_traced]},
     )
+
+
+async def _traced(request: httpx2.Request) -> None:
+    inject_headers(request.headers)
 
 
 @contextlib.asynccontextmanager

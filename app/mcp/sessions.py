@@ -14,6 +14,7 @@ from app.mcp.client import call_outcome, failure_reason
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub
 from app.mcp.pool import PooledSession, hold
+from app.telemetry import mcp_client_span
 from app.tools.outcome import ToolOutcome
 from app.tools.progress import Progress, ProgressSink
 
@@ -75,7 +76,8 @@ class McpSessions:
             done: list[bool] = []  # a notification arriving after the answer is dropped
             forward = _forwarding(progress, done) if progress is not None else None
             try:
-                result = await session.call_tool(tool, arguments, progress_callback=forward)
+                with mcp_client_span(server=server_name, tool=tool):  # its context in `_meta`
+                    result = await session.call_tool(tool, arguments, progress_callback=forward)
             finally:
                 done.append(True)
         except asyncio.CancelledError:

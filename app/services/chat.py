@@ -23,6 +23,7 @@ from app.services.client_tokens import ClientToken
 from app.services.model_providers import ChosenModel, ModelProviderService
 from app.services.runs import RunRecorder, RunRecording, new_run_id, recording
 from app.services.toolbox import Selection, Toolbox, Toolset
+from app.telemetry import agent_finished, agent_span
 
 logger = logging.getLogger(__name__)
 # One server-sent event (name, data), or None for a keep-alive comment.
@@ -164,9 +165,9 @@ class ChatService:
         try:
             # Recorded (and counted) before the toolset closes: closing MCP sessions awaits,
             # and a cancelled chat may be cancelled again while it does.
-            with recording(
-                self._recorder, tenant_id=tenant_id, kind="chat", run_id=run_id, done=self._done
-            ) as run:
+            record = partial(recording, self._recorder, kind="chat", done=self._done)
+            traced = agent_span(chat, tenant_id)
+            with traced as span, record(tenant_id=tenant_id, run_id=run_id) as run:
                 try:
                     if events is not None:
                         for name, why in chat.skipped_servers.items():
@@ -177,6 +178,7 @@ class ChatService:
                     return _answer(result, chat, run_id=run_id)
                 finally:
                     _fill_record(run, chat, progress, keep_messages=self._keep_messages)
+                    agent_finished(span, progress, stop_reason=run.status)
         finally:  # end, error or disconnect: nothing of the toolset outlives the chat
             await toolset.aclose()
 
@@ -186,11 +188,9 @@ class ChatService:
 
 def _token_allows(token: ClientToken, chosen: ChosenModel) -> None:
     """A client token limited to some providers or models: 403 for any other."""
-    if token.providers is not None and chosen.provider not in token.providers:
-        where = f"model provider '{chosen.provider}'" if chosen.provider else "the operator's model"
-        raise ForbiddenError(f"this client token may not use {where}")
-    if token.models is not None and chosen.model not in token.models:
-        raise ForbiddenError(f"this client token may not use model '{chosen.model}'")
+    problem = token.refuses_model(chosen.provider, chosen.model)
+    if problem is not None:
+        raise ForbiddenError(problem)
 
 
 def with_instructions(messages: list[dict[str, Any]], content: str) -> list[dict[str, Any]]:

@@ -57,6 +57,15 @@ class ClientToken:
     providers: frozenset[str] | None = None  # model providers its chats may use (None: any)
     models: frozenset[str] | None = None
 
+    def refuses_model(self, provider: str | None, model: str) -> str | None:
+        """Why this token may not use `model` of `provider` (None: the operator's), or None."""
+        if self.providers is not None and provider not in self.providers:
+            where = f"model provider '{provider}'" if provider else "the operator's model"
+            return f"this client token may not use {where}"
+        if self.models is not None and model not in self.models:
+            return f"this client token may not use model '{model}'"
+        return None
+
     def selects(self, tool: TypedTool) -> bool:
         if self.tool_ids is None and self.tags is None:
             return True

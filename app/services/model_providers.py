@@ -163,6 +163,35 @@ class ModelProviderService:
         client = await self._client(doc, tenant_id=tenant_id)
         return ChosenModel(client, doc["name"], chosen)
 
+    async def model_names(self, *, tenant_id: str) -> list[tuple[str | None, str, str]]:
+        """Every `(provider, model, name)` a chat may name as one string (OpenAI's `model`):
+        the default's models bare (the tenant's default provider's, else the operator's model),
+        and every provider's as `provider/model`."""
+        docs = await self._snapshots.get(tenant_id)
+        default = next((d for d in docs if d.get("default")), None)
+        named: list[tuple[str | None, str, str]]
+        if default is None:
+            named = [(None, self._operator_model, self._operator_model)]
+        else:
+            named = [(default["name"], model, model) for model in default["allowed_models"]]
+        for doc in docs:
+            named += [(doc["name"], m, f"{doc['name']}/{m}") for m in doc["allowed_models"]]
+        return named
+
+    async def split_model_name(self, name: str, *, tenant_id: str) -> tuple[str | None, str | None]:
+        """One string naming a model, as `(provider, model)` for `choose`: `provider/model`, a
+        provider's name (its default model), `default` (the default's), or a bare model name
+        (of the default)."""
+        if name == "default":
+            return None, None
+        providers = {doc["name"] for doc in await self._snapshots.get(tenant_id)}
+        prefix, slash, rest = name.partition("/")
+        if slash and prefix in providers:
+            return prefix, rest or None
+        if name in providers:
+            return name, None
+        return None, name
+
     async def _client(self, doc: dict[str, Any], *, tenant_id: str) -> HTTPModelClient:
         secret = doc["api_key_secret"]
         key = (await self._secrets.resolve({secret}, tenant_id=tenant_id)).get(secret)

@@ -23,6 +23,7 @@ from app.repositories.runs import RunStore
 from app.repositories.storable import storable
 from app.schemas.runs import Run, RunKind, RunQuery, RunStatus, Usage
 from app.services.run_recorder import RunRecorder as RunRecorder  # where callers import it
+from app.telemetry import annotate
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +122,8 @@ class recording:  # a context manager used like a function: `with recording(...)
         self._run = RunRecording(run_id or new_run_id(), kind, clock())
 
     def __enter__(self) -> RunRecording:
+        # The current span (a chat's, a request's) names the run: a trace finds its record.
+        annotate(**{"toolgate.run_id": self._run.run_id, "toolgate.run_kind": self._run.kind})
         return self._run
 
     def __exit__(
@@ -150,6 +153,15 @@ class RunService:
         if found is None:
             raise NotFoundError(f"run '{run_id}' does not exist")
         return shown_run(found)
+
+    async def kept_messages(self, run_id: str, *, tenant_id: str) -> list[dict[str, Any]] | None:
+        """The conversation a chat's record kept (RUN_STORE_MESSAGES), None if it kept none;
+        404 for no such run (or one not stored yet)."""
+        found = await self._runs.get(run_id, tenant_id=tenant_id)
+        if found is None:
+            raise NotFoundError(f"run '{run_id}' does not exist (or is not stored yet)")
+        messages = found.get("messages")
+        return messages if found.get("kind") == "chat" and isinstance(messages, list) else None
 
     async def page(self, query: RunQuery, *, tenant_id: str, cursor: str | None) -> bytes:
         """A page as JSON (a RunPage); every stored record is shown, whole or reduced."""

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import orjson
 
 from app.metrics import Metrics
+from app.telemetry import tool_finished, tool_span
 from app.tools.arguments import argument_problems, merge_context
 from app.tools.executors import CallScope, ToolExecutor
 from app.tools.outcome import ErrorKind, ToolOutcome
@@ -92,9 +93,25 @@ class ToolInvoker:
         call: CallScope,
         *,
         progress: ProgressSink | None = None,
+        call_id: str | None = None,
     ) -> Invocation:
         """Run one call; `arguments` are the caller's, already without hidden names. With
-        `progress`, the tool's progress reports go there, scrubbed and cut like its output."""
+        `progress`, the tool's progress reports go there, scrubbed and cut like its output.
+        `call_id`: the model's id for the call, if a model made it (the call's span names it)."""
+        with tool_span(
+            name=tool.name, tool_id=tool.tool_id, kind=tool.kind, call_id=call_id
+        ) as span:
+            done = await self._invoke(tool, arguments, call, progress)
+            tool_finished(span, done, arguments=arguments, scrub=call.scrub)
+            return done
+
+    async def _invoke(
+        self,
+        tool: TypedTool,
+        arguments: dict[str, Any],
+        call: CallScope,
+        progress: ProgressSink | None,
+    ) -> Invocation:
         if progress is not None:
             call = replace(call, progress=self._reporting(progress, call))
         started = time.perf_counter()
@@ -111,11 +128,25 @@ class ToolInvoker:
         return Invocation(outcome.status, content, outcome.kind, elapsed_ms, mcp=native, note=note)
 
     def refused(
-        self, message: str, kind: ErrorKind, call: CallScope, tool: TypedTool | None = None
+        self,
+        message: str,
+        kind: ErrorKind,
+        call: CallScope,
+        tool: TypedTool | None = None,
+        *,
+        call_id: str | None = None,
+        name: str = "",
     ) -> Invocation:
-        """A call that never reached a tool (unknown name, unreadable arguments), counted."""
-        self._metrics.tool_done(tool.kind if tool else "unknown", 0.0, kind)
-        return Invocation("error", self._capped(message, call), kind, 0.0)
+        """A call that never reached a tool (unknown name `name`, unreadable arguments),
+        counted (and traced, as a call that failed)."""
+        tool_kind = tool.kind if tool else "unknown"
+        self._metrics.tool_done(tool_kind, 0.0, kind)
+        done = Invocation("error", self._capped(message, call), kind, 0.0)
+        shown = tool.name if tool else name or "unknown"
+        tool_id = tool.tool_id if tool else None
+        with tool_span(name=shown, tool_id=tool_id, kind=tool_kind, call_id=call_id) as span:
+            tool_finished(span, done, arguments=None, scrub=call.scrub)
+        return done
 
     async def _checked_run(
         self, tool: TypedTool, arguments: dict[str, Any], call: CallScope

@@ -116,11 +116,12 @@ class Process:
         env: dict[str, str] | None = None,
         stderr: IO[str] | int = subprocess.PIPE,
         cpus: set[int] | None = None,
+        cwd: Path = ROOT,
     ) -> None:
         self.port = port
         self.popen = subprocess.Popen(
             args,
-            cwd=ROOT,
+            cwd=cwd,
             env={**os.environ, **(env or {})},
             stdout=subprocess.DEVNULL,
             stderr=stderr,
@@ -316,10 +317,16 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, service_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        service_env: dict[str, str] | None = None,
+        source: Path = ROOT,
+    ) -> None:
         self.args = args
         self.results: dict[str, list[dict[str, float]]] = {}
         self.service_env = service_env or {}  # settings on top of the benchmark's own
+        self.source = source  # the checkout whose service runs (another commit's, to compare)
         split = core_split() if getattr(args, "pin", False) else None
         self.service_cpus, self.load_cpus = split if split is not None else (None, None)
 
@@ -357,6 +364,7 @@ class Bench:
             env,
             stderr=self._service_log(),
             cpus=self.service_cpus,
+            cwd=self.source,
         )
 
     async def setup(self) -> None:

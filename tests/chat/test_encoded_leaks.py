@@ -3,7 +3,9 @@ percent-encoded, JSON- and HTML-escaped, as a decoded Basic credential, and in e
 tests/support/echoes.py (Go and .NET JSON, HTML numeric entities, encodeURIComponent, base64 at
 an offset and MIME, hex, `\\u` and `%XX` on everything, `&apos;`, double percent-encoding, JSON
 inside a JSON string). None reaches any sink: model traffic, the /chat answer and stream,
-invoke, `/mcp`, logs at DEBUG and run records (messages kept)."""
+invoke, `/mcp`, `/v1/chat/completions` and `/v1/responses` (whole and streamed, tool steps
+shown), logs at DEBUG and run records (messages kept). The exported spans:
+tests/chat/test_tracing.py."""
 
 from __future__ import annotations
 
@@ -85,6 +87,26 @@ async def _invoke_and_mcp(chat: ChatClient) -> dict[str, str]:
     return {"invoke": invoked.text, "/mcp": called.text}
 
 
+async def _openai_sinks(chat: ChatClient, fake: FakeModel) -> dict[str, str]:
+    """What `/v1/chat/completions` and `/v1/responses` answer, whole and streamed, the tool
+    steps shown (`toolgate.steps`: the scrubbed tool results are in the answer too)."""
+    options = {"context_arguments": {"user_id": CONTEXT_VALUE}, "steps": True}
+    requests = {
+        "/v1/chat/completions": {"messages": [{"role": "user", "content": "hello"}]},
+        "/v1/responses": {"input": "hello"},
+    }
+    sinks = {}
+    for path, body in requests.items():
+        for stream in (False, True):
+            fake.reset(script.tool_calls(("reflect", {"q": "x"})), script.text("done"))
+            sent = {**body, "model": "default", "stream": stream, "toolgate": options}
+            response = await chat.http.post(path, json=sent, headers=chat.tenant.headers)
+            assert response.status_code == 200, response.text
+            assert "[redacted]" in response.text  # the steps are there, scrubbed
+            sinks[f"{path}, stream={stream}"] = response.text
+    return sinks
+
+
 @pytest.mark.settings(run_store_messages=True, tool_output_max_chars=100_000)
 @pytest.mark.parametrize(
     "code",
@@ -109,10 +131,11 @@ async def test_echoed_values_are_redacted_in_every_encoding_and_sink(
         sinks["stream" if stream else "answer"] = response.text
         sinks[f"model traffic, stream={stream}"] = b"\n".join(fake.raw_requests).decode()
     sinks |= await _invoke_and_mcp(chat)
+    sinks |= await _openai_sinks(chat, fake)
     tool_message = json.loads(sinks["answer"])["messages"][2]["content"]
     # The upstream did echo every value, in every form (else this test would prove nothing)...
     assert tool_message.count("[redacted]") >= (6 if code == 404 else 100), tool_message
-    runs = await runs_recorded(chat.http, chat.tenant.headers, 4)
+    runs = await runs_recorded(chat.http, chat.tenant.headers, 8)
     assert {run["kind"] for run in runs} == {"chat", "invoke", "mcp"}
     sinks["run records"] = json.dumps(runs)
     sinks["logs"] = "\n".join(json_logs.lines)

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI
+from opentelemetry.sdk.trace.export import SpanExporter
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 from pymongo import AsyncMongoClient
 
@@ -60,11 +61,13 @@ def make_settings(mongo_url: str | None = None, **overrides: Any) -> Settings:
 
 
 @asynccontextmanager
-async def running_app(settings: Settings, registry: FunctionRegistry) -> AsyncIterator[FastAPI]:
+async def running_app(
+    settings: Settings, registry: FunctionRegistry, *, span_exporter: SpanExporter | None = None
+) -> AsyncIterator[FastAPI]:
     """The app with its lifespan entered; the test database is dropped afterwards."""
     from tests.support.loop_watchdog import lifespan_unwatched  # a plugin: imported by pytest
 
-    app = create_app(settings, registry=registry)
+    app = create_app(settings, registry=registry, span_exporter=span_exporter)
     lifespan = app.router.lifespan_context(app)
     with lifespan_unwatched():
         await lifespan.__aenter__()

@@ -1,0 +1,130 @@
+"""The cost of tracing: CPU per chat iteration with tracing off, on, and (optionally) before.
+
+Starts one service (and its own fake model) per variant, all with the benchmark's production
+settings: `off` (no OTEL_* variable: no span is built), `on` (OTEL_EXPORTER_OTLP_ENDPOINT set
+to a local OTLP/HTTP receiver, scripts/bench/otlp_sink.py, the default sampler: every chat
+traced and exported), `on, 1 in 10 sampled` (OTEL_TRACES_SAMPLER=parentbased_traceidratio,
+OTEL_TRACES_SAMPLER_ARG=0.1) and, with `--before REF`, `before`: the service of commit REF
+(extracted with `git archive`), tracing as it was. Rounds interleave the variants, so a busy
+machine slows them alike. Prints per variant and concurrency the service's CPU per model
+iteration (medians over the rounds) and its ratio to `off`; goals: `on` at most 1.15x, `off`
+at most 1.02x `before`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from bench import HERE, ROOT, Bench, Process, free_port  # scripts/bench/bench.py
+
+MODEL = "fake-calls-1"  # two model calls (iterations) per chat, one tool call
+
+
+def extracted(ref: str) -> Path:
+    """The tree of commit `ref`, in a temporary directory (no worktree is registered)."""
+    where = Path(tempfile.mkdtemp(prefix="toolgate-bench-before-"))
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
+    return where
+
+
+async def measure(
+    args: argparse.Namespace, sink_port: int, before: Path | None
+) -> dict[str, dict[int, list[float]]]:
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}"}
+    one_in_ten = {
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.1",
+    }
+    benches = {
+        "off": Bench(args),
+        "on": Bench(args, endpoint),
+        "on, 1 in 10 sampled": Bench(args, {**endpoint, **one_in_ten}),
+    }
+    if before is not None:
+        benches = {"before": Bench(args, source=before), **benches}
+    results: dict[str, dict[int, list[float]]] = {name: {} for name in benches}
+    try:
+        for bench in benches.values():
+            await bench.setup()
+            await bench.service_chats(MODEL, args.warmup, 10)
+        for round_index in range(args.rounds):
+            print(f"round {round_index + 1}/{args.rounds}", file=sys.stderr)
+            for concurrency, count in ((1, args.chats_c1), (50, args.chats_c50)):
+                for name, bench in benches.items():
+                    figures = await bench.service_chats(MODEL, count, concurrency)
+                    results[name].setdefault(concurrency, []).append(
+                        figures["cpu_ms_per_iteration"]
+                    )
+    finally:
+        for bench in benches.values():
+            if hasattr(bench, "session"):
+                await bench.close()
+    return results
+
+
+def report(results: dict[str, dict[int, list[float]]], spans: dict[str, int]) -> str:
+    rows = [
+        "| variant | concurrency | CPU ms per iteration (median, min-max) | vs off |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, by_c in results.items():
+        for c, runs in by_c.items():
+            median = statistics.median(runs)
+            base = statistics.median(results["off"][c])
+            rows.append(
+                f"| {name} | {c} | {median:.3f} ({min(runs):.3f}-{max(runs):.3f}) "
+                f"| {median / base:.3f}x |"
+            )
+    rows.append("")
+    rows.append(f"spans received by the OTLP sink: {spans['spans']} in {spans['requests']} exports")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--chats-c1", type=int, default=300)
+    parser.add_argument("--chats-c50", type=int, default=1500)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--before", help="a commit whose service is measured too (`before`)")
+    parser.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the services on one CPU, the load on the others (bench.core_split)",
+    )
+    parser.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
+    parser.add_argument("--out", default=str(ROOT / "bench-results"))
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.chats_c1, args.chats_c50, args.warmup = 1, 10, 60, 20
+    sink_port = free_port()
+    sink = Process(
+        [sys.executable, str(HERE / "otlp_sink.py"), "--port", str(sink_port)], sink_port
+    )
+    before = extracted(args.before) if args.before else None
+    try:
+        results = asyncio.run(measure(args, sink_port, before))
+        with urllib.request.urlopen(f"http://127.0.0.1:{sink_port}/count") as answer:
+            spans = json.loads(answer.read())
+    finally:
+        sink.stop()
+        if before is not None:
+            shutil.rmtree(before, ignore_errors=True)
+    print(report(results, spans))
+
+
+if __name__ == "__main__":
+    main()
