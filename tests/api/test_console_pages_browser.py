@@ -365,7 +365,6 @@ async def test_each_chart_draws_a_known_data_set(service: ConsoleService) -> Non
         await page.keyboard.press("End")
         await expect(readout).to_contain_text("search 6 calls")
         await expect(calls.locator(".cursor")).to_have_attribute("visibility", "visible")
-        await shot(page, "usage-known")
     assert (tab.cut, unexpected(tab)) == ([], [])
 
 
