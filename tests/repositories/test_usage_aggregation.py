@@ -18,7 +18,9 @@ from app.services.usage import usage_report, usage_window
 from tests.support.run_stores import mongodb_runs
 from tests.support.secantus import SecantusServer
 
-T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)  # a whole hour
+# A whole hour, three hours ago: records of the past, well within the TTL index's retention
+# (SecantusDB's TTL monitor, like MongoDB's, deletes records that ended before it).
+T0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
 
 
 def call(tool: str | None, status: str, ms: float, name: str = "fn") -> dict[str, Any]:
