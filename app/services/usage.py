@@ -89,15 +89,21 @@ async def _by_tool(
 ) -> dict[str, Any]:
     keys = [_tool_key(row) for row in await runs.tool_usage(window, tenant_id=tenant_id)]
     keys.sort(key=lambda k: (-k["calls"], k["key"]))
-    shown, rest = keys[:limit], keys[limit:]
+    shown = keys[:limit]
     rows = await runs.tool_usage_series(window, [k["key"] for k in shown], tenant_id=tenant_id)
-    series = {k["key"]: _empty_series(k["key"], count, ()) for k in shown}
-    if rest:
-        series[None] = _empty_series(OTHER, count, ())
+    series: dict[str | None, dict[str, Any]] = {
+        k["key"]: _empty_series(k["key"], count, ()) for k in shown
+    }
     for row in rows:
-        _add(series[row["key"]], row, int(row["bucket"]), ("calls", "errors"))
-    if rest:
-        shown.append(_summed(OTHER, rest, ("calls", "errors")))
+        # None: the other tools; or a tool first called between the two reads, counted there.
+        key = row["key"] if row["key"] in series else None
+        if key is None and None not in series:
+            series[None] = _empty_series(OTHER, count, ())
+        _add(series[key], row, int(row["bucket"]), ("calls", "errors"))
+    if None in series:  # the keys past `limit` as one, as its series counts them
+        other = series[None]
+        summed = {"calls": sum(other["calls"]), "errors": sum(other["errors"])}
+        shown.append(_summed(OTHER, [summed], ("calls", "errors")))
     calls, errors = sum(k["calls"] for k in keys), sum(k["errors"] for k in keys)
     failing = [k for k in keys if k["errors"]]
     failing.sort(key=lambda k: (-k["errors"], -k["error_rate"], k["key"]))

@@ -283,3 +283,24 @@ async def test_every_pipeline_opens_with_the_time_range_an_index_serves() -> Non
     window = {"started_at": {"$gte": WINDOW.since, "$lt": WINDOW.until}}
     assert [pipeline[0] for pipeline in database.sent] == [{"$match": window}] * 3
     assert RUNS_BY_TIME[0][0] == "started_at"
+
+
+class _CalledMeanwhile(MemoryRunRepository):
+    """A store to which a new tool's call arrives between the report's two reads."""
+
+    async def tool_usage(self, window: Any, *, tenant_id: str) -> list[dict[str, Any]]:
+        found = await super().tool_usage(window, tenant_id=tenant_id)
+        late = record(999, 30, [call("newcomer", "error", 5.0)])
+        await self.insert_many([late], tenant_id=tenant_id)
+        return found
+
+
+async def test_a_tool_first_called_between_the_two_reads_is_counted_as_other() -> None:
+    store = _CalledMeanwhile(limit=100)
+    await store.insert_many([record(1, 5, [call("dice", "ok", 1.0)])], tenant_id="acme")
+    report = await usage_report(store, WINDOW, tenant_id="acme", by="tool", bucket="1h", limit=5)
+    assert report["keys"] == [
+        {"key": "dice", "calls": 1, "errors": 0, "error_rate": 0.0, "p50_ms": 1.0, "p95_ms": 1.0},
+        {"key": "(other)", "calls": 1, "errors": 1, "error_rate": 1.0},
+    ]
+    assert report["series"][1] == {"key": "(other)", "calls": [1, 0], "errors": [1, 0]}

@@ -40,7 +40,9 @@ function verdicts(result) {
   const tools = result.tools || [];
   const skipped = result.skipped || [];
   const problems = result.problems || [];
-  const stored = result.dry_run ? null : (typeof result.stored === "number" ? result.stored : tools.length);
+  // What was stored: a count or a list where the service gives one, else the tools it answers.
+  const given = Array.isArray(result.stored) ? result.stored.length : result.stored;
+  const stored = result.dry_run ? null : (typeof given === "number" ? given : tools.length);
   const reasons = new Map();
   for (const s of skipped) {
     const reason = asText(s.reason ?? s);
