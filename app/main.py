@@ -24,6 +24,7 @@ from app.api import (
     secrets,
     tenants,
     tools,
+    usage,
 )
 from app.api.console import install_console
 from app.api.docs import install_docs, install_openapi
@@ -220,7 +221,7 @@ def create_app(
     _finish_openapi(app, settings)
     # /ping first of the routers (matching walks routes in order).
     routers = (health, tools, chat, runs, mcp_servers, model_providers, secrets, client_tokens)
-    for module in (*routers, categories, tenants):
+    for module in (*routers, usage, categories, tenants):
         app.include_router(module.router)
     app.include_router(mcp_metadata.router)
     app.include_router(openai_compat.router)  # /v1: OpenAI's API over the tool loop

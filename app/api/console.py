@@ -66,5 +66,5 @@ def install_console(app: FastAPI) -> None:
             headers={**SECURITY_HEADERS, "Cache-Control": "no-store"},
         )
 
-    for path in (CONSOLE_URL, f"{CONSOLE_URL}/"):
-        app.add_api_route(path, console_page, methods=["GET"], include_in_schema=False)
+    for path in (CONSOLE_URL, f"{CONSOLE_URL}/"):  # HEAD too: link checkers and monitors ask
+        app.add_api_route(path, console_page, methods=["GET", "HEAD"], include_in_schema=False)

@@ -10,7 +10,7 @@ from app.api.routing import StrictJSONRoute
 from app.deps import TenantDep, WriteLimit
 from app.schemas import examples
 from app.schemas.fields import SERVER_NAME_MAX, SERVER_NAME_PATTERN, Provider
-from app.schemas.mcp import McpServerCreate, McpServerOut, McpTool
+from app.schemas.mcp import McpServerCreate, McpServerOut, McpServerTest, McpServerUpdate, McpTool
 from app.schemas.problems import problem_responses
 
 router = APIRouter(
@@ -48,6 +48,34 @@ async def list_mcp_servers(tenant: TenantDep) -> Any:
 async def get_mcp_server(name: ServerNamePath, tenant: TenantDep) -> Any:
     """One server; header values are masked."""
     return await tenant.services.mcp_servers.get(name, tenant_id=tenant.id)
+
+
+@router.put(
+    "/{name}",
+    response_model=McpServerOut,
+    dependencies=[WriteLimit],
+    responses=problem_responses(400, 404, 413, 422, 429),
+)
+async def replace_mcp_server(
+    name: ServerNamePath,
+    body: Annotated[McpServerUpdate, Body(openapi_examples=examples.MCP_SERVER_UPDATE)],
+    tenant: TenantDep,
+) -> Any:
+    """Replace one of the tenant's servers but for its name (headers left out: kept); the same
+    checks as registering it. The operator's cannot be changed: 403."""
+    return await tenant.services.mcp_servers.replace(name, body, tenant_id=tenant.id)
+
+
+@router.post(
+    "/{name}/test",
+    response_model=McpServerTest,
+    response_model_exclude_none=True,
+    dependencies=[WriteLimit],
+    responses=problem_responses(404, 422, 429),
+)
+async def test_mcp_server(name: ServerNamePath, tenant: TenantDep) -> Any:
+    """Connect to the server now and list its tools; a failure is the answer's `error`."""
+    return await tenant.services.mcp_servers.test(name, tenant_id=tenant.id)
 
 
 @router.delete(

@@ -49,6 +49,7 @@ class ToolCallRecord:
     duration_ms: float
     note: str | None = None  # why the tool's output shaping did not apply
     approval: dict[str, Any] | None = None  # the person's decision, for a call that waited
+    started_ms: float | None = None  # from the run's start (`ChatResult.started`)
 
 
 @dataclass
@@ -63,6 +64,9 @@ class ChatResult:
     pending: list[PendingCall] = field(default_factory=list)  # with approval_required
     # Every approval of the run: waiting calls and decisions on them (the run record keeps it).
     approvals: list[dict[str, Any]] = field(default_factory=list)
+    # The run's timeline: when it started (time.perf_counter) and each model call from there.
+    started: float = field(default_factory=time.perf_counter)
+    model_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ class _Run:
     chat: ChatRun
     by_name: dict[str, TypedTool]
     emit: EventSink | None
+    started: float  # the run's start (time.perf_counter): calls are placed from it
 
 
 class ChatLoop:
@@ -148,7 +153,7 @@ class ChatLoop:
 
     async def _run(self, chat: ChatRun, events: EventSink | None, result: ChatResult) -> ChatResult:
         schemas = [tool.schema for tool in chat.tools] or None
-        run = _Run(chat, {tool.name: tool for tool in chat.tools}, events)
+        run = _Run(chat, {tool.name: tool for tool in chat.tools}, events, result.started)
         messages = result.messages
         messages.extend(chat.messages)
         if chat.resume:
@@ -157,11 +162,12 @@ class ChatLoop:
             last = iteration == chat.max_iterations
             if events:
                 await events("iteration", {"n": iteration})
-            started = time.perf_counter()
+            started, turn = time.perf_counter(), None
             try:
                 turn = await self._call_model(run, messages, None if last else schemas)
             finally:
                 self._metrics.model_seconds.observe(time.perf_counter() - started)
+                result.model_calls.append(_model_call(result.started, started, turn))
             result.iterations, result.usage = iteration, result.usage + turn.usage
             result.finish_reason = turn.finish
             # Tool calls are read from the message, not finish_reason: some gateways say "stop".
@@ -295,6 +301,7 @@ class ChatLoop:
                 tool, arguments, scope, progress=watcher, call_id=call.id
             )
         record, content = _recorded(call, shown, result, time.perf_counter() - started)
+        record.started_ms = _ms(started - run.started)
         if decision is not None:
             record.approval = decision.shown()
         if run.emit:
@@ -325,6 +332,22 @@ def _recorded(
         note=result.note,
     )
     return record, content
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+def _model_call(run_started: float, started: float, turn: ModelTurn | None) -> dict[str, Any]:
+    """A model call on the run's timeline; without a turn it failed (or was cancelled)."""
+    call: dict[str, Any] = {
+        "started_ms": _ms(started - run_started),
+        "duration_ms": _ms(time.perf_counter() - started),
+        "status": "ok" if turn is not None else "error",
+    }
+    if turn is not None:
+        call["total_tokens"] = turn.usage.total_tokens
+    return call
 
 
 def _progress_events(emit: EventSink, call_id: str) -> ProgressSink:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pymongo import ASCENDING
+from pymongo import ASCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from app.errors import ConflictError
@@ -48,6 +48,18 @@ class McpServerRepository:
     async def delete(self, name: str, *, tenant_id: str) -> Document | None:
         doc: Document | None = await self._servers(tenant_id).find_one_and_delete(
             {"name": name}, projection=_NO_ID
+        )
+        return doc
+
+    async def replace(self, name: str, document: Document, *, tenant_id: str) -> Document | None:
+        """Every field of the entry but its name and creation time; None if it is gone."""
+        fields = {**document, "updated_at": utc_now()}
+        fields.pop("name", None)
+        doc: Document | None = await self._servers(tenant_id).find_one_and_update(
+            {"name": name},
+            {"$set": fields},
+            projection=_NO_ID,
+            return_document=ReturnDocument.AFTER,
         )
         return doc
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from bson.errors import InvalidDocument
@@ -15,6 +16,7 @@ from pymongo.errors import BulkWriteError, DocumentTooLarge, WriteError
 from app.repositories.database import Database, Document, aggregate
 from app.repositories.storable import storable_record
 from app.schemas.runs import RunQuery
+from app.schemas.usage import UsageWindow
 
 logger = logging.getLogger(__name__)
 # What the driver refuses before anything is sent: integers beyond 64 bits, NUL in a key, size.
@@ -23,6 +25,13 @@ _REFUSED = (OverflowError, InvalidDocument, DocumentTooLarge, RecursionError, Va
 
 _NO_ID = {"_id": 0}
 _DUPLICATE_KEY = 11000
+# Newest first (the runs page) and a time range (the usage aggregation's first stage): one index.
+RUNS_BY_TIME = [("started_at", DESCENDING), ("run_id", DESCENDING)]
+# A tool call's key in the usage aggregation: its tool id (a call of an unknown tool: its name).
+_TOOL_KEY = {"$ifNull": ["$tool_calls.tool_id", "$tool_calls.name"]}
+_FAILED_CALL = {"$cond": [{"$eq": ["$tool_calls.status", "error"]}, 1, 0]}
+# A chat's model calls: those it recorded (a failed one too), else (older records) its turns.
+_MODEL_CALLS = {"$cond": [{"$isArray": "$model_calls"}, {"$size": "$model_calls"}, "$iterations"]}
 
 
 class RunRepository:
@@ -35,7 +44,7 @@ class RunRepository:
 
     async def ensure_indexes(self, *, tenant_id: str) -> None:
         runs = self._runs(tenant_id)
-        await runs.create_index([("started_at", DESCENDING), ("run_id", DESCENDING)])
+        await runs.create_index(RUNS_BY_TIME)
         # Not unique: ids are random 128-bit values; the index serves lookups.
         await runs.create_index([("run_id", ASCENDING)])
         await runs.create_index([("tool_calls.tool_id", ASCENDING), ("started_at", DESCENDING)])
@@ -146,8 +155,123 @@ class RunRepository:
             dict(found[0]) if found else {"calls": 0, "errors": 0, "p50_ms": None, "p95_ms": None}
         )
 
+    async def tool_usage(self, window: UsageWindow, *, tenant_id: str) -> list[Document]:
+        """Per tool over the window: calls, errors and the nearest-rank p50/p95 duration."""
+        pipeline: list[Document] = [
+            *_tool_calls_in(window),
+            {"$sort": {"tool_calls.duration_ms": ASCENDING}},
+            {
+                "$group": {
+                    "_id": _TOOL_KEY,
+                    "calls": {"$sum": 1},
+                    "errors": {"$sum": _FAILED_CALL},
+                    "durations": {"$push": "$tool_calls.duration_ms"},
+                }
+            },
+            {
+                "$project": {
+                    "_id": 0,
+                    "key": "$_id",
+                    "calls": 1,
+                    "errors": 1,
+                    "p50_ms": _nearest_rank("$durations", "$calls", 0.5),
+                    "p95_ms": _nearest_rank("$durations", "$calls", 0.95),
+                }
+            },
+        ]
+        return await aggregate(self._runs(tenant_id), pipeline)
+
+    async def tool_usage_series(
+        self, window: UsageWindow, keys: Sequence[str], *, tenant_id: str
+    ) -> list[Document]:
+        """Per bucket: the calls and errors of each tool of `keys`, and of all the others
+        together (key None)."""
+        key = {"$cond": [{"$in": [_TOOL_KEY, list(keys)]}, _TOOL_KEY, None]}
+        pipeline: list[Document] = [
+            *_tool_calls_in(window),
+            {
+                "$group": {
+                    "_id": {"key": key, "bucket": _bucket_of(window)},
+                    "calls": {"$sum": 1},
+                    "errors": {"$sum": _FAILED_CALL},
+                }
+            },
+            {
+                "$project": {
+                    "_id": 0,
+                    "key": "$_id.key",
+                    "bucket": "$_id.bucket",
+                    "calls": 1,
+                    "errors": 1,
+                }
+            },
+        ]
+        return await aggregate(self._runs(tenant_id), pipeline)
+
+    async def model_usage_series(self, window: UsageWindow, *, tenant_id: str) -> list[Document]:
+        """Per provider, model and bucket: chats, model calls, chats ended `error`, tokens."""
+        pipeline: list[Document] = [
+            _window_match(window),
+            {"$match": {"kind": "chat"}},
+            {
+                "$group": {
+                    "_id": {
+                        "provider": {"$ifNull": ["$provider", None]},
+                        "model": {"$ifNull": ["$model", None]},
+                        "bucket": _bucket_of(window),
+                    },
+                    "runs": {"$sum": 1},
+                    "calls": {"$sum": _MODEL_CALLS},
+                    "errors": {"$sum": {"$cond": [{"$eq": ["$stop_reason", "error"]}, 1, 0]}},
+                    "prompt_tokens": {"$sum": "$usage.prompt_tokens"},
+                    "completion_tokens": {"$sum": "$usage.completion_tokens"},
+                    "total_tokens": {"$sum": "$usage.total_tokens"},
+                }
+            },
+            {
+                "$project": {
+                    "_id": 0,
+                    "provider": "$_id.provider",
+                    "model": "$_id.model",
+                    "bucket": "$_id.bucket",
+                    "runs": 1,
+                    "calls": 1,
+                    "errors": 1,
+                    "prompt_tokens": 1,
+                    "completion_tokens": 1,
+                    "total_tokens": 1,
+                }
+            },
+        ]
+        return await aggregate(self._runs(tenant_id), pipeline)
+
     async def drop_all(self, *, tenant_id: str) -> None:
         await self._runs(tenant_id).drop()
+
+
+def _window_match(window: UsageWindow) -> Document:
+    """The usage aggregations' first stage, served by RUNS_BY_TIME: the tenant's records (here
+    the collection is the tenant's own; a collection shared by tenants adds `tenant_id` first,
+    as its indexes lead with it) in the window."""
+    return {"$match": {"started_at": {"$gte": window.since, "$lt": window.until}}}
+
+
+def _tool_calls_in(window: UsageWindow) -> list[Document]:
+    """One document per tool call of the window's records (a record stored reduced, its calls
+    replaced by a marker, has none)."""
+    return [
+        _window_match(window),
+        {"$project": {"_id": 0, "started_at": 1, "tool_calls": 1}},
+        {"$unwind": "$tool_calls"},
+        {"$match": {"tool_calls.status": {"$in": ["ok", "error"]}}},
+    ]
+
+
+def _bucket_of(window: UsageWindow) -> Document:
+    """The record's bucket index: whole buckets from the window's origin. (`$dateTrunc` would
+    say it in one word; the embedded store lacks it, and both have these.)"""
+    elapsed = {"$subtract": ["$started_at", window.origin]}
+    return {"$floor": {"$divide": [elapsed, window.bucket_ms]}}
 
 
 def _nearest_rank(values: str, count: str, fraction: float) -> Document:
@@ -170,6 +294,16 @@ class RunStore(Protocol):
     async def tool_stats(
         self, tool_id: str, *, tenant_id: str, since: datetime, until: datetime
     ) -> Document: ...
+
+    async def tool_usage(self, window: UsageWindow, *, tenant_id: str) -> list[Document]: ...
+
+    async def tool_usage_series(
+        self, window: UsageWindow, keys: Sequence[str], *, tenant_id: str
+    ) -> list[Document]: ...
+
+    async def model_usage_series(
+        self, window: UsageWindow, *, tenant_id: str
+    ) -> list[Document]: ...
 
     async def drop_all(self, *, tenant_id: str) -> None: ...
 
@@ -233,8 +367,86 @@ class MemoryRunRepository:
             "p95_ms": _rank(durations, 0.95),
         }
 
+    def _in_window(self, window: UsageWindow, tenant_id: str) -> list[Document]:
+        return [
+            run
+            for run in self._runs.get(tenant_id, ())
+            if window.since <= run["started_at"] < window.until
+        ]
+
+    def _calls_in(self, window: UsageWindow, tenant_id: str) -> list[tuple[Document, Document]]:
+        return [
+            (run, call)
+            for run in self._in_window(window, tenant_id)
+            if isinstance(run.get("tool_calls"), list)
+            for call in run["tool_calls"]
+            if isinstance(call, dict) and call.get("status") in ("ok", "error")
+        ]
+
+    async def tool_usage(self, window: UsageWindow, *, tenant_id: str) -> list[Document]:
+        durations: dict[str, list[float]] = {}
+        errors: dict[str, int] = {}
+        for _, call in self._calls_in(window, tenant_id):
+            key = str(call.get("tool_id") or call.get("name"))
+            durations.setdefault(key, []).append(call["duration_ms"])
+            errors[key] = errors.get(key, 0) + (call["status"] == "error")
+        found = []
+        for key, spent in durations.items():
+            spent.sort()
+            found.append(
+                {
+                    "key": key,
+                    "calls": len(spent),
+                    "errors": errors[key],
+                    "p50_ms": _rank(spent, 0.5),
+                    "p95_ms": _rank(spent, 0.95),
+                }
+            )
+        return found
+
+    async def tool_usage_series(
+        self, window: UsageWindow, keys: Sequence[str], *, tenant_id: str
+    ) -> list[Document]:
+        wanted = set(keys)
+        rows: dict[tuple[str | None, int], Document] = {}
+        for run, call in self._calls_in(window, tenant_id):
+            key = str(call.get("tool_id") or call.get("name"))
+            at = (key if key in wanted else None, _bucket(run, window))
+            row = rows.setdefault(at, {"key": at[0], "bucket": at[1], "calls": 0, "errors": 0})
+            row["calls"] += 1
+            row["errors"] += call["status"] == "error"
+        return list(rows.values())
+
+    async def model_usage_series(self, window: UsageWindow, *, tenant_id: str) -> list[Document]:
+        rows: dict[tuple[str | None, str | None, int], Document] = {}
+        for run in self._in_window(window, tenant_id):
+            if run.get("kind") != "chat":
+                continue
+            at = (run.get("provider"), run.get("model"), _bucket(run, window))
+            row = rows.setdefault(at, dict(zip(("provider", "model", "bucket"), at, strict=True)))
+            usage = run.get("usage") or {}
+            for name, value in (
+                ("runs", 1),
+                ("calls", _model_calls(run)),
+                ("errors", run.get("stop_reason") == "error"),
+                ("prompt_tokens", usage.get("prompt_tokens", 0)),
+                ("completion_tokens", usage.get("completion_tokens", 0)),
+                ("total_tokens", usage.get("total_tokens", 0)),
+            ):
+                row[name] = row.get(name, 0) + int(value)
+        return list(rows.values())
+
     async def drop_all(self, *, tenant_id: str) -> None:
         self._runs.pop(tenant_id, None)
+
+
+def _model_calls(run: Document) -> int:
+    calls = run.get("model_calls")
+    return len(calls) if isinstance(calls, list) else int(run.get("iterations", 0))
+
+
+def _bucket(run: Document, window: UsageWindow) -> int:
+    return int((run["started_at"] - window.origin) // timedelta(seconds=window.bucket_s))
 
 
 def _rank(ordered: list[float], fraction: float) -> float | None:

@@ -125,6 +125,17 @@ MCP_SERVER: Examples = {
     },
 }
 
+MCP_SERVER_UPDATE: Examples = {
+    "disable": {
+        "summary": "Disable the server `docs` (its headers kept: they are left out)",
+        "value": {
+            "type": "streamable-http",
+            "url": "https://mcp.example.com/mcp",
+            "enabled": False,
+        },
+    },
+}
+
 SECRET: Examples = {
     "token": {
         "summary": "An API token (try it with name `helpdesk_token`)",

@@ -58,17 +58,11 @@ ToolExclusion: Any = Field(
 )
 
 
-class McpServerCreate(ClientModel):
-    """A tenant's MCP server, reached over HTTP. (`stdio` servers are operator-only.)"""
+class McpServerFields(ClientModel):
+    """What a tenant's server is, whether created or replaced."""
 
-    name: ServerName = Field(description="Prefix of the server's tools in chats: `{name}__{tool}`.")
     type: Literal["streamable-http", "sse"]
     url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$", max_length=2048)]
-    headers: dict[HeaderName, HeaderValue] = Field(
-        default_factory=dict,
-        max_length=MAX_HEADERS,
-        description="Sent on every request (tokens, keys). Stored as secrets: never returned.",
-    )
     description: Description = ""
     context: dict[Name, ContextMapping] = Field(
         default_factory=dict,
@@ -77,14 +71,61 @@ class McpServerCreate(ClientModel):
     )
     include: list[McpToolName] | None = ToolSelection
     exclude: list[McpToolName] = ToolExclusion
+    enabled: bool = Field(
+        default=True,
+        description="A disabled server stays registered, but no chat, invoke or `/mcp` "
+        "listing uses its tools.",
+    )
 
-    @field_validator("headers")
+    @field_validator("headers", check_fields=False)  # each kind of body declares its own
     @classmethod
-    def _not_transport_headers(cls, headers: dict[str, str]) -> dict[str, str]:
-        problems = reserved_header_problems(headers, mcp=True)
+    def _not_transport_headers(cls, headers: dict[str, str] | None) -> dict[str, str] | None:
+        problems = reserved_header_problems(headers or {}, mcp=True)
         if problems:
             raise ValueError("; ".join(problems))
         return headers
+
+
+class McpServerCreate(McpServerFields):
+    """A tenant's MCP server, reached over HTTP. (`stdio` servers are operator-only.)"""
+
+    name: ServerName = Field(description="Prefix of the server's tools in chats: `{name}__{tool}`.")
+    headers: dict[HeaderName, HeaderValue] = Field(
+        default_factory=dict,
+        max_length=MAX_HEADERS,
+        description="Sent on every request (tokens, keys). Stored as secrets: never returned.",
+    )
+
+
+class McpServerUpdate(McpServerFields):
+    """A tenant's MCP server replaced whole, but for its name and, when `headers` is left out,
+    its stored header values (they are never shown, so a client cannot send them back)."""
+
+    headers: dict[HeaderName, HeaderValue] | None = Field(
+        default=None,
+        max_length=MAX_HEADERS,
+        description="Replaces every stored header; left out, the stored ones are kept (unless "
+        "the URL moves to another origin: then they must be given again).",
+    )
+
+
+class McpServerToolSeen(BaseModel):
+    tool_id: str = Field(description="As it joins a chat: `{server}__{tool}`.")
+    name: str = Field(description="Its name on the server.")
+    description: str
+
+
+class McpServerTest(BaseModel):
+    """What connecting to a server now found: its tools (as a chat would be offered them), or
+    why it could not list them."""
+
+    name: str
+    ok: bool
+    duration_ms: float
+    tools: list[McpServerToolSeen]
+    error: str | None = Field(
+        default=None, description="Why the server could not be reached or did not list its tools."
+    )
 
 
 class McpServerOut(BaseModel):
@@ -99,7 +140,9 @@ class McpServerOut(BaseModel):
     context: dict[str, dict[str, str]] = Field(default_factory=dict)
     include: list[str] | None = None
     exclude: list[str] = Field(default_factory=list)
+    enabled: bool = True
     created_at: datetime | None = None
+    updated_at: datetime | None = None
     warnings: list[str] | None = Field(
         default=None,
         description="At create: why `include`/`exclude` could not be checked against the "

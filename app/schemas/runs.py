@@ -21,6 +21,12 @@ class RunToolCall(BaseModel):
     tool_id: str | None = None
     status: Literal["ok", "error"]
     duration_ms: float
+    started_ms: float | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="When the call started, in ms from the run's start (records written "
+        "before this field have none).",
+    )
     arguments: Any  # as the model sent them; never context values
     note: str | None = Field(
         default=None,
@@ -32,6 +38,15 @@ class RunToolCall(BaseModel):
         exclude_if=lambda value: value is None,
         description="The person's decision (`approved`, `reason`), for a call that waited.",
     )
+
+
+class RunModelCall(BaseModel):
+    """A chat's call of the model, on the run's timeline."""
+
+    started_ms: float = Field(description="From the run's start.")
+    duration_ms: float
+    status: Literal["ok", "error"] = Field(description="`error`: it failed or was cancelled.")
+    total_tokens: int | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class RunApproval(BaseModel):
@@ -77,6 +92,12 @@ class Run(BaseModel):
         "`refusal`, `content_filter`; None when the endpoint did not say.",
     )
     tool_calls: list[RunToolCall]
+    model_calls: list[RunModelCall] | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="Chats: each model call, in order, with when it started and how long it "
+        "took (records written before this field have none).",
+    )
     messages: list[dict[str, Any]] | None = Field(
         default=None,
         exclude_if=lambda value: value is None,

@@ -229,12 +229,14 @@ def _fill_record(
             "tool_id": tool_ids.get(call.name),
             "status": call.status,
             "duration_ms": call.duration_ms,
+            "started_ms": call.started_ms,
             "arguments": call.arguments,
             **({"note": call.note} if call.note else {}),
             **({"approval": call.approval} if call.approval is not None else {}),
         }
         for call in progress.tool_calls
     ]
+    run.extra["model_calls"] = progress.model_calls
     if progress.approvals:
         run.extra["approvals"] = progress.approvals
     if keep_messages:

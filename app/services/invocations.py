@@ -262,6 +262,7 @@ def _fill_record(
             "tool_id": tool.tool_id,
             "status": result.status if result else "error",
             "duration_ms": result.duration_ms if result else 0.0,
+            "started_ms": 0.0,  # the record starts as the call does
             "arguments": arguments,
             **({"note": result.note} if result and result.note else {}),
         }

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 from app.crypto import SecretBox, UnsealError, associated_data
 from app.errors import (
@@ -18,11 +20,11 @@ from app.errors import (
 )
 from app.limits import Fence, local_fence
 from app.mcp.config import McpServer
-from app.mcp.hub import McpHub
+from app.mcp.hub import McpHub, McpTimeoutError, McpUnavailableError
 from app.mcp.tools import mcp_server_tool, mcp_tool_document
 from app.repositories.mcp_servers import McpServerRepository
 from app.schemas.fields import Provider
-from app.schemas.mcp import McpServerCreate
+from app.schemas.mcp import McpServerCreate, McpServerFields, McpServerUpdate
 from app.services.outbound import TenantOutbound
 from app.services.secrets import ResealReport
 from app.tools.netguard import OutboundPolicy, url_problems
@@ -66,25 +68,11 @@ class McpServerService:
         return {n: s for n, s in self._operator.items() if s.available_to(tenant_id)}
 
     async def create(self, body: McpServerCreate, *, tenant_id: str) -> dict[str, Any]:
-        problems = url_problems(body.url, await self._outbound.policy(tenant_id))
-        if problems:
-            raise UnprocessableError(
-                "The server's URL is not allowed.",
-                errors=[field_error("$.url", problem) for problem in problems],
-            )
+        await self._check_url(body.url, tenant_id)
         if body.name in self._operator_for(tenant_id):
             raise ConflictError(f"'{body.name}' is the name of a server the operator provides")
-
-        document = {
-            **body.model_dump(),
-            "headers": {
-                header: self._box.seal(value, _header_aad(tenant_id, body.name, header))
-                for header, value in body.headers.items()
-            },
-            "context": {k: v.model_dump(exclude_none=True) for k, v in body.context.items()},
-            "revision": uuid.uuid4().hex,
-        }
-        warnings = await self._selection_warnings(body, document, tenant_id)
+        document = self._document(body.name, body, body.headers, tenant_id)
+        warnings = await self._selection_warnings(body, document, body.headers, tenant_id)
         async with self._fence(tenant_id, "MCP servers"):  # the cap holds exactly
             if await self._servers.count(tenant_id=tenant_id) >= self._max_servers:
                 raise ConflictError(
@@ -92,11 +80,75 @@ class McpServerService:
                     "(MAX_MCP_SERVERS_PER_TENANT); delete one first"
                 )
             stored = await self._servers.insert(document, tenant_id=tenant_id)
-        shown = _shown(self._server(stored, tenant_id), stored.get("created_at"))
+        return self._shown_stored(stored, tenant_id, warnings)
+
+    async def replace(self, name: str, body: McpServerUpdate, *, tenant_id: str) -> dict[str, Any]:
+        """Replace one of the tenant's servers but for its name (and, when `headers` is left
+        out, its stored header values); the same checks as `create`."""
+        if name in self._operator_for(tenant_id):
+            raise ForbiddenError(f"'{name}' is configured by the operator and cannot be changed")
+        stored = await self._servers.get(name, tenant_id=tenant_id)
+        if stored is None:
+            raise NotFoundError(f"no MCP server named '{name}'")
+        await self._check_url(body.url, tenant_id)
+        headers = body.headers
+        if headers is None:
+            headers = self._server(stored, tenant_id).headers
+            if headers and _origin(body.url) != _origin(stored["url"]):
+                raise UnprocessableError(
+                    "The server's headers must be given again.",
+                    errors=[
+                        field_error(
+                            "$.headers",
+                            "the URL moves to another origin: the stored values were sent "
+                            f"to {_origin(stored['url'])} only",
+                        )
+                    ],
+                )
+        document = self._document(name, body, headers, tenant_id)
+        warnings = await self._selection_warnings(body, document, headers, tenant_id)
+        replaced = await self._servers.replace(name, document, tenant_id=tenant_id)
+        if replaced is None:  # deleted meanwhile
+            raise NotFoundError(f"no MCP server named '{name}'")
+        self._hub.forget(McpServer.from_tenant_document({**stored, "headers": {}}))
+        return self._shown_stored(replaced, tenant_id, warnings)
+
+    async def _check_url(self, url: str, tenant_id: str) -> None:
+        problems = url_problems(url, await self._outbound.policy(tenant_id))
+        if problems:
+            raise UnprocessableError(
+                "The server's URL is not allowed.",
+                errors=[field_error("$.url", problem) for problem in problems],
+            )
+
+    def _document(
+        self, name: str, body: McpServerFields, headers: dict[str, str], tenant_id: str
+    ) -> dict[str, Any]:
+        """What is stored: header values sealed, a new revision (cached lists and pooled
+        sessions of an earlier one are never used for it)."""
+        return {
+            **body.model_dump(exclude={"headers"}),
+            "name": name,
+            "headers": {
+                header: self._box.seal(value, _header_aad(tenant_id, name, header))
+                for header, value in headers.items()
+            },
+            "context": {k: v.model_dump(exclude_none=True) for k, v in body.context.items()},
+            "revision": uuid.uuid4().hex,
+        }
+
+    def _shown_stored(
+        self, stored: dict[str, Any], tenant_id: str, warnings: list[str]
+    ) -> dict[str, Any]:
+        shown = _shown_document(self._server(stored, tenant_id), stored)
         return {**shown, "warnings": warnings} if warnings else shown
 
     async def _selection_warnings(
-        self, body: McpServerCreate, document: dict[str, Any], tenant_id: str
+        self,
+        body: McpServerFields,
+        document: dict[str, Any],
+        headers: dict[str, str],
+        tenant_id: str,
     ) -> list[str]:
         """`include`/`exclude` naming a tool the server does not list: 422. The server is asked
         within the listing deadline; if it cannot answer then, the entry is taken with a
@@ -106,7 +158,7 @@ class McpServerService:
             return []
         policy = await self._outbound.policy(tenant_id)
         probe = dataclasses.replace(  # every tool it lists, none filtered out
-            McpServer.from_tenant_document({**document, "headers": dict(body.headers)}),
+            McpServer.from_tenant_document({**document, "headers": dict(headers)}),
             include=None,
             exclude=frozenset(),
             policy=policy,
@@ -149,7 +201,7 @@ class McpServerService:
     async def all(self, *, tenant_id: str) -> list[dict[str, Any]]:
         shown = [_shown(s) for s in self._operator_for(tenant_id).values()]
         shown += [
-            _shown(self._server(doc, tenant_id), doc.get("created_at"))
+            _shown_document(self._server(doc, tenant_id), doc)
             for doc in await self._servers.all(tenant_id=tenant_id)
         ]
         return sorted(shown, key=lambda s: s["name"])
@@ -161,7 +213,7 @@ class McpServerService:
         doc = await self._servers.get(name, tenant_id=tenant_id)
         if doc is None:
             raise NotFoundError(f"no MCP server named '{name}'")
-        return _shown(self._server(doc, tenant_id), doc.get("created_at"))
+        return _shown_document(self._server(doc, tenant_id), doc)
 
     async def delete(self, name: str, *, tenant_id: str) -> None:
         if name in self._operator_for(tenant_id):
@@ -174,7 +226,7 @@ class McpServerService:
     async def usable(self, *, tenant_id: str) -> list[McpServer]:
         """Every server the tenant may use: the operator's open to it, then its own."""
         servers = list(self._operator_for(tenant_id).values())
-        own = await self._servers.all(tenant_id=tenant_id)
+        own = [doc for doc in await self._servers.all(tenant_id=tenant_id) if _enabled(doc)]
         if own:
             policy = await self._outbound.policy(tenant_id)
             servers += [self._server(doc, tenant_id, policy) for doc in own]
@@ -185,6 +237,7 @@ class McpServerService:
         operator = self._operator_for(tenant_id)
         found: list[McpServer] = []
         missing: list[str] = []
+        disabled: list[str] = []
         for name in dict.fromkeys(names):
             if name in operator:
                 found.append(operator[name])
@@ -192,25 +245,56 @@ class McpServerService:
             doc = await self._servers.get(name, tenant_id=tenant_id)
             if doc is None:
                 missing.append(name)
+            elif not _enabled(doc):
+                disabled.append(name)
             else:
                 policy = await self._outbound.policy(tenant_id)
                 found.append(self._server(doc, tenant_id, policy))
-        if missing:
+        if missing or disabled:
+            why = [("unknown", missing), ("disabled", disabled)]
             raise UnprocessableError(
-                "Some requested MCP servers do not exist.",
-                errors=[field_error(path, f"unknown: {', '.join(missing)}")],
+                "Some requested MCP servers do not exist or are disabled."
+                if disabled
+                else "Some requested MCP servers do not exist.",
+                errors=[field_error(path, f"{w}: {', '.join(n)}") for w, n in why if n],
             )
         return found
+
+    async def _named(self, name: str, *, tenant_id: str) -> McpServer:
+        """One server the tenant has, enabled or not, ready to connect to; else a 404."""
+        operator = self._operator_for(tenant_id).get(name)
+        if operator is not None:
+            return operator
+        doc = await self._servers.get(name, tenant_id=tenant_id)
+        if doc is None:
+            raise NotFoundError(f"no MCP server named '{name}'")
+        return self._server(doc, tenant_id, await self._outbound.policy(tenant_id))
 
     async def tools(self, name: str, *, tenant_id: str) -> list[McpServerTool]:
         """The server's tools, typed (connects unless the list is cached); 404 for a server the
         tenant cannot use."""
-        try:
-            [server] = await self.resolve([name], tenant_id=tenant_id, path="name")
-        except UnprocessableError:
-            raise NotFoundError(f"no MCP server named '{name}'") from None
+        server = await self._named(name, tenant_id=tenant_id)
         tools = await self._hub.server_tools(server, {}, tenant_id=tenant_id)
         return [mcp_server_tool(server, tool) for tool in tools]
+
+    async def test(self, name: str, *, tenant_id: str) -> dict[str, Any]:
+        """Connect now (its cached list set aside) and list the server's tools as a chat would
+        be offered them, or say why that failed (an McpServerTest)."""
+        server = await self._named(name, tenant_id=tenant_id)
+        self._hub.forget_lists(server)
+        started = time.perf_counter()
+        found: dict[str, Any] = {"name": name, "ok": True, "tools": []}
+        try:
+            listed = await self._hub.server_tools(server, {}, tenant_id=tenant_id)
+        except (McpUnavailableError, McpTimeoutError) as exc:
+            found.update(ok=False, error=exc.message)
+        else:
+            found["tools"] = [
+                {"tool_id": t.tool_id, "name": t.mcp_tool, "description": t.description}
+                for t in (mcp_server_tool(server, tool) for tool in listed)
+            ]
+        found["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        return found
 
     async def tools_json(
         self, name: str, *, tenant_id: str, provider: Provider | None
@@ -249,6 +333,24 @@ async def reseal_mcp_headers(
 
 def _header_aad(tenant_id: str, server: str, header: str) -> bytes:
     return associated_data(tenant_id, "mcp", server, header.lower())
+
+
+def _enabled(doc: dict[str, Any]) -> bool:
+    return bool(doc.get("enabled", True))  # entries stored before `enabled` existed: enabled
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """Scheme, host and port: where header values go."""
+    parts = urlsplit(url)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
+
+
+def _shown_document(server: McpServer, doc: dict[str, Any]) -> dict[str, Any]:
+    shown = _shown(server, doc.get("created_at"))
+    shown["enabled"] = _enabled(doc)
+    if doc.get("updated_at") is not None:
+        shown["updated_at"] = doc["updated_at"]
+    return shown
 
 
 def _shown(server: McpServer, created_at: Any = None) -> dict[str, Any]:

@@ -22,7 +22,9 @@ from app.repositories.database import utc_now
 from app.repositories.runs import RunStore
 from app.repositories.storable import storable
 from app.schemas.runs import Run, RunKind, RunQuery, RunStatus, Usage
+from app.schemas.usage import BucketSize, UsageBy
 from app.services.run_recorder import RunRecorder as RunRecorder  # where callers import it
+from app.services.usage import usage_report, usage_window
 from app.telemetry import annotate
 
 logger = logging.getLogger(__name__)
@@ -189,6 +191,22 @@ class RunService:
             "p50_ms": found.get("p50_ms") if calls else None,
             "p95_ms": found.get("p95_ms") if calls else None,
         }
+
+    async def usage(
+        self,
+        *,
+        tenant_id: str,
+        by: UsageBy,
+        since: datetime | None,
+        until: datetime | None,
+        bucket: BucketSize,
+        limit: int,
+    ) -> dict[str, Any]:
+        """Usage per tool or per model over a window (a UsageReport), computed by the database."""
+        window = usage_window(since=since, until=until, bucket=bucket, now=utc_now())
+        return await usage_report(
+            self._runs, window, tenant_id=tenant_id, by=by, bucket=bucket, limit=limit
+        )
 
 
 def shown_run(stored: dict[str, Any]) -> bytes:

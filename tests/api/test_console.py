@@ -46,6 +46,23 @@ async def test_the_page_and_its_assets_carry_the_policy() -> None:
         assert 'route="/console",status="200"' in metrics
 
 
+async def test_head_answers_as_get_does_without_a_body() -> None:
+    async with (
+        running_app(make_settings(), functions.registry) as app,
+        http_client(app) as client,
+    ):
+        for path in ("/console", "/console/", "/console/assets/main.js"):
+            page = await client.get(path)
+            head = await client.head(path)
+            assert head.status_code == 200, path
+            assert head.content == b""
+            assert head.headers["content-type"] == page.headers["content-type"]
+            assert (
+                head.headers["content-security-policy"] == page.headers["content-security-policy"]
+            )
+            assert head.headers["content-length"] == str(len(page.content))
+
+
 def test_no_inline_script_and_no_markup_sinks() -> None:
     html = (CONSOLE / "index.html").read_text()
     assert re.findall(r"<script(?![^>]*\bsrc=)[^>]*>", html) == []
@@ -72,6 +89,7 @@ async def test_behind_a_proxy_prefix_the_page_names_its_assets_there() -> None:
         ("GET", "/console/assets/" + "a/" * 2000 + "x.js", 404),
         ("GET", "/console/assets/missing.js", 404),
         ("POST", "/console", 405),
+        ("PUT", "/console/", 405),
         ("DELETE", "/console/assets/main.js", 405),
     ],
 )

@@ -5,7 +5,6 @@ the pictures go to docs/console/ (docs/console.md shows them)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -17,41 +16,23 @@ import yaml
 from playwright.async_api import Page, expect
 
 from tests.support.apps import ADMIN_KEY
-from tests.support.browser import Tab, browser_tab
-from tests.support.console import HOSTILE, SCREENSHOTS, ConsoleService, console_service
-from tests.support.screenshots import stamped
+from tests.support.browser import browser_tab
+from tests.support.console import (
+    HOSTILE,
+    SHOP,
+    ConsoleService,
+    Held,
+    console_service,
+    new_tenant,
+    shot,
+    sign_in,
+    unexpected,
+    unlabelled,
+)
 from tests.support.waiting import within
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-SHOP = {
-    "openapi": "3.1.0",
-    "info": {"title": "Shop", "version": "1"},
-    "servers": [{"url": "https://shop.example.com"}],
-    "paths": {
-        "/orders/{order_id}": {
-            "get": {
-                "operationId": "getOrder",
-                "parameters": [
-                    {
-                        "name": "order_id",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "string"},
-                    }
-                ],
-            }
-        },
-        "/upload": {
-            "post": {
-                "operationId": "upload",
-                "requestBody": {
-                    "content": {"application/octet-stream": {"schema": {"format": "binary"}}}
-                },
-            }
-        },
-    },
-}
 WEATHER = {
     "tool_id": "weather-api",
     "type": "external",
@@ -75,58 +56,6 @@ WEATHER = {
 def service() -> Iterator[ConsoleService]:
     with console_service() as running:
         yield running
-
-
-async def shot(page: Page, name: str) -> None:
-    """The page as a PNG stamped with the navigation it shows (who is signed in, which links):
-    tests/api/test_console.py checks the committed pictures against the console's pages."""
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    png = await page.screenshot(full_page=True)
-    role = await page.evaluate(
-        "JSON.parse(sessionStorage.getItem('toolgate.console.credential') || 'null')?.role ?? null"
-    )
-    nav = await page.locator("#nav a").all_inner_texts()
-    (SCREENSHOTS / f"{name}.png").write_bytes(stamped(png, {"role": role, "nav": nav}))
-
-
-async def sign_in(page: Page, key: str) -> None:
-    """With the keyboard only: the field has focus on arrival, Enter submits."""
-    await expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
-    await expect(page.get_by_label("Key or token")).to_be_focused()
-    await page.keyboard.type(key)
-    await page.keyboard.press("Enter")
-
-
-def unexpected(tab: Tab) -> list[str]:
-    """Errors other than the browser's note on an answered 4xx (the console's probes for pages
-    of newer services answer 404, and a wrong key 401, on purpose)."""
-    return [e for e in tab.errors if "Failed to load resource" not in e]
-
-
-async def unlabelled(page: Page) -> list[str]:
-    """The page's visible controls that have no name: no label, no aria-label, no text."""
-    names: list[str] = await page.evaluate(
-        """() => [...document.querySelectorAll('input, select, textarea, button')]
-        .filter(c => !c.hidden && !c.closest('[hidden]'))
-        .filter(c => !(c.labels && c.labels.length) && !c.getAttribute('aria-label')
-                     && !(c.tagName === 'BUTTON' && c.textContent.trim()))
-        .map(c => c.outerHTML)"""
-    )
-    return names
-
-
-async def new_tenant(page: Page, service: ConsoleService, tenant_id: str) -> None:
-    """As the admin: create the tenant, then sign in with the key shown once."""
-    await page.goto(f"{service.url}/console")
-    await sign_in(page, ADMIN_KEY)
-    await expect(page.get_by_role("heading", name="Tenants")).to_be_visible()
-    await page.get_by_label("Tenant id").fill(tenant_id)
-    await page.get_by_role("button", name="Create tenant").click()
-    await expect(page.get_by_label(f"The key of {tenant_id}: shown only now")).to_have_value(
-        re.compile(r"^tg_")
-    )
-    await page.get_by_role("button", name=f"Sign in as {tenant_id}").click()
-    await expect(page.get_by_role("heading", name="Tools")).to_be_visible()
 
 
 async def test_the_readme_tour_by_clicking(service: ConsoleService) -> None:
@@ -553,18 +482,25 @@ async def test_every_control_has_a_label_and_the_keyboard_reaches_it(
     service: ConsoleService,
 ) -> None:
     unnamed: dict[str, list[str]] = {}
+    reached: dict[str, str | None] = {}
     async with browser_tab(service.url, height=900) as (page, tab):
         await new_tenant(page, service, "labels")
         routes = ("tools", "edit", "import", "invoke/rolldice", "chat", "runs", "tokens", "secrets")
-        for route in (*routes, "mcp-servers", "categories", "providers"):
+        for route in (*routes, "usage", "mcp-servers", "categories", "providers"):
             await page.goto(f"{service.url}/console#/{route}")
             await expect(page.locator("main h1")).to_be_focused()
             await page.wait_for_load_state("networkidle")
-            if route == "mcp-servers":  # the one page no other test opens
-                await shot(page, route)
             shown = await page.locator("main").inner_text()
             assert "[object " not in shown and "null" not in shown.split(), (route, shown)
             unnamed[route] = await unlabelled(page)
+            # From the heading, Tab reaches the page's first control (a link, field, button
+            # or chart), never the end of the page.
+            await page.keyboard.press("Tab")
+            reached[route] = await page.evaluate(
+                "(() => { const a = document.activeElement;"
+                " return a && a.closest('main') && a !== document.querySelector('main h1')"
+                " ? a.tagName : null; })()"
+            )
         # Each collection the service has (MCP servers, categories, model providers) is listed.
         nav = page.get_by_role("navigation")
         await expect(nav.get_by_role("link", name="MCP servers")).to_be_visible()
@@ -578,6 +514,7 @@ async def test_every_control_has_a_label_and_the_keyboard_reaches_it(
         await page.keyboard.press("Enter")
         await expect(page.get_by_role("heading", name="New tool")).to_be_focused()
     assert {route: names for route, names in unnamed.items() if names} == {}
+    assert [route for route, tag in reached.items() if tag is None] == []
     assert (tab.cut, unexpected(tab)) == ([], [])
 
 
@@ -614,9 +551,9 @@ async def test_a_wrong_key_is_refused_with_the_services_words(service: ConsoleSe
     assert (tab.cut, unexpected(tab)) == ([], [])
 
 
-async def test_show_runs_pressed_twice_lists_each_run_once(service: ConsoleService) -> None:
-    """A load of the runs page still on its way when "Show runs" is pressed again must not add
-    its rows to the newer load's (each emptied the list, then both added: every run twice)."""
+async def test_show_runs_pressed_twice_sends_one_request(service: ConsoleService) -> None:
+    """While "Show runs" is out, its form is busy: a second press (or Enter) sends nothing, and
+    the list shows each run once (two loads in flight once showed every run twice)."""
     async with browser_tab(service.url, height=700) as (page, tab):
         await new_tenant(page, service, "twice")
         await page.goto(f"{service.url}/console#/invoke/rolldice")
@@ -635,24 +572,17 @@ async def test_show_runs_pressed_twice_lists_each_run_once(service: ConsoleServi
         await within(listed, 10, every_s=0.1)
         await expect(rows).to_have_count(1)
 
-        held: list[Any] = []
-        both = asyncio.Event()
-
-        async def hold(route: Any) -> None:
-            held.append(route)
-            if len(held) == 2:
-                both.set()
-
-        await page.route(re.compile(r"/runs\?"), hold)
-        for _ in range(2):
-            await page.get_by_role("button", name="Show runs").click()
-        async with asyncio.timeout(10):
-            await both.wait()
-        stale = {"run_id": "stale-1", "kind": "invoke", "started_at": "2026-01-01T00:00:00Z"}
-        async with page.expect_response(re.compile(r"/runs\?")) as first:
-            await held[0].fulfill(json={"items": [stale], "next_cursor": None})
-        await (await first.value).finished()
-        await held[1].continue_()
+        held = Held()
+        await page.route(re.compile(r"/runs\?"), held.hold)
+        show = page.get_by_role("button", name="Show runs")
+        await show.click()
+        await held.arrival()
+        await expect(show).to_have_attribute("aria-disabled", "true")
+        await expect(show).to_be_disabled()  # as assistive technology and Playwright read it
+        await show.dispatch_event("click")  # pressed anyway, and Enter in the filter
+        await page.get_by_label("Tool id").press("Enter")
+        await held.routes[0].continue_()
+        await expect(show).not_to_have_attribute("aria-disabled", "true")
         await expect(rows).to_have_count(1)
-        await expect(rows).not_to_contain_text("stale-1")
+        assert len(held.routes) == 1
     assert unexpected(tab) == []

@@ -7,6 +7,7 @@ import pytest
 
 from tests.support.apps import TenantCredentials
 from tests.support.documents import external_tool
+from tests.support.waiting import runs_recorded
 
 pytestmark = pytest.mark.all_stores
 
@@ -77,3 +78,29 @@ async def test_categories_are_the_tenants_own(
     assert gone.json()["deleted_tools"] == ["plot"]
     assert (await client.get("/tools/plot", headers=a)).status_code == 404
     assert (await client.get("/categories/charts", headers=b)).status_code == 200
+
+
+async def test_mcp_server_changes_tests_and_usage_are_the_tenants_own(
+    client: httpx.AsyncClient, acme: TenantCredentials, globex: TenantCredentials
+) -> None:
+    """B can neither replace nor test A's MCP server, and B's usage counts none of A's runs
+    (a `tenant_id` in the query chooses nothing)."""
+    entry = {"type": "streamable-http", "url": "https://mcp.example.com/mcp"}
+    created = await client.post(
+        "/mcp-servers", json={"name": "docs", **entry}, headers=acme.headers
+    )
+    assert created.status_code == 201
+    b = globex.headers
+    assert (await client.put("/mcp-servers/docs", json=entry, headers=b)).status_code == 404
+    assert (await client.post("/mcp-servers/docs/test", headers=b)).status_code == 404
+    assert (await client.get("/mcp-servers/docs", headers=acme.headers)).json() == created.json()
+
+    invoked = await client.post(
+        "/tools/rolldice/invoke", json={"arguments": {"d": 6}}, headers=acme.headers
+    )
+    assert invoked.status_code == 200
+    await runs_recorded(client, acme.headers, 1)
+    theirs = (await client.get("/usage?tenant_id=acme", headers=b)).json()
+    assert theirs["totals"]["calls"] == 0 and theirs["keys"] == []
+    mine = (await client.get("/usage", headers=acme.headers)).json()
+    assert mine["totals"]["calls"] == 1

@@ -29,6 +29,7 @@ PATH_VALUES = {"tool_id": "rolldice", "name": "helpdesk_token", "tenant_id": "co
 EXAMPLE_PATHS = {
     ("/tools/{tool_id}/invoke", "with_context"): {"tool_id": "weather-api"},
     ("/categories/{name}", "default"): {"name": "default"},
+    ("/mcp-servers/{name}", "disable"): {"name": "docs"},
 }
 FIRST_STEPS: dict[tuple[str, str], tuple[str, str, Any]] = {
     ("/tools/{tool_id}/invoke", "with_context"): (
@@ -38,6 +39,11 @@ FIRST_STEPS: dict[tuple[str, str], tuple[str, str, Any]] = {
     ),
     ("/model-providers/{name}", "anthropic"): ("PUT", "/secrets/anthropic_key", {"value": "k"}),
     ("/categories", "disable"): ("POST", "/categories", {"name": "charts"}),
+    ("/mcp-servers/{name}", "disable"): (
+        "POST",
+        "/mcp-servers",
+        examples.MCP_SERVER["http"]["value"],
+    ),
 }
 _fresh = itertools.count(1)
 # Rules that relate one field to another, which JSON Schema cannot state for names chosen by

@@ -42,12 +42,13 @@ async def test_every_chat_is_recorded(chat: ChatClient, fake: FakeModel) -> None
     assert newest_first == ["error", "completed", "completed", "completed"]
     first = runs[-1]
     assert first["run_id"] == ok.json()["run_id"] and first["iterations"] == 2
-    assert first["tool_calls"][0] | {"duration_ms": 0} == {
+    assert first["tool_calls"][0] | {"duration_ms": 0, "started_ms": 0} == {
         "id": ok.json()["tool_calls"][0]["id"],
         "name": "roll_dice",
         "tool_id": "rolldice",
         "status": "ok",
         "duration_ms": 0,
+        "started_ms": 0,
         "arguments": {"d": 6},
     }
     assert first["usage"]["total_tokens"] == 30 and "messages" not in first

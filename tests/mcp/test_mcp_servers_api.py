@@ -211,6 +211,8 @@ async def test_a_stored_server_pointing_inside_is_blocked_at_connect_time(
     response = await mcp_chat.http.get("/mcp-servers/inside/tools", headers=mcp_chat.tenant.headers)
     assert response.status_code == 502
     assert "blocked" in response.json()["detail"] and "non-public" in response.json()["detail"]
+    tested = await mcp_chat.http.post("/mcp-servers/inside/test", headers=mcp_chat.tenant.headers)
+    assert tested.json()["ok"] is False and "blocked" in tested.json()["error"]  # the same guard
 
 
 async def test_an_unreachable_server_is_502(mcp_chat: McpChat) -> None:

@@ -154,8 +154,8 @@ def build() -> MCPServer:
 class McpDemoServer:
     """The demo server over HTTP on 127.0.0.1: `transport` is 'streamable-http' or 'sse'."""
 
-    def __init__(self, transport: str) -> None:
-        server = build()
+    def __init__(self, transport: str, server: MCPServer | None = None) -> None:
+        server = server or build()
         if transport == "sse":
             app, self.path = server.sse_app(), "/sse"
         else:

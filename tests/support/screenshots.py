@@ -46,15 +46,10 @@ def nav_pages() -> list[NavPage]:
     index = (PAGES / "index.js").read_text()
     imports = dict(re.findall(r'import \{ (\w+) \} from "\./([\w-]+\.js)";', index))
     listed = index.split("export const pages = [", 1)[1].split("];", 1)[0]
-    collection = (PAGES / "collection.js").read_text()
     pages: list[NavPage | None] = []
-    for entry in re.findall(r"\w+(?:\(\{[^}]*\}\))?", listed):
-        if entry.startswith("collectionPage("):
-            # A collection page: its id and title from the call, the rest from collection.js.
-            pages.append(_page(entry[len("collectionPage(") :] + collection.split("return", 1)[1]))
-        else:
-            source = (PAGES / imports[entry]).read_text()
-            pages.append(_page(source.split(f"export const {entry} = {{", 1)[1]))
+    for entry in re.findall(r"\w+", listed):
+        source = (PAGES / imports[entry]).read_text()
+        pages.append(_page(source.split(f"export const {entry} = {{", 1)[1]))
     return [page for page in pages if page is not None]
 
 

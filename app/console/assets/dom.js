@@ -3,13 +3,17 @@
 
 let nextId = 0;
 
-/** An element: `props` are attributes (strings, booleans) or `on<event>` listeners. */
+/** An element: `props` are attributes (strings, booleans) or `on<event>` listeners. A form's
+ * `onsubmit` and a button's `onclick` that return a promise (a request) make it busy until the
+ * promise settles (`busyWhile`). */
 export function h(tag, props = {}, ...children) {
   const node = document.createElement(tag);
   for (const [name, value] of Object.entries(props || {})) {
     if (value === undefined || value === null || value === false) continue;
     if (name.startsWith("on") && typeof value === "function") {
-      node.addEventListener(name.slice(2), value);
+      const type = name.slice(2);
+      const acts = (tag === "form" && type === "submit") || (tag === "button" && type === "click");
+      node.addEventListener(type, acts ? busyWhile(node, value) : value);
     } else if (name === "value") {
       node.value = value;
     } else if (name === "checked") {
@@ -20,6 +24,30 @@ export function h(tag, props = {}, ...children) {
   }
   append(node, ...children);
   return node;
+}
+
+/** `action` as a listener of `node` (a form or a button) that no second press reaches while
+ * its request is out: the node is `aria-busy`, its buttons `aria-disabled` (they keep their
+ * focus and their own `disabled` state), and a press or an Enter meanwhile does nothing. */
+export function busyWhile(node, action) {
+  return (event) => {
+    if (node.getAttribute("aria-busy") === "true") {
+      event.preventDefault();
+      event.stopImmediatePropagation();
+      return undefined;
+    }
+    const outcome = action(event);
+    if (!outcome || typeof outcome.then !== "function") return outcome;
+    const controls = node.tagName === "FORM" ? [...node.querySelectorAll("button")] : [node];
+    node.setAttribute("aria-busy", "true");
+    for (const control of controls) control.setAttribute("aria-disabled", "true");
+    const done = () => {
+      node.removeAttribute("aria-busy");
+      for (const control of controls) control.removeAttribute("aria-disabled");
+    };
+    outcome.then(done, done);
+    return outcome;
+  };
 }
 
 /** Children added as `h` adds them: nested lists flattened, null/false skipped, text as text.

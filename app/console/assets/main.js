@@ -8,36 +8,58 @@ const nav = document.getElementById("nav");
 const who = document.getElementById("who");
 const statusLine = document.getElementById("status");
 const available = new Map(); // page id -> whether its probe found the route
+// Page loads so far. The status line belongs to the page it was written on: a request of an
+// earlier page that ends after the user moved on writes nothing there, and the line is
+// emptied when a page opens, unless the message led there (`go`: "Saved x." above x's page).
+let generation = 0;
+let carried = false;
 
 const ROLE_NAMES = { tenant: "tenant key", client: "client token", admin: "admin key" };
 
+function show(message, bad) {
+  statusLine.classList.toggle("bad", bad);
+  statusLine.textContent = message;
+}
+
+/** What a page gets to report with: its messages count only while it is the page shown. */
+function contextFor(mine) {
+  const current = () => mine === generation;
+  return {
+    status(message) {
+      if (current()) show(message, false);
+    },
+    /** An error where the page shows it (an ApiError's detail and paths) and on the status line. */
+    error(error, into) {
+      if (error instanceof ApiError && error.status === 401 && session.get()) {
+        // The key was rotated or the token revoked while this tab held it: sign in again.
+        session.clear();
+        available.clear();
+        route().then(() => ctx.error(error, document.querySelector("main form div[aria-live]")));
+        return;
+      }
+      const lines = error instanceof ApiError ? error.lines() : [String(error?.message || error)];
+      if (current()) show(lines[0], true);
+      if (into) {
+        append(clear(into), h("div", { class: "problem", role: "alert" },
+          h("strong", {}, lines[0]),
+          lines.length > 1 ? h("ul", {}, lines.slice(1).map((l) => h("li", {}, l))) : null));
+      }
+    },
+    go(hash) {
+      carried = current();
+      if (location.hash === hash) route();
+      else location.hash = hash;
+    },
+    signIn,
+    role: () => session.get()?.role,
+  };
+}
+
+/** The frame's own context (sign in and out): always the page shown. */
 export const ctx = {
-  status(message) {
-    statusLine.classList.remove("bad");
-    statusLine.textContent = message;
-  },
-  /** An error where the page shows it (an ApiError's detail and paths) and on the status line. */
-  error(error, into) {
-    if (error instanceof ApiError && error.status === 401 && session.get()) {
-      // The key was rotated or the token revoked while this tab held it: sign in again.
-      session.clear();
-      available.clear();
-      route().then(() => ctx.error(error, document.querySelector("main form div[aria-live]")));
-      return;
-    }
-    const lines = error instanceof ApiError ? error.lines() : [String(error?.message || error)];
-    statusLine.classList.add("bad");
-    statusLine.textContent = lines[0];
-    if (into) {
-      append(clear(into), h("div", { class: "problem", role: "alert" },
-        h("strong", {}, lines[0]),
-        lines.length > 1 ? h("ul", {}, lines.slice(1).map((l) => h("li", {}, l))) : null));
-    }
-  },
-  go(hash) {
-    if (location.hash === hash) route();
-    else location.hash = hash;
-  },
+  status: (message) => contextFor(generation).status(message),
+  error: (error, into) => contextFor(generation).error(error, into),
+  go: (hash) => contextFor(generation).go(hash),
   signIn,
   role: () => session.get()?.role,
 };
@@ -105,6 +127,7 @@ async function renderNav(current, role) {
     session.clear();
     available.clear();
     ctx.status("Signed out.");
+    carried = true;
     route();
   });
   append(clear(nav), ...links);
@@ -112,6 +135,9 @@ async function renderNav(current, role) {
 }
 
 async function route() {
+  const mine = ++generation;
+  if (!carried) show("", false);
+  carried = false;
   const credential = session.get();
   if (!credential) {
     clear(nav);
@@ -124,16 +150,22 @@ async function route() {
   let page = pages.find((p) => p.hash === parts[0] && p.roles.includes(credential.role));
   if (!page) page = pages.find((p) => p.roles.includes(credential.role) && p.nav !== false);
   await renderNav(page, credential.role);
+  if (mine !== generation) return; // the user moved on while the navigation was drawn
   document.title = `${page.title} - toolgate console`;
-  clear(main);
+  // The page draws into a view of its own: what an earlier page adds late lands in its own
+  // view, no longer shown, never in this one.
+  const view = h("div", { class: "view" });
+  append(clear(main), view);
+  const pageCtx = contextFor(mine);
   try {
-    await page.render(main, parts.slice(1), ctx);
+    await page.render(view, parts.slice(1), pageCtx);
   } catch (error) {
-    ctx.error(error, main.appendChild(h("div")));
+    pageCtx.error(error, view.appendChild(h("div")));
   }
+  if (mine !== generation) return;
   // Move focus to the page's heading, so keyboard and screen-reader users start there.
-  main.querySelector("h1")?.setAttribute("tabindex", "-1");
-  main.querySelector("h1")?.focus();
+  view.querySelector("h1")?.setAttribute("tabindex", "-1");
+  view.querySelector("h1")?.focus();
 }
 
 window.addEventListener("hashchange", route);

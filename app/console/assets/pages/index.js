@@ -5,16 +5,17 @@
 // can ship before the service does, and stays hidden until then.
 import { categoriesPage } from "./categories.js";
 import { chatPage } from "./chat.js";
-import { collectionPage } from "./collection.js";
 import { editorPage } from "./editor.js";
 import { importPage } from "./import.js";
 import { invokePage } from "./invoke.js";
+import { mcpServersPage } from "./mcp-servers.js";
 import { providersPage } from "./providers.js";
 import { runsPage } from "./runs.js";
 import { secretsPage } from "./secrets.js";
 import { tenantsPage } from "./tenants.js";
 import { tokensPage } from "./tokens.js";
 import { toolsPage } from "./tools.js";
+import { usagePage } from "./usage.js";
 
 export const pages = [
   toolsPage,
@@ -23,9 +24,10 @@ export const pages = [
   invokePage,
   chatPage,
   runsPage,
+  usagePage,
   tokensPage,
   secretsPage,
-  collectionPage({ id: "mcp-servers", title: "MCP servers", path: "/mcp-servers" }),
+  mcpServersPage,
   categoriesPage,
   providersPage,
   tenantsPage,

@@ -1,5 +1,6 @@
-// #/tools: the tenant's tools, filtered by type and tag (on the service) and by text (here).
-import { api } from "../api.js";
+// #/tools: the tenant's tools, filtered by type and tag (on the service) and by text (here);
+// below them the tools of its enabled MCP servers, as chats are offered them.
+import { ApiError, api } from "../api.js";
 import { append, asText, button, clear, confirmButton, count, field, h, list, table } from "../dom.js";
 
 const PAGE_SIZE = 100;
@@ -48,21 +49,60 @@ function row(tool, ctx, reload) {
   ];
 }
 
+/** The tools of each enabled MCP server (GET /mcp-servers/{name}/tools), or why a server could
+ * not list them. At most MAX_MCP_SERVERS_PER_TENANT servers, asked at once. */
+async function mcpTools() {
+  let servers;
+  try {
+    servers = await api("GET", "/mcp-servers");
+  } catch (error) {
+    if (error instanceof ApiError && [404, 405].includes(error.status)) return []; // an older service
+    throw error;
+  }
+  return Promise.all(servers.filter((s) => s.enabled !== false).map(async (server) => {
+    try {
+      return { server, tools: await api("GET", `/mcp-servers/${encodeURIComponent(server.name)}/tools`) };
+    } catch (error) {
+      return { server, tools: [], error: error instanceof ApiError ? error.lines()[0] : String(error) };
+    }
+  }));
+}
+
+function mcpSection(listed, text) {
+  const rows = [];
+  for (const { server, tools, error } of listed) {
+    if (error) rows.push([asText(server.name), "", "", `Not listed: ${error}`]);
+    for (const tool of tools) {
+      if (!matches(tool, text)) continue;
+      rows.push([asText(tool.tool_id), asText(server.name), asText(tool.mcp_tool),
+        h("span", { class: "description" }, asText(tool.function?.description))]);
+    }
+  }
+  if (!listed.length) return null;
+  return h("section", { "aria-label": "MCP tools" },
+    h("h2", {}, "Tools of MCP servers"),
+    table(`${count(rows.length, "MCP tool")} shown`, ["Tool id", "Server", "Name on the server", "Description"], rows),
+    h("p", {}, h("a", { href: "#/mcp-servers" }, "Manage MCP servers")));
+}
+
 export const toolsPage = {
   id: "tools",
   title: "Tools",
   hash: "tools",
   roles: ["tenant"],
   async render(main, params, ctx) {
-    const state = { type: "", tag: "", text: "", offset: 0, page: null };
+    const state = { type: "", tag: "", text: "", offset: 0, page: null, mcp: [] };
     const body = h("div", { "aria-live": "polite" });
+    const mcpBody = h("div", { "aria-live": "polite" });
     const redraw = () => {
+      append(clear(mcpBody), state.type || state.tag ? null : mcpSection(state.mcp, state.text));
+      if (!state.page) return;
       const { items, total, offset } = state.page;
       const shown = items.filter((tool) => matches(tool, state.text));
       const pager = h("div", { class: "pager" },
         `${offset + 1}-${offset + items.length} of ${total}`,
-        offset > 0 ? button("Previous", () => { state.offset -= PAGE_SIZE; reload(); }) : null,
-        offset + items.length < total ? button("Next", () => { state.offset += PAGE_SIZE; reload(); }) : null);
+        offset > 0 ? button("Previous", () => { state.offset -= PAGE_SIZE; return reload(); }) : null,
+        offset + items.length < total ? button("Next", () => { state.offset += PAGE_SIZE; return reload(); }) : null);
       append(clear(body),
         table(`${count(shown.length, "tool")} shown`,
           ["Tool id", "Function", "Type", "Enabled", "Tags", "Description", "Actions"],
@@ -83,7 +123,13 @@ export const toolsPage = {
     append(main, h("h1", {}, "Tools"),
       h("p", { class: "actions" }, h("a", { href: "#/edit" }, "New tool"),
         h("a", { href: "#/import" }, "Import an OpenAPI document")),
-      filters(state, reload, redraw), body);
+      filters(state, reload, redraw), body, mcpBody);
     await reload();
+    try {
+      state.mcp = await mcpTools();
+      redraw();
+    } catch (error) {
+      ctx.error(error, mcpBody);
+    }
   },
 };
