@@ -170,7 +170,13 @@ class Settings(BaseSettings):
     tool_output_max_chars: int = Field(default=16_000, ge=100, le=1_000_000)
     tool_response_max_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
     tool_threads: int = Field(default=32, ge=1, le=512)
+    # How stale a tenant's tool snapshot may be while the change stamps cannot be read (with
+    # them, a snapshot changes only when its tools do); 0 turns the cache off.
     tool_cache_ttl_s: float = Field(default=2.0, ge=0, le=300)
+    # Snapshots unused this long are dropped, one by one; past the bound, the least recently
+    # used one is (docs/performance.md, "Catalog size").
+    tool_cache_idle_s: float = Field(default=900.0, ge=0, le=86_400)
+    tool_cache_max_tenants: int = Field(default=10_000, ge=1, le=1_000_000)
     outbound_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
     outbound_ports: str = DEFAULT_PORTS
     outbound_blocked_ports: str = DEFAULT_BLOCKED_PORTS
