@@ -153,6 +153,11 @@ class Settings(BaseSettings):
     chat_token_budget: int = Field(default=200_000, ge=0, le=100_000_000)
 
     tool_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # Tool search in chats (docs/chat.md, "Large catalogs"): past this many stored tools
+    # offered (no `tool_ids`), a chat offers its `default` category's tools and `search_tools`
+    # instead; 0 turns search off (a chat that would then pass the model's limit is a 422).
+    tool_search_threshold: int = Field(default=64, ge=0, le=127)
+    tool_search_results: int = Field(default=5, ge=1, le=20)
     # The web built-ins (docs/tools.md, "Web search and fetch"), off until configured: the
     # search service (SearXNG's base URL; Tavily's or Brave's API, default their public host)
     # and its key; whether web_fetch may fetch pages (through each tenant's outbound policy).
@@ -203,6 +208,11 @@ class Settings(BaseSettings):
     mcp_servers_file: str | None = None
     mcp_connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
     mcp_tools_cache_ttl_s: float = Field(default=30.0, ge=0, le=3600)
+    # `/mcp` `tools/list`: tools per page (MCP's `nextCursor` pagination).
+    mcp_tools_page_size: int = Field(default=200, ge=1, le=10_000)
+    # An MCP server's listing is taken up to this many tools; past it the server is skipped
+    # with that reason (its tools are never half offered).
+    mcp_max_server_tools: int = Field(default=1000, ge=1, le=100_000)
     # A listing (a chat's tools, `/mcp` `tools/list`) waits this long for each server; one that
     # has not answered is skipped and marked down (retried after a backoff), its fetch going on
     # in the background up to MCP_CONNECT_TIMEOUT_S.

@@ -7,10 +7,12 @@ chat deadline end the loop with an error.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from app.chat.approval import Decision, PendingCall, parsed_arguments, waiting_calls
 from app.chat.model import (
@@ -22,6 +24,7 @@ from app.chat.model import (
     Usage,
     malformed_answer,
 )
+from app.logs import hiding_forms
 from app.metrics import Metrics
 from app.tools.approval import ApprovalPolicy
 from app.tools.executors import CallScope
@@ -60,6 +63,8 @@ class ChatResult:
     usage: Usage = field(default_factory=Usage)
     finish_reason: str | None = None  # the model's own, for its last turn (`model.finished`)
     pending: list[PendingCall] = field(default_factory=list)  # with approval_required
+    # Each `search_tools` call: its query and the tools it revealed (the run record keeps it).
+    searches: list[dict[str, Any]] = field(default_factory=list)
     # Every approval of the run: waiting calls and decisions on them (the run record keeps it).
     approvals: list[dict[str, Any]] = field(default_factory=list)
 
@@ -86,6 +91,31 @@ class ChatRun:
     decisions: dict[str, Decision] = field(default_factory=dict)
     # Keeps the calls a chat stops for until a person decides them (before anyone hears).
     hold: Callable[[list[PendingCall]], Awaitable[None]] | None = None
+    # A chat over a large catalog: the model is offered `search.schema` too, and its calls
+    # reveal more tools (app/services/chat.py, `ToolFinder`).
+    search: ToolSearch | None = None
+
+
+@dataclass(frozen=True)
+class Found:
+    """What one search revealed: the tools offered from now on, the run's scope with what
+    their calls need, and the tool result the model reads."""
+
+    tools: list[TypedTool]
+    call: CallScope
+    text: str
+
+
+class ToolSearch(Protocol):
+    """Finds more of the caller's tools for a chat (the rules are the searcher's)."""
+
+    name: str  # the function's name, as the model calls it
+    schema: dict[str, Any]  # its chat-completions declaration
+
+    async def find(self, query: str, offered: int) -> Found:
+        """The best tools for `query` not offered yet; `offered`: how many the next request
+        carries already (the searcher keeps it under the provider's limit)."""
+        ...
 
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -99,6 +129,10 @@ class _Run:
     chat: ChatRun
     by_name: dict[str, TypedTool]
     emit: EventSink | None
+    schemas: list[dict[str, Any]] | None = None  # what the next model call offers
+    call: CallScope | None = None  # the run's scope (grows as searches reveal tools)
+    searches: list[dict[str, Any]] | None = None
+    revealing: asyncio.Lock | None = None  # one search reveals at a time
 
 
 class ChatLoop:
@@ -146,8 +180,11 @@ class ChatLoop:
             ) from None
 
     async def _run(self, chat: ChatRun, events: EventSink | None, result: ChatResult) -> ChatResult:
-        schemas = [tool.schema for tool in chat.tools] or None
+        offered = [tool.schema for tool in chat.tools]
+        if chat.search is not None:
+            offered.append(chat.search.schema)
         run = _Run(chat, {tool.name: tool for tool in chat.tools}, events)
+        run.schemas, run.call, run.searches = offered or None, chat.call, result.searches
         messages = result.messages
         messages.extend(chat.messages)
         if chat.resume:
@@ -156,6 +193,7 @@ class ChatLoop:
             last = iteration == chat.max_iterations
             if events:
                 await events("iteration", {"n": iteration})
+            schemas = run.schemas  # searches of the last turn may have added tools
             started = time.perf_counter()
             try:
                 turn = await self._call_model(run, messages, None if last else schemas)
@@ -254,11 +292,14 @@ class ChatLoop:
     ) -> tuple[ToolCallRecord, str]:
         started = time.perf_counter()
         tool = run.by_name.get(call.name)
+        search = run.chat.search
+        if tool is None and search is not None and call.name == search.name:
+            return await self._search(call, run, search, started)
         arguments, parse_error = parsed_arguments(call, tool)
         shown = arguments if parse_error is None else call.arguments
         if run.emit:
             await run.emit("tool_call", {"id": call.id, "name": call.name, "arguments": shown})
-        scope = run.chat.call
+        scope = run.call or run.chat.call
         if tool is None:
             known = ", ".join(sorted(run.by_name)) or "none"
             problem = (
@@ -275,7 +316,10 @@ class ChatLoop:
             result = self._invoker.refused(refusal, "refused", scope, tool)
         else:
             watcher = _progress_events(run.emit, call.id) if run.emit else None
-            result = await self._invoker.invoke(tool, arguments, scope, progress=watcher)
+            # A revealed tool's hidden values are kept out of log lines too.
+            hiding = hiding_forms(scope.scrub.values) if scope is not run.chat.call else None
+            with hiding or nullcontext():
+                result = await self._invoker.invoke(tool, arguments, scope, progress=watcher)
         record, content = _recorded(call, shown, result, time.perf_counter() - started)
         if decision is not None:
             record.approval = decision.shown()
@@ -290,6 +334,51 @@ class ChatLoop:
                 },
             )
         return record, content
+
+    async def _search(
+        self, call: ModelToolCall, run: _Run, search: ToolSearch, started: float
+    ) -> tuple[ToolCallRecord, str]:
+        """A `search_tools` call: the tools found join the next model call (and `by_name`, so
+        their calls run through every rule, approval included)."""
+        query, problem = _search_query(call.arguments)
+        if run.emit:
+            shown = {"query": query} if problem is None else call.arguments
+            await run.emit("tool_call", {"id": call.id, "name": call.name, "arguments": shown})
+        if problem is not None:
+            refused = self._invoker.refused(problem, "invalid_arguments", run.call or CallScope())
+            return _recorded(call, call.arguments, refused, time.perf_counter() - started)
+        if run.revealing is None:
+            run.revealing = asyncio.Lock()
+        async with run.revealing:  # parallel searches reveal one after the other
+            found = await search.find(query, len(run.schemas or ()))
+            new = [tool for tool in found.tools if tool.name not in run.by_name]
+            run.by_name.update((tool.name, tool) for tool in new)
+            run.schemas = [*(run.schemas or ()), *(tool.schema for tool in new)]
+            run.call = found.call
+        if run.searches is not None:
+            run.searches.append({"query": query, "revealed": [tool.name for tool in new]})
+        seconds = time.perf_counter() - started
+        record = ToolCallRecord(call.id, call.name, {"query": query}, "ok", None, seconds * 1000)
+        if run.emit:
+            preview = found.text[:PREVIEW_CHARS]
+            shown_ms = round(seconds * 1000, 3)
+            await run.emit(
+                "tool_result",
+                {"id": call.id, "status": "ok", "duration_ms": shown_ms, "preview": preview},
+            )
+        return record, found.text
+
+
+def _search_query(arguments: str) -> tuple[str, str | None]:
+    """The query of a `search_tools` call, or why there is none."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        return "", 'the arguments are not JSON; send {"query": "service and action"}'
+    query = parsed.get("query") if isinstance(parsed, dict) else None
+    if not isinstance(query, str) or not query.strip():
+        return "", "'query' must be a non-empty string: the service and the action"
+    return query.strip(), None
 
 
 def _recorded(

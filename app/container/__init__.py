@@ -38,6 +38,7 @@ from app.services.approvals import ApprovalBook
 from app.services.catalog import ToolCatalog
 from app.services.categories import CategoryService
 from app.services.chat import ChatService
+from app.services.chat_search import SearchSettings
 from app.services.client_tokens import ClientTokenService
 from app.services.health import HealthService
 from app.services.invocations import InvocationService
@@ -144,6 +145,10 @@ def build_chat_service(settings: Settings, run: _Runtime, stack: AsyncExitStack)
         keep_messages=settings.run_store_messages,
         metrics=run.metrics,
         approvals=ApprovalBook(run.approvals, wait_s=settings.approval_wait_s),
+        search=SearchSettings(
+            over=settings.tool_search_threshold or None, results=settings.tool_search_results
+        ),
+        operator_api=settings.model_api,
     )
 
 
@@ -264,7 +269,11 @@ async def build_services(
         tools=tools,
         chat=build_chat_service(settings, run, stack),
         invocations=invocations,
-        mcp_gateway=McpGatewayService(toolbox=run.toolbox, invocations=invocations),
+        mcp_gateway=McpGatewayService(
+            toolbox=run.toolbox,
+            invocations=invocations,
+            page_size=settings.mcp_tools_page_size,
+        ),
         mcp_hub=run.hub,
         runs=RunService(runs=stores.runs),
         mcp_servers=run.mcp,

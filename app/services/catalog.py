@@ -46,6 +46,7 @@ from app.cache import Coherence, LoadingCache
 from app.repositories.categories import CategoryRepository
 from app.repositories.tools import ToolRepository
 from app.schemas.tools import StoredTool, Tool, UnreadableTool
+from app.services.tool_search import ToolIndex
 from app.tools.registry import FunctionRegistry
 from app.tools.typed import (
     DefaultsOf,
@@ -65,6 +66,8 @@ DEFAULT_MAX_TENANTS = 10_000
 MAX_PARSED = 100_000
 # Derived views kept per snapshot (one per distinct caller filter: admin, token, tags).
 MAX_DERIVED = 64
+MAX_INDEXES = 256  # tenants whose last search index is kept for reuse
+SEARCH_INDEX = "search-index"
 T = TypeVar("T")
 Typed = FunctionTool | ExternalTool
 
@@ -375,6 +378,8 @@ class ToolCatalog:
             clock=clock,
         )
         self._warned: set[tuple[str, str, tuple[str, ...]]] = set()
+        # Each tenant's last search index: the next one reuses its tools' words.
+        self._indexes: OrderedDict[str, ToolIndex] = OrderedDict()
         self.reads = 0  # snapshots read from the database
 
     def _defaults_of(self, name: str) -> frozenset[str]:
@@ -432,6 +437,35 @@ class ToolCatalog:
                 entry.tool_id,
                 "; ".join(entry.problems),
             )
+
+    async def search_index(self, snapshot: ToolSnapshot, *, tenant_id: str) -> ToolIndex:
+        """The snapshot's search index (app/services/tool_search.py), built once per snapshot,
+        off the event loop past OFF_LOOP_TOOLS, reusing the words of the tools the tenant's
+        previous index had; concurrent chats share one build."""
+        build = snapshot.view(SEARCH_INDEX, lambda: self._build_index(snapshot, tenant_id))
+        return await asyncio.shield(build)
+
+    def _build_index(self, snapshot: ToolSnapshot, tenant_id: str) -> asyncio.Future[ToolIndex]:
+        tools = [entry.tool for entry in snapshot.entries if entry.tool is not None]
+        texts = {name: state.description for name, state in snapshot.categories.items()}
+        build = functools.partial(ToolIndex, tools, texts, self._indexes.get(tenant_id))
+        if len(tools) > OFF_LOOP_TOOLS:
+            future: asyncio.Future[ToolIndex] = asyncio.ensure_future(asyncio.to_thread(build))
+        else:
+            future = asyncio.get_running_loop().create_future()
+            future.set_result(build())
+
+        def built(done: asyncio.Future[ToolIndex]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                snapshot.derived.pop(SEARCH_INDEX, None)  # the next search builds it again
+                return
+            self._indexes[tenant_id] = done.result()
+            self._indexes.move_to_end(tenant_id)
+            while len(self._indexes) > MAX_INDEXES:
+                self._indexes.popitem(last=False)
+
+        future.add_done_callback(built)
+        return future
 
     async def enabled(self, *, tenant_id: str) -> list[FunctionTool | ExternalTool]:
         """The tenant's enabled, readable tools, ordered by tool_id."""

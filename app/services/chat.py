@@ -19,6 +19,7 @@ from app.logs import hiding_forms
 from app.metrics import Metrics
 from app.schemas.chat import ChatRequest, ChatResponse
 from app.services.approvals import ApprovalBook
+from app.services.chat_search import SearchSettings, chat_finder
 from app.services.client_tokens import ClientToken
 from app.services.model_providers import ChosenModel, ModelProviderService
 from app.services.runs import RunRecorder, RunRecording, new_run_id, recording
@@ -47,6 +48,8 @@ class ChatService:
         providers: ModelProviderService | None = None,
         operator_model: bool = True,
         approvals: ApprovalBook,
+        search: SearchSettings | None = None,
+        operator_api: str = "chat_completions",
     ) -> None:
         """`operator_model`: whether the operator configured a model endpoint (without one,
         only chats through a tenant's own provider run)."""
@@ -61,6 +64,8 @@ class ChatService:
         self._keep_messages = keep_messages
         self._metrics = metrics or Metrics()
         self._approvals = approvals
+        self._search = search or SearchSettings(over=None, results=5)
+        self._operator_api = operator_api
 
     async def start(
         self, request: ChatRequest, *, tenant_id: str, token: ClientToken | None = None
@@ -89,12 +94,16 @@ class ChatService:
         if token is not None:
             _token_allows(token, chosen)
         selection = Selection(
-            tool_ids=request.tool_ids, tags=request.tags, mcp_servers=request.mcp_servers or ()
+            tool_ids=request.tool_ids,
+            tags=request.tags,
+            mcp_servers=request.mcp_servers or (),
+            search_over=self._search.over,
         )
         toolset = await self._toolbox.open(
             tenant_id, selection, token=token, context=request.context_arguments
         )
         try:
+            finder = chat_finder(toolset, self._search, chosen.api or self._operator_api)
             messages = [m.model_dump(exclude_none=True) for m in request.messages]
             holder = token.token_id if token is not None else None
             resume, decisions = await self._resumed(request, messages, toolset, tenant_id, holder)
@@ -117,6 +126,7 @@ class ChatService:
             resume=tuple(resume),
             decisions=decisions,
             hold=hold,
+            search=finder,
         )
         return chat, toolset
 
@@ -237,6 +247,8 @@ def _fill_record(
     ]
     if progress.approvals:
         run.extra["approvals"] = progress.approvals
+    if progress.searches:  # the searches and the tools each revealed
+        run.extra["searches"] = progress.searches
     if keep_messages:
         run.extra["messages"] = progress.messages
 

@@ -9,11 +9,12 @@ tenant key there is none (`app/services/toolbox.py`, the context contract).
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import mcp_types
 
-from app.errors import AppError
+from app.errors import AppError, UnprocessableError
 from app.mcp.config import server_of
 from app.mcp.tools import served_tool
 from app.services.client_tokens import ClientToken
@@ -22,19 +23,33 @@ from app.services.toolbox import Selection, Toolbox
 from app.tools.progress import ProgressSink
 
 
+class InvalidCursorError(UnprocessableError):
+    """A `tools/list` cursor this server did not give."""
+
+
 class McpGatewayService:
-    def __init__(self, *, toolbox: Toolbox, invocations: InvocationService) -> None:
+    def __init__(
+        self, *, toolbox: Toolbox, invocations: InvocationService, page_size: int = 200
+    ) -> None:
         self._toolbox = toolbox
         self._invocations = invocations
+        self._page_size = page_size
 
     async def list_tools(
-        self, *, tenant_id: str, token: ClientToken | None
-    ) -> list[mcp_types.Tool]:
-        """The caller's tools as MCP clients see them; 422 (`NameClashError`) for a name that
-        two of them would share."""
-        selection = Selection(every_server=True)
-        async with await self._toolbox.open(tenant_id, selection, token=token) as toolset:
-            return [served_tool(tool) for tool in toolset.tools]
+        self, *, tenant_id: str, token: ClientToken | None, cursor: str | None = None
+    ) -> tuple[list[mcp_types.Tool], str | None]:
+        """One page of the caller's tools as MCP clients see them, ordered by name, and the
+        cursor of the next page (None after the last): MCP's pagination, the cursor opaque to
+        clients (the last name served, so a tool added or removed between pages never makes
+        another one appear twice or be skipped). 422 (`NameClashError`) for a name that two
+        of them would share; `InvalidCursorError` for a cursor this server did not give."""
+        after = _after(cursor) if cursor is not None else None
+        tools, more = await self._toolbox.listing(
+            tenant_id, token=token, after=after, limit=self._page_size
+        )
+        served = [served_tool(tool) for tool in tools]
+        next_cursor = _cursor(tools[-1].name) if more and tools else None
+        return served, next_cursor
 
     async def input_schema(
         self, name: str, *, tenant_id: str, token: ClientToken | None
@@ -72,3 +87,25 @@ class McpGatewayService:
         )
         assert isinstance(run, McpToolRun)
         return run
+
+
+CURSOR_PREFIX = "n:"
+
+
+def _cursor(name: str) -> str:
+    return base64.urlsafe_b64encode((CURSOR_PREFIX + name).encode()).decode().rstrip("=")
+
+
+def _after(cursor: str) -> str:
+    """The name a cursor says the last page ended with."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        text = base64.urlsafe_b64decode(padded.encode("ascii")).decode()
+    except (ValueError, UnicodeError):
+        text = ""
+    if len(cursor) > MAX_CURSOR_CHARS or not text.startswith(CURSOR_PREFIX):
+        raise InvalidCursorError("The cursor is not one this server gave (tools/list).")
+    return text[len(CURSOR_PREFIX) :]
+
+
+MAX_CURSOR_CHARS = 512

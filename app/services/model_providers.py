@@ -52,6 +52,7 @@ class ChosenModel:
     client: ModelClient | None
     provider: str | None
     model: str
+    api: str | None = None  # the provider's model API; None: the operator's (MODEL_API)
 
 
 class ModelProviderService:
@@ -161,7 +162,7 @@ class ModelProviderService:
                 "The model is not allowed.", errors=[field_error("$.model", problem)]
             )
         client = await self._client(doc, tenant_id=tenant_id)
-        return ChosenModel(client, doc["name"], chosen)
+        return ChosenModel(client, doc["name"], chosen, doc.get("api"))
 
     async def _client(self, doc: dict[str, Any], *, tenant_id: str) -> HTTPModelClient:
         secret = doc["api_key_secret"]

@@ -1,0 +1,86 @@
+"""Tool search in chats: which tools a chat offers at first, the `search_tools` function that
+finds the others, and the provider's tool limit.
+
+A chat whose selection holds more stored tools than TOOL_SEARCH_THRESHOLD (and no `tool_ids`)
+is offered the `default` category's tools, the MCP servers it named, and `search_tools`. Each
+search ranks the caller's other tools (app/services/tool_search.py), keeps those the rules
+allow (enabled, category on, the client token's selection: `DeferredTools`), reveals the best
+TOOL_SEARCH_RESULTS of them (their secrets resolved, their hidden values redacted, approval
+applied when they are called) and answers with their names and descriptions. No request ever
+carries more tools than the provider takes (`tool_limit`); a chat that would is refused with a
+422 before the model is called.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.chat.apis import tool_limit
+from app.chat.loop import Found
+from app.errors import UnprocessableError, field_error
+from app.services.tool_search import SEARCH_TOOL_NAME, search_tool_schema
+from app.services.toolbox import Toolset
+
+SHOWN_DESCRIPTION_CHARS = 300
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    over: int | None  # TOOL_SEARCH_THRESHOLD; None: search off
+    results: int  # TOOL_SEARCH_RESULTS
+
+
+class ToolFinder:
+    """`search_tools` for one chat: finds and reveals the toolset's deferred tools."""
+
+    name = SEARCH_TOOL_NAME
+
+    def __init__(self, toolset: Toolset, *, results: int, limit: int) -> None:
+        assert toolset.deferred is not None
+        self._toolset = toolset
+        self._deferred = toolset.deferred
+        self._results = results
+        self._limit = limit
+        self.schema = search_tool_schema()
+
+    async def find(self, query: str, offered: int) -> Found:
+        room = min(self._results, self._limit - offered)
+        if room <= 0:
+            text = (
+                f"No more tools can be added to this chat: it offers {offered}, the most the "
+                "model takes in one request. Use the tools already offered."
+            )
+            return Found([], self._toolset.call, text)
+        tools = await self._deferred.search(query, limit=room, offered=self._toolset.by_name)
+        call = await self._toolset.reveal(tools)
+        if not tools:
+            text = (
+                f"No tool matches '{query}'. Try other words: the service's name and the "
+                "action (for example 'github create issue')."
+            )
+            return Found([], call, text)
+        lines = [f"Found {len(tools)} tools; they can be called from now on:"]
+        for tool in tools:
+            about = " ".join(tool.description.split())[:SHOWN_DESCRIPTION_CHARS]
+            lines.append(f"- {tool.name}: {about}" if about else f"- {tool.name}")
+        return Found(tools, call, "\n".join(lines))
+
+
+def chat_finder(toolset: Toolset, settings: SearchSettings, api: str | None) -> ToolFinder | None:
+    """The chat's `search_tools`, if its tools are deferred; 422 when the tools it offers at
+    first would pass the provider's limit (with search off, or explicit selections too large)."""
+    limit = tool_limit(api)
+    finder = None
+    if toolset.deferred is not None:
+        finder = ToolFinder(toolset, results=settings.results, limit=limit)
+    offered = len(toolset.tools) + (1 if finder is not None else 0)
+    if offered > limit:
+        how = "select fewer with `tool_ids`, `tags` or `mcp_servers`"
+        if settings.over is None:
+            how += ", or turn tool search on (TOOL_SEARCH_THRESHOLD)"
+        raise UnprocessableError(
+            f"This chat would offer {offered} tools; the model API "
+            f"'{api or 'chat_completions'}' takes at most {limit} in one request.",
+            errors=[field_error("$.tool_ids", f"{offered} tools offered; at most {limit}: {how}")],
+        )
+    return finder

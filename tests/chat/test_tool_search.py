@@ -1,0 +1,103 @@
+"""Chats over large catalogs (issue 49): a few tools and `search_tools` at first, the tools a
+search finds offered from the next model call on, every rule still applied, never more tools
+than the provider takes in one request, on each model API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.chat.test_model_apis import api, chat  # noqa: F401 - fixtures: each model API
+from tests.support import fake_apis
+from tests.support.catalogs import large_catalog, store_catalog
+from tests.support.chat_clients import ChatClient
+from tests.support.fake_model import FakeModel
+from tests.support.servers import ThreadedServer
+from tests.support.upstream import RECEIVED
+from tests.support.waiting import runs_recorded
+
+FORECAST_QUERY = "weather forecast for a city"
+
+
+# Every test runs on each model API (the fixtures of test_model_apis), external tools allowed to
+# reach the local upstream.
+pytestmark = pytest.mark.settings(outbound_allow=["127.0.0.1"])
+
+
+def offered(model_api: str, request: dict[str, Any]) -> list[str]:
+    """The names of the tools a model request offered, in its API's format."""
+    tools = request.get("tools") or []
+    if model_api == "chat_completions":
+        return [tool["function"]["name"] for tool in tools]
+    return [tool["name"] for tool in tools]
+
+
+async def test_a_search_reveals_the_one_forecast_tool_and_its_call_runs(
+    chat: ChatClient,  # noqa: F811
+    fake: FakeModel,
+    upstream: ThreadedServer,
+    api: str,  # noqa: F811
+) -> None:
+    await store_catalog(chat.app, "acme", large_catalog(150, f"{upstream.url}/echo"))
+    steps = fake_apis.steps(api)
+    fake.reset(
+        steps.tool_calls(("search_tools", {"query": FORECAST_QUERY})),
+        steps.tool_calls(("weather_forecast", {"city": "Oslo"})),
+        steps.text("Sunny in Oslo."),
+    )
+    response = await chat.chat(messages=[{"role": "user", "content": "Weather in Oslo?"}])
+    assert response.status_code == 200, response.text
+    body = response.json()
+    first, second = offered(api, fake.requests[0]), offered(api, fake.requests[1])
+    assert "search_tools" in first and "weather_forecast" not in first
+    assert len(first) <= 128
+    assert "weather_forecast" in second and set(first) <= set(second)
+    assert len(second) - len(first) <= 5  # TOOL_SEARCH_RESULTS
+    search, forecast = body["tool_calls"]
+    assert search["name"] == "search_tools" and search["status"] == "ok"
+    assert "weather_forecast" in body["messages"][2]["content"]  # what the model read
+    assert forecast["name"] == "weather_forecast" and forecast["status"] == "ok", forecast
+    assert ["city", "Oslo"] in [list(pair) for pair in RECEIVED[-1]["query"]]
+    [run] = await runs_recorded(chat.http, chat.tenant.headers, 1)
+    [searched] = run["searches"]
+    assert searched["query"] == FORECAST_QUERY and "weather_forecast" in searched["revealed"]
+
+
+async def test_a_small_catalog_is_offered_whole_without_search(
+    chat: ChatClient,  # noqa: F811
+    fake: FakeModel,
+    api: str,  # noqa: F811
+) -> None:
+    fake.reset(fake_apis.steps(api).text("hi"))
+    assert (await chat.chat()).status_code == 200
+    names = offered(api, fake.requests[0])
+    assert "search_tools" not in names and "add" in names
+
+
+@pytest.mark.settings(tool_search_threshold=0)
+async def test_with_search_off_more_tools_than_the_model_takes_is_a_clear_422(
+    chat: ChatClient,  # noqa: F811
+    fake: FakeModel,
+    upstream: ThreadedServer,
+    api: str,  # noqa: F811
+) -> None:
+    await store_catalog(chat.app, "acme", large_catalog(135, f"{upstream.url}/echo"))
+    fake.reset()
+    response = await chat.chat()
+    assert response.status_code == 422, response.text
+    assert "at most 128" in response.text and "TOOL_SEARCH_THRESHOLD" in response.text
+    assert fake.requests == []  # never a provider's 400
+
+
+async def test_explicit_tool_ids_past_the_limit_are_a_422_even_with_search(
+    chat: ChatClient,  # noqa: F811
+    fake: FakeModel,
+    upstream: ThreadedServer,
+    api: str,  # noqa: F811
+) -> None:
+    docs = large_catalog(135, f"{upstream.url}/echo")
+    await store_catalog(chat.app, "acme", docs)
+    fake.reset()
+    response = await chat.chat(tool_ids=[doc["tool_id"] for doc in docs[:130]])
+    assert response.status_code == 422 and "at most 128" in response.text
