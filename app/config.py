@@ -145,7 +145,7 @@ class Settings(BaseSettings):
     # own (at most its share of each limit) for LIMITS_FALLBACK_S without asking again.
     limits_check_timeout_s: float = Field(default=0.5, gt=0, le=30)
     limits_fallback_s: float = Field(default=5.0, ge=0, le=600)
-    max_tools_per_tenant: int = Field(default=500, ge=1, le=100_000)
+    max_tools_per_tenant: int = Field(default=10_000, ge=1, le=100_000)
     max_categories_per_tenant: int = Field(default=100, ge=1, le=10_000)
     max_tool_schema_bytes: int = Field(default=32_768, ge=512, le=1_048_576)
     max_mcp_servers_per_tenant: int = Field(default=20, ge=1, le=1000)
