@@ -213,6 +213,9 @@ class Settings(BaseSettings):
     # An MCP server's listing is taken up to this many tools; past it the server is skipped
     # with that reason (its tools are never half offered).
     mcp_max_server_tools: int = Field(default=1000, ge=1, le=100_000)
+    # The most bytes of one `tools/list` answer read from an MCP server (the SDK parses it on
+    # the event loop: about 0.1 ms per KB); a server with more tools pages its list.
+    mcp_max_list_bytes: int = Field(default=524_288, ge=4096, le=64 * 1_048_576)
     # A listing (a chat's tools, `/mcp` `tools/list`) waits this long for each server; one that
     # has not answered is skipped and marked down (retried after a backoff), its fetch going on
     # in the background up to MCP_CONNECT_TIMEOUT_S.

