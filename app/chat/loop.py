@@ -21,6 +21,7 @@ from app.chat.model import (
     ModelTimeoutError,
     ModelToolCall,
     ModelTurn,
+    PreparedTools,
     Usage,
     malformed_answer,
 )
@@ -133,6 +134,7 @@ class _Run:
     call: CallScope | None = None  # the run's scope (grows as searches reveal tools)
     searches: list[dict[str, Any]] | None = None
     revealing: asyncio.Lock | None = None  # one search reveals at a time
+    revealed: list[TypedTool] = field(default_factory=list)  # by searches, in order
 
 
 class ChatLoop:
@@ -180,9 +182,8 @@ class ChatLoop:
             ) from None
 
     async def _run(self, chat: ChatRun, events: EventSink | None, result: ChatResult) -> ChatResult:
-        offered = [tool.schema for tool in chat.tools]
-        if chat.search is not None:
-            offered.append(chat.search.schema)
+        extra = [chat.search.schema] if chat.search is not None else []
+        offered = PreparedTools.of(chat.tools, extra)  # each tool's JSON made once, joined
         run = _Run(chat, {tool.name: tool for tool in chat.tools}, events)
         run.schemas, run.call, run.searches = offered or None, chat.call, result.searches
         messages = result.messages
@@ -353,7 +354,8 @@ class ChatLoop:
             found = await search.find(query, len(run.schemas or ()))
             new = [tool for tool in found.tools if tool.name not in run.by_name]
             run.by_name.update((tool.name, tool) for tool in new)
-            run.schemas = [*(run.schemas or ()), *(tool.schema for tool in new)]
+            run.revealed += new
+            run.schemas = PreparedTools.of([*run.chat.tools, *run.revealed], [search.schema])
             run.call = found.call
         if run.searches is not None:
             run.searches.append({"query": query, "revealed": [tool.name for tool in new]})

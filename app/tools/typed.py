@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+import orjson
 from jmespath.parser import ParsedResult
 from pydantic import ValidationError
 
@@ -69,6 +70,9 @@ class TypedTool:
     # tool's own server checks them (MCP).
     validator: Any = field(init=False, compare=False, repr=False)
     schema: dict[str, Any] = field(init=False)  # the chat-completions `tools` entry
+    # `schema` serialized, built with the tool: a model request joins these bytes instead of
+    # serializing every offered schema on every call (app/chat/model.py, `PreparedTools`).
+    schema_json: bytes = field(init=False, compare=False, repr=False)
     _formats: dict[str, dict[str, Any]] = field(init=False, compare=False, repr=False)
     hidden_names: frozenset[str] = field(init=False)  # arguments a caller's model may not set
 
@@ -79,6 +83,7 @@ class TypedTool:
     def __post_init__(self) -> None:
         schema = shaped("openai", self.name, self.description, self.json_parameters)
         object.__setattr__(self, "schema", schema)
+        object.__setattr__(self, "schema_json", orjson.dumps(schema))
         object.__setattr__(self, "_formats", {"openai": schema})
         checked = self.parameters is not None
         object.__setattr__(self, "validator", compiled(self.json_parameters) if checked else None)
