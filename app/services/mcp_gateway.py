@@ -10,6 +10,7 @@ tenant key there is none (`app/services/toolbox.py`, the context contract).
 from __future__ import annotations
 
 import base64
+from collections import OrderedDict
 from typing import Any
 
 import mcp_types
@@ -21,6 +22,7 @@ from app.services.client_tokens import ClientToken
 from app.services.invocations import InvocationService, McpToolRun
 from app.services.toolbox import Selection, Toolbox
 from app.tools.progress import ProgressSink
+from app.tools.typed import TypedTool
 
 
 class InvalidCursorError(UnprocessableError):
@@ -34,6 +36,20 @@ class McpGatewayService:
         self._toolbox = toolbox
         self._invocations = invocations
         self._page_size = page_size
+        # Each typed tool as MCP serves it, made once (typed tools live as long as their
+        # definition does, and are shared): a page costs its size in lookups, not in models.
+        self._served_tools: OrderedDict[int, tuple[TypedTool, mcp_types.Tool]] = OrderedDict()
+
+    def _served(self, tool: TypedTool) -> mcp_types.Tool:
+        kept = self._served_tools.get(id(tool))
+        if kept is not None and kept[0] is tool:
+            self._served_tools.move_to_end(id(tool))
+            return kept[1]
+        served = served_tool(tool)
+        self._served_tools[id(tool)] = (tool, served)
+        while len(self._served_tools) > MAX_SERVED:
+            self._served_tools.popitem(last=False)
+        return served
 
     async def list_tools(
         self, *, tenant_id: str, token: ClientToken | None, cursor: str | None = None
@@ -47,7 +63,7 @@ class McpGatewayService:
         tools, more = await self._toolbox.listing(
             tenant_id, token=token, after=after, limit=self._page_size
         )
-        served = [served_tool(tool) for tool in tools]
+        served = [self._served(tool) for tool in tools]
         next_cursor = _cursor(tools[-1].name) if more and tools else None
         return served, next_cursor
 
@@ -109,3 +125,4 @@ def _after(cursor: str) -> str:
 
 
 MAX_CURSOR_CHARS = 512
+MAX_SERVED = 50_000  # typed tools whose served form is kept

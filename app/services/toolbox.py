@@ -305,9 +305,12 @@ class Toolbox:
         derived once per snapshot, so a page costs its own size (and the MCP servers' lists,
         cached by the hub); a name two tools would share is refused as `open` refuses it."""
         snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
-        stored, _, _, _ = await self._stored_tools(tenant_id, Selection(), token)
         view = ("by-name", None if token is None else (token.tool_ids, token.tags))
-        named = snapshot.view(view, lambda: _by_name(stored))
+
+        def ordered() -> _ByName:
+            return _by_name(_usable_stored(snapshot, token))
+
+        named = snapshot.view(view, ordered)
         servers = await self._mcp.usable(tenant_id=tenant_id)
         found, _ = await self._server_tools(tenant_id, servers, {}, {}, Selection(), token)
         for tool in found:  # the one name-clash rule, against the stored tools by name
@@ -340,9 +343,8 @@ class Toolbox:
         snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
         categories = snapshot.categories
 
-        def usable(tool: TypedTool) -> bool:  # the one rule of what a caller may use
-            offered = selection.admin or (tool.enabled and category_on(tool.category, categories))
-            return offered and (token is None or token.selects(tool))
+        def usable(tool: TypedTool) -> bool:
+            return may_use(tool, categories, token, admin=selection.admin)
 
         if selection.tool_ids is None:
             # What a caller is offered is derived once per snapshot and caller filter.
@@ -546,6 +548,25 @@ class _ByName:
     tools: tuple[TypedTool, ...]
     names: tuple[str, ...]
     index: frozenset[str]
+
+
+def may_use(
+    tool: TypedTool,
+    categories: Mapping[str, CategoryState],
+    token: ClientToken | None,
+    *,
+    admin: bool = False,
+) -> bool:
+    """The one rule of what a caller may use of the stored tools: an enabled tool of an
+    enabled category (any readable one for an admin's invoke), within its token's selection."""
+    offered = admin or (tool.enabled and category_on(tool.category, categories))
+    return offered and (token is None or token.selects(tool))
+
+
+def _usable_stored(snapshot: ToolSnapshot, token: ClientToken | None) -> list[TypedTool]:
+    """The stored tools a caller may use (what `_stored_tools` offers without a selection)."""
+    categories = snapshot.categories
+    return [e.tool for e in snapshot.entries if e.tool and may_use(e.tool, categories, token)]
 
 
 def _by_name(tools: Sequence[TypedTool]) -> _ByName:
