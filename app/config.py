@@ -158,6 +158,9 @@ class Settings(BaseSettings):
     # instead; 0 turns search off (a chat that would then pass the model's limit is a 422).
     tool_search_threshold: int = Field(default=64, ge=0, le=127)
     tool_search_results: int = Field(default=5, ge=1, le=20)
+    # The operator's model: `native` searches in the API's own form where it has one (OpenAI
+    # Responses `tool_search`, Anthropic's `tool_reference` results); `function`: search_tools.
+    model_tool_search: Literal["function", "native"] = "function"
     # The web built-ins (docs/tools.md, "Web search and fetch"), off until configured: the
     # search service (SearXNG's base URL; Tavily's or Brave's API, default their public host)
     # and its key; whether web_fetch may fetch pages (through each tenant's outbound policy).

@@ -21,6 +21,7 @@ from app.chat.model import (
     ModelTimeoutError,
     ModelToolCall,
     ModelTurn,
+    NativeSearch,
     PreparedTools,
     Usage,
     malformed_answer,
@@ -112,6 +113,7 @@ class ToolSearch(Protocol):
 
     name: str  # the function's name, as the model calls it
     schema: dict[str, Any]  # its chat-completions declaration
+    native: bool  # searched in the model API's own form (`NativeSearch`)
 
     async def find(self, query: str, offered: int) -> Found:
         """The best tools for `query` not offered yet; `offered`: how many the next request
@@ -135,6 +137,7 @@ class _Run:
     searches: list[dict[str, Any]] | None = None
     revealing: asyncio.Lock | None = None  # one search reveals at a time
     revealed: list[TypedTool] = field(default_factory=list)  # by searches, in order
+    native: NativeSearch | None = None  # the search in the model API's own form
 
 
 class ChatLoop:
@@ -183,8 +186,9 @@ class ChatLoop:
 
     async def _run(self, chat: ChatRun, events: EventSink | None, result: ChatResult) -> ChatResult:
         extra = [chat.search.schema] if chat.search is not None else []
-        offered = PreparedTools.of(chat.tools, extra)  # each tool's JSON made once, joined
         run = _Run(chat, {tool.name: tool for tool in chat.tools}, events)
+        run.native = _native(chat.search)
+        offered = PreparedTools.of(chat.tools, extra, run.native)  # each tool's JSON made once
         run.schemas, run.call, run.searches = offered or None, chat.call, result.searches
         messages = result.messages
         messages.extend(chat.messages)
@@ -355,7 +359,10 @@ class ChatLoop:
             new = [tool for tool in found.tools if tool.name not in run.by_name]
             run.by_name.update((tool.name, tool) for tool in new)
             run.revealed += new
-            run.schemas = PreparedTools.of([*run.chat.tools, *run.revealed], [search.schema])
+            if run.native is not None:
+                run.native.revealed[call.id] = [tool.schema for tool in new]
+            offered = [*run.chat.tools, *run.revealed]
+            run.schemas = PreparedTools.of(offered, [search.schema], run.native)
             run.call = found.call
         if run.searches is not None:
             run.searches.append({"query": query, "revealed": [tool.name for tool in new]})
@@ -369,6 +376,13 @@ class ChatLoop:
                 {"id": call.id, "status": "ok", "duration_ms": shown_ms, "preview": preview},
             )
         return record, found.text
+
+
+def _native(search: ToolSearch | None) -> NativeSearch | None:
+    if search is None or not search.native:
+        return None
+    function = search.schema["function"]
+    return NativeSearch(search.name, function["description"], function["parameters"])
 
 
 def _search_query(arguments: str) -> tuple[str, str | None]:

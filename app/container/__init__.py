@@ -146,7 +146,9 @@ def build_chat_service(settings: Settings, run: _Runtime, stack: AsyncExitStack)
         metrics=run.metrics,
         approvals=ApprovalBook(run.approvals, wait_s=settings.approval_wait_s),
         search=SearchSettings(
-            over=settings.tool_search_threshold or None, results=settings.tool_search_results
+            over=settings.tool_search_threshold or None,
+            results=settings.tool_search_results,
+            form=settings.model_tool_search,
         ),
         operator_api=settings.model_api,
     )

@@ -103,7 +103,8 @@ class ChatService:
             tenant_id, selection, token=token, context=request.context_arguments
         )
         try:
-            finder = chat_finder(toolset, self._search, chosen.api or self._operator_api)
+            api = chosen.api or self._operator_api
+            finder = chat_finder(toolset, self._search, api, chosen.tool_search)
             messages = [m.model_dump(exclude_none=True) for m in request.messages]
             holder = token.token_id if token is not None else None
             resume, decisions = await self._resumed(request, messages, toolset, tenant_id, holder)

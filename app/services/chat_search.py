@@ -28,6 +28,10 @@ SHOWN_DESCRIPTION_CHARS = 300
 class SearchSettings:
     over: int | None  # TOOL_SEARCH_THRESHOLD; None: search off
     results: int  # TOOL_SEARCH_RESULTS
+    form: str = "function"  # MODEL_TOOL_SEARCH: `native` where the API has a form of its own
+
+
+NATIVE_APIS = frozenset({"responses", "anthropic_messages"})
 
 
 class ToolFinder:
@@ -35,8 +39,9 @@ class ToolFinder:
 
     name = SEARCH_TOOL_NAME
 
-    def __init__(self, toolset: Toolset, *, results: int, limit: int) -> None:
+    def __init__(self, toolset: Toolset, *, results: int, limit: int, native: bool = False) -> None:
         assert toolset.deferred is not None
+        self.native = native
         self._toolset = toolset
         self._deferred = toolset.deferred
         self._results = results
@@ -66,13 +71,18 @@ class ToolFinder:
         return Found(tools, call, "\n".join(lines))
 
 
-def chat_finder(toolset: Toolset, settings: SearchSettings, api: str | None) -> ToolFinder | None:
-    """The chat's `search_tools`, if its tools are deferred; 422 when the tools it offers at
-    first would pass the provider's limit (with search off, or explicit selections too large)."""
+def chat_finder(
+    toolset: Toolset, settings: SearchSettings, api: str | None, form: str | None = None
+) -> ToolFinder | None:
+    """The chat's `search_tools`, if its tools are deferred (in the API's own form when `form`,
+    the provider's choice, else MODEL_TOOL_SEARCH, says `native` and the API has one); 422 when
+    the tools it offers at first would pass the provider's limit (with search off, or explicit
+    selections too large)."""
     limit = tool_limit(api)
     finder = None
     if toolset.deferred is not None:
-        finder = ToolFinder(toolset, results=settings.results, limit=limit)
+        native = (form or settings.form) == "native" and api in NATIVE_APIS
+        finder = ToolFinder(toolset, results=settings.results, limit=limit, native=native)
     offered = len(toolset.tools) + (1 if finder is not None else 0)
     if offered > limit:
         how = "select fewer with `tool_ids`, `tags` or `mcp_servers`"

@@ -101,3 +101,53 @@ async def test_explicit_tool_ids_past_the_limit_are_a_422_even_with_search(
     fake.reset()
     response = await chat.chat(tool_ids=[doc["tool_id"] for doc in docs[:130]])
     assert response.status_code == 422 and "at most 128" in response.text
+
+
+@pytest.mark.settings(outbound_allow=["127.0.0.1"], model_tool_search="native")
+async def test_the_native_search_forms_reveal_the_tool_and_its_call_runs(
+    chat: ChatClient,  # noqa: F811
+    fake: FakeModel,
+    upstream: ThreadedServer,
+    api: str,  # noqa: F811
+) -> None:
+    """Responses: a client-executed `tool_search`, answered with a `tool_search_output` that
+    carries the tools found; Anthropic: the found tools sent with `defer_loading` and the
+    search's result their `tool_reference` blocks. Chat completions has no native form: the
+    function."""
+    await store_catalog(chat.app, "acme", large_catalog(150, f"{upstream.url}/echo"))
+    steps = fake_apis.steps(api)
+    first = (
+        fake_apis.responses_tool_search(FORECAST_QUERY)
+        if api == "responses"
+        else steps.tool_calls(("search_tools", {"query": FORECAST_QUERY}))
+    )
+    fake.reset(first, steps.tool_calls(("weather_forecast", {"city": "Oslo"})), steps.text("ok"))
+    response = await chat.chat(messages=[{"role": "user", "content": "Weather in Oslo?"}])
+    assert response.status_code == 200, response.text
+    search, forecast = response.json()["tool_calls"]
+    assert search["name"] == "search_tools" and forecast["status"] == "ok", forecast
+    opening, after = fake.requests[0], fake.requests[1]
+    if api == "responses":
+        assert {"type": "tool_search", "execution": "client"}.items() <= opening["tools"][
+            -1
+        ].items()
+        assert all(tool.get("name") != "weather_forecast" for tool in after["tools"])
+        [output] = [i for i in after["input"] if i.get("type") == "tool_search_output"]
+        assert "weather_forecast" in [tool["name"] for tool in output["tools"]]
+        [asked] = [i for i in after["input"] if i.get("type") == "tool_search_call"]
+        assert asked["call_id"] == output["call_id"] == search["id"]
+        assert asked["arguments"] == {"query": FORECAST_QUERY}
+    elif api == "anthropic_messages":
+        deferred = [tool for tool in after["tools"] if tool.get("defer_loading")]
+        assert "weather_forecast" in [tool["name"] for tool in deferred]
+        results = [
+            block
+            for message in after["messages"]
+            if isinstance(message["content"], list)
+            for block in message["content"]
+            if block["type"] == "tool_result"
+        ]
+        references = results[0]["content"]
+        assert {"type": "tool_reference", "tool_name": "weather_forecast"} in references
+    else:
+        assert "weather_forecast" in offered(api, after)
