@@ -213,6 +213,9 @@ class Settings(BaseSettings):
     mcp_tools_cache_ttl_s: float = Field(default=30.0, ge=0, le=3600)
     # `/mcp` `tools/list`: tools per page (MCP's `nextCursor` pagination).
     mcp_tools_page_size: int = Field(default=200, ge=1, le=10_000)
+    # `/mcp` lists the `default` category's tools and `search_tools` instead of every tool
+    # (a client token's `tool_search` says otherwise for its caller).
+    mcp_tool_search: bool = False
     # An MCP server's listing is taken up to this many tools; past it the server is skipped
     # with that reason (its tools are never half offered).
     mcp_max_server_tools: int = Field(default=1000, ge=1, le=100_000)

@@ -298,17 +298,29 @@ class Toolbox:
         return toolset
 
     async def listing(
-        self, tenant_id: str, *, token: ClientToken | None, after: str | None, limit: int
+        self,
+        tenant_id: str,
+        *,
+        token: ClientToken | None,
+        after: str | None,
+        limit: int,
+        default_only: int | None = None,
     ) -> tuple[list[TypedTool], bool]:
         """One page of every tool the caller may use (MCP `tools/list`), ordered by name: the
         first `limit` named after `after`, and whether more follow. The stored tools' order is
         derived once per snapshot, so a page costs its own size (and the MCP servers' lists,
-        cached by the hub); a name two tools would share is refused as `open` refuses it."""
+        cached by the hub); a name two tools would share is refused as `open` refuses it.
+        `default_only` (with `/mcp`'s search tool): the stored tools a chat offers at once (the
+        `default` category's, when they are at most that many)."""
         snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
-        view = ("by-name", None if token is None else (token.tool_ids, token.tags))
+        view = ("by-name", None if token is None else (token.tool_ids, token.tags), default_only)
 
         def ordered() -> _ByName:
-            return _by_name(_usable_stored(snapshot, token))
+            usable = _usable_stored(snapshot, token)
+            if default_only is not None:  # with search_tools: what a chat offers at once
+                usable = [tool for tool in usable if tool.category == DEFAULT_CATEGORY]
+                usable = usable if len(usable) <= default_only else []
+            return _by_name(usable)
 
         named = snapshot.view(view, ordered)
         servers = await self._mcp.usable(tenant_id=tenant_id)
