@@ -19,7 +19,7 @@ from app.logs import hiding_forms
 from app.metrics import Metrics
 from app.schemas.chat import ChatRequest, ChatResponse
 from app.services.approvals import ApprovalBook
-from app.services.chat_search import SearchSettings, chat_finder
+from app.services.chat_search import SearchSettings, chat_finder, reveal_called
 from app.services.client_tokens import ClientToken
 from app.services.model_providers import ChosenModel, ModelProviderService
 from app.services.runs import RunRecorder, RunRecording, new_run_id, recording
@@ -103,9 +103,10 @@ class ChatService:
             tenant_id, selection, token=token, context=request.context_arguments
         )
         try:
+            messages = [m.model_dump(exclude_none=True) for m in request.messages]
+            await reveal_called(toolset, messages)
             api = chosen.api or self._operator_api
             finder = chat_finder(toolset, self._search, api, chosen.tool_search)
-            messages = [m.model_dump(exclude_none=True) for m in request.messages]
             holder = token.token_id if token is not None else None
             resume, decisions = await self._resumed(request, messages, toolset, tenant_id, holder)
             hold = partial(self._approvals.hold, tenant_id=tenant_id, holder=holder)

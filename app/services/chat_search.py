@@ -14,6 +14,7 @@ carries more tools than the provider takes (`tool_limit`); a chat that would is 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from app.chat.apis import tool_limit
 from app.chat.loop import Found
@@ -69,6 +70,27 @@ class ToolFinder:
             about = " ".join(tool.description.split())[:SHOWN_DESCRIPTION_CHARS]
             lines.append(f"- {tool.name}: {about}" if about else f"- {tool.name}")
         return Found(tools, call, "\n".join(lines))
+
+
+async def reveal_called(toolset: Toolset, messages: list[dict[str, Any]]) -> None:
+    """A conversation sent back (its next turn, or after `approval_required`) calls tools an
+    earlier search revealed: they are offered again at once, through the same rules."""
+    if toolset.deferred is None:
+        return
+    called = {
+        call.get("function", {}).get("name")
+        for message in messages
+        if message.get("role") == "assistant"
+        for call in message.get("tool_calls") or []
+        if isinstance(call, dict)
+    }
+    found = [
+        tool
+        for name in sorted(n for n in called if isinstance(n, str) and n not in toolset.by_name)
+        if (tool := toolset.deferred.named(name)) is not None
+    ]
+    if found:
+        await toolset.reveal(found)
 
 
 def chat_finder(

@@ -138,7 +138,8 @@ class DeferredTools:
         return index.search(query, limit=limit, allowed=allowed)
 
     def named(self, name: str) -> TypedTool | None:
-        """The usable deferred tool called `name`, if there is one (one lookup)."""
+        """The usable deferred tool called `name`, if there is one (one lookup): a tool an
+        earlier search of the conversation revealed."""
         found = [tool for tool in self._by_name.get(name, ()) if self._usable(tool)]
         return found[0] if len(found) == 1 else None
 

@@ -4,15 +4,19 @@ than the provider takes in one request, on each model API."""
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from tests.chat.test_model_apis import api, chat  # noqa: F401 - fixtures: each model API
-from tests.support import fake_apis
+from tests.support import fake_apis, functions
+from tests.support.apps import create_tenant, http_client, make_settings, running_app
 from tests.support.catalogs import large_catalog, store_catalog
 from tests.support.chat_clients import ChatClient
 from tests.support.fake_model import FakeModel
+from tests.support.secantus import SecantusServer
 from tests.support.servers import ThreadedServer
 from tests.support.upstream import RECEIVED
 from tests.support.waiting import runs_recorded
@@ -151,3 +155,84 @@ async def test_the_native_search_forms_reveal_the_tool_and_its_call_runs(
         assert {"type": "tool_reference", "tool_name": "weather_forecast"} in references
     else:
         assert "weather_forecast" in offered(api, after)
+
+
+@pytest.fixture
+async def big_chat(
+    secantus_server: SecantusServer,
+    fake_model_server: tuple[FakeModel, ThreadedServer],
+    api: str,  # noqa: F811
+) -> AsyncIterator[ChatClient]:
+    """A tenant of 2,000 tools on a real MongoDB-wire server (the embedded store writes a
+    catalog that large slowly), on each model API."""
+    settings = make_settings(
+        secantus_server.url,
+        mongodb_database=f"big_{secrets.token_hex(4)}",
+        mongodb_timeout_ms=30_000,  # SecantusDB reads 2,000 documents slowly on a busy machine
+        openai_base_url=f"{fake_model_server[1].url}/v1",
+        openai_api_key="sk-test-key",
+        model_api=api,
+        model_timeout_s=10.0,
+        model_max_retries=0,
+        outbound_allow=["127.0.0.1"],
+    )
+    async with running_app(settings, functions.registry) as app, http_client(app) as http:
+        yield ChatClient(app, http, await create_tenant(http, "acme"))
+
+
+@pytest.mark.slow
+async def test_a_chat_over_two_thousand_tools_finds_the_forecast_among_them(
+    big_chat: ChatClient,
+    fake: FakeModel,
+    upstream: ThreadedServer,
+    api: str,  # noqa: F811
+) -> None:
+    """Done when (issue 49): the first request carries at most 128 tools, one of them
+    `search_tools`; the search reveals the one forecast tool among 2,000; its call runs."""
+    await store_catalog(big_chat.app, "acme", large_catalog(2000, f"{upstream.url}/echo"))
+    steps = fake_apis.steps(api)
+    fake.reset(
+        steps.tool_calls(("search_tools", {"query": FORECAST_QUERY})),
+        steps.tool_calls(("weather_forecast", {"city": "Oslo"})),
+        steps.text("Sunny."),
+    )
+    response = await big_chat.chat(messages=[{"role": "user", "content": "Weather in Oslo?"}])
+    assert response.status_code == 200, response.text
+    first = offered(api, fake.requests[0])
+    assert len(first) <= 128 and "search_tools" in first
+    assert "weather_forecast" in offered(api, fake.requests[1])
+    assert response.json()["tool_calls"][1]["status"] == "ok"
+
+
+async def test_a_revealed_tool_waits_for_approval_and_runs_when_the_chat_is_sent_back(
+    chat: ChatClient,  # noqa: F811
+    fake: FakeModel,
+    upstream: ThreadedServer,
+    api: str,  # noqa: F811
+) -> None:
+    """Approval applies to a tool a search revealed, and the continuation (a new request
+    without the search) offers it again, so the approved call runs."""
+    docs = large_catalog(150, f"{upstream.url}/echo")
+    for doc in docs:
+        if doc["tool_id"] == "weather-forecast":
+            doc["approval"] = "always"
+    await store_catalog(chat.app, "acme", docs)
+    steps = fake_apis.steps(api)
+    fake.reset(
+        steps.tool_calls(("search_tools", {"query": FORECAST_QUERY})),
+        steps.tool_calls(("weather_forecast", {"city": "Oslo"})),
+    )
+    stopped = (await chat.chat(messages=[{"role": "user", "content": "Oslo?"}])).json()
+    assert stopped["stop_reason"] == "approval_required", stopped
+    [pending] = stopped["pending_approvals"]
+    fake.reset(steps.text("Sunny."))
+    decision = {
+        "call_id": pending["id"],
+        "approved": True,
+        "tool": "weather_forecast",
+        "arguments": {"city": "Oslo"},
+    }
+    done = await chat.chat(messages=stopped["messages"], approvals=[decision])
+    assert done.status_code == 200, done.text
+    [ran] = done.json()["tool_calls"]
+    assert ran["name"] == "weather_forecast" and ran["status"] == "ok", ran
