@@ -149,8 +149,8 @@ def build_chat_service(settings: Settings, run: _Runtime, stack: AsyncExitStack)
             over=settings.tool_search_threshold or None,
             results=settings.tool_search_results,
             form=settings.model_tool_search,
+            operator_api=settings.model_api,
         ),
-        operator_api=settings.model_api,
     )
 
 

@@ -19,8 +19,10 @@ from typing import Any
 from app.chat.apis import tool_limit
 from app.chat.loop import Found
 from app.errors import UnprocessableError, field_error
+from app.schemas.chat import ChatRequest
+from app.services.model_providers import ChosenModel
 from app.services.tool_search import SEARCH_TOOL_NAME, search_tool_schema
-from app.services.toolbox import Toolset
+from app.services.toolbox import Selection, Toolset
 
 SHOWN_DESCRIPTION_CHARS = 300
 
@@ -30,6 +32,10 @@ class SearchSettings:
     over: int | None  # TOOL_SEARCH_THRESHOLD; None: search off
     results: int  # TOOL_SEARCH_RESULTS
     form: str = "function"  # MODEL_TOOL_SEARCH: `native` where the API has a form of its own
+    operator_api: str = "chat_completions"  # MODEL_API, for chats on the operator's model
+
+
+SEARCH_OFF = SearchSettings(over=None, results=5)
 
 
 NATIVE_APIS = frozenset({"responses", "anthropic_messages"})
@@ -93,15 +99,32 @@ async def reveal_called(toolset: Toolset, messages: list[dict[str, Any]]) -> Non
         await toolset.reveal(found)
 
 
-def chat_finder(
-    toolset: Toolset, settings: SearchSettings, api: str | None, form: str | None = None
+def chat_selection(request: ChatRequest, settings: SearchSettings) -> Selection:
+    """What a chat asks for, searched past TOOL_SEARCH_THRESHOLD."""
+    return Selection(
+        tool_ids=request.tool_ids,
+        tags=request.tags,
+        mcp_servers=request.mcp_servers or (),
+        search_over=settings.over,
+    )
+
+
+async def chat_finder(
+    toolset: Toolset,
+    messages: list[dict[str, Any]],
+    settings: SearchSettings,
+    chosen: ChosenModel | None = None,
 ) -> ToolFinder | None:
-    """The chat's `search_tools`, if its tools are deferred (in the API's own form when `form`,
-    the provider's choice, else MODEL_TOOL_SEARCH, says `native` and the API has one); 422 when
-    the tools it offers at first would pass the provider's limit (with search off, or explicit
-    selections too large)."""
+    """The chat's `search_tools`, if its tools are deferred (the tools the conversation called
+    after earlier searches offered again at once; in the API's own form when the
+    chosen provider's `tool_search`, else MODEL_TOOL_SEARCH, says `native` and the API has one);
+    422 when the tools it offers at first would pass the provider's limit (with search off, or
+    explicit selections too large)."""
+    await reveal_called(toolset, messages)
+    api = (chosen.api if chosen is not None else None) or settings.operator_api
     limit = tool_limit(api)
     finder = None
+    form = chosen.tool_search if chosen is not None else None
     if toolset.deferred is not None:
         native = (form or settings.form) == "native" and api in NATIVE_APIS
         finder = ToolFinder(toolset, results=settings.results, limit=limit, native=native)

@@ -40,7 +40,7 @@ import bm25s
 import numpy as np
 import Stemmer  # PyStemmer
 
-from app.tools.typed import ExternalTool, TypedTool
+from app.tools.typed import TypedTool
 
 SEARCH_TOOL_NAME = "search_tools"
 SEARCH_TOOL_DESCRIPTION = (
@@ -103,16 +103,18 @@ def words(text: str) -> list[str]:
 
 
 def _http_words(tool: TypedTool) -> str:
-    if not isinstance(tool, ExternalTool):
+    route = tool.route()
+    if route is None:
         return ""
-    path = re.sub(r"^[a-z]+://[^/]+", "", tool.url).split("?")[0]
+    method, url = route
+    path = re.sub(r"^[a-z]+://[^/]+", "", url).split("?")[0]
     segments = [s for s in path.split("/") if s]
     literal = " ".join(s for s in segments if "{" not in s)
-    if tool.method == "GET":
+    if method == "GET":
         on_item = bool(segments) and "{" in segments[-1]
         verbs = "get fetch retrieve show" if on_item else "list all search get"
     else:
-        verbs = _VERBS.get(tool.method, "")
+        verbs = _VERBS.get(method, "")
     return f"{literal} {verbs}"
 
 

@@ -360,26 +360,8 @@ class Toolbox:
             return may_use(tool, categories, token, admin=selection.admin)
 
         if selection.tool_ids is None:
-            # What a caller is offered is derived once per snapshot and caller filter.
-            view = (
-                "pool",
-                selection.admin,
-                None if token is None else (token.tool_ids, token.tags),
-                None if selection.tags is None else frozenset(selection.tags),
-            )
-            pool = snapshot.view(view, lambda: _pool(snapshot, usable, selection.tags))
-            if selection.search_over is None or len(pool.tools) <= selection.search_over:
-                return list(pool.tools), {}, categories, None
-            # The `default` category's tools are offered at once, unless they are too many
-            # themselves: then every tool is found by search.
-            always = pool.always_on if len(pool.always_on) <= selection.search_over else ()
-            deferred = DeferredTools(
-                partial(self._catalog.search_index, snapshot, tenant_id=tenant_id),
-                usable,
-                snapshot.tools_by_name,
-                len(pool.tools) - len(always),
-            )
-            return list(always), {}, categories, deferred
+            offered, deferred = self._offered(snapshot, selection, token, tenant_id, usable)
+            return offered, {}, categories, deferred
         # Ids (or names) are looked up, not searched for among all the tenant's tools.
         index = snapshot.tools_by_name if selection.by_name else snapshot.tools_by_id
         if len(selection.tool_ids) == 1 and selection.tags is None:  # a call of one tool
@@ -408,6 +390,36 @@ class Toolbox:
         if missing:
             raise UnavailableToolsError.of(missing)
         return _tagged(chosen, selection.tags), picked, categories, None
+
+    def _offered(
+        self,
+        snapshot: ToolSnapshot,
+        selection: Selection,
+        token: ClientToken | None,
+        tenant_id: str,
+        usable: Callable[[TypedTool], bool],
+    ) -> tuple[list[TypedTool], DeferredTools | None]:
+        """Every tool the caller may use (no `tool_ids`), derived once per snapshot and caller
+        filter; past `search_over`, only those offered at once, the rest found by search."""
+        view = (
+            "pool",
+            selection.admin,
+            None if token is None else (token.tool_ids, token.tags),
+            None if selection.tags is None else frozenset(selection.tags),
+        )
+        pool = snapshot.view(view, lambda: _pool(snapshot, usable, selection.tags))
+        if selection.search_over is None or len(pool.tools) <= selection.search_over:
+            return list(pool.tools), None
+        # The `default` category's tools are offered at once, unless they are too many
+        # themselves: then every tool is found by search.
+        always = pool.always_on if len(pool.always_on) <= selection.search_over else ()
+        deferred = DeferredTools(
+            partial(self._catalog.search_index, snapshot, tenant_id=tenant_id),
+            usable,
+            snapshot.tools_by_name,
+            len(pool.tools) - len(always),
+        )
+        return list(always), deferred
 
     async def _servers(
         self, tenant_id: str, selection: Selection, picked: dict[str, set[str]]

@@ -95,6 +95,11 @@ class TypedTool:
         """It says it may destroy data: without its own `approval`, a person approves it."""
         return _marked_destructive(self.annotations)
 
+    def route(self) -> tuple[str, str] | None:
+        """(HTTP method, URL) of a tool that calls an HTTP endpoint; None for the others (what
+        tool search reads of its path and method)."""
+        return None
+
     def in_format(self, provider: Provider) -> dict[str, Any]:
         """This tool in `provider`'s tool format (for Gemini, converted where it can be);
         each format built once, at its first use."""
@@ -140,6 +145,9 @@ class ExternalTool(TypedTool):
     @property
     def risky(self) -> bool:
         return self.method == "DELETE" or _marked_destructive(self.annotations)
+
+    def route(self) -> tuple[str, str] | None:
+        return self.method, self.url
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
