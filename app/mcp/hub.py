@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CACHE_ENTRIES = 1024
-TYPED_ENTRIES = 50_000
+TYPED_ENTRIES = 20_000
 CAPPED = "(MCP_MAX_"  # in the reason of a list left out for its size
 OFF_LOOP_TOOLS = 32  # past this many tools to convert, a worker thread converts them
 DOWN_ENTRIES = 4096

@@ -63,7 +63,7 @@ MAX_WARNED = 10_000
 OFF_LOOP_TOOLS = 32
 DEFAULT_MAX_TENANTS = 10_000
 # Typed tools kept by the digest of their definition, across tenants and refreshes.
-MAX_PARSED = 100_000
+MAX_PARSED = 20_000
 # Derived views kept per snapshot (one per distinct caller filter: admin, token, tags).
 MAX_DERIVED = 64
 MAX_INDEXES = 256  # tenants whose last search index is kept for reuse

@@ -184,7 +184,7 @@ def _after(cursor: str) -> str:
 
 
 MAX_CURSOR_CHARS = 512
-MAX_SERVED = 50_000  # typed tools whose served form is kept
+MAX_SERVED = 20_000  # typed tools whose served form is kept
 
 
 _SEARCH_TOOL = mcp_types.Tool(
