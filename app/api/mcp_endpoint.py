@@ -384,7 +384,7 @@ class McpGateway:
                 tenant_id=caller.id, token=caller.token, cursor=cursor
             )
         except InvalidCursorError as exc:
-            raise MCPError(mcp_types.INVALID_PARAMS, exc.message) from None
+            raise MCPError(mcp_types.INVALID_PARAMS, str(exc)) from None
         except AppError as exc:  # a name offered twice, an unreadable server credential
             raise MCPError(mcp_types.INTERNAL_ERROR, _problem_text(exc)) from None
         return mcp_types.ListToolsResult(tools=tools, next_cursor=next_cursor)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import mcp_types
 import orjson
 
-from app.errors import AppError, UnprocessableError
+from app.errors import AppError
 from app.mcp.config import server_of
 from app.mcp.tools import served_tool
 from app.services.client_tokens import ClientToken
@@ -33,8 +33,8 @@ from app.tools.progress import ProgressSink
 from app.tools.typed import TypedTool
 
 
-class InvalidCursorError(UnprocessableError):
-    """A `tools/list` cursor this server did not give."""
+class InvalidCursorError(ValueError):
+    """A `tools/list` cursor this server did not give (the endpoint answers invalid params)."""
 
 
 class McpGatewayService:
