@@ -7,16 +7,29 @@ when the database was busy (with run records, under load on several workers) the
 read passed MONGODB_TIMEOUT_MS answered 503 (trust issue, item 11). Here:
 
 - concurrent misses share one read (single flight);
-- an entry past half its TTL is refreshed in the background while it is still served, so a
-  steadily used entry never expires and a request never waits for the database;
-- an entry is served past its TTL only when refreshing it failed (the database is slow or
-  down), and then for at most `stale_if_error_s` more (CACHE_STALE_IF_ERROR_S; Kong's
-  `db_resurrect_ttl` is the same idea); otherwise a change made elsewhere (another replica) is
-  seen within the TTL, counted from when the entry's read started;
+- **coherent entries** (`coherent`, given by caches whose source publishes change stamps: the
+  tool catalog) change only when their source changes: while the stamps are being read
+  (app/services/changes.py), an entry read after the watch began is fresh until `mark_stale`
+  says otherwise, however old it is. A steadily used 2,000-tool catalog was rebuilt about once
+  a second on the TTL alone (issue 49);
+- otherwise, and for coherent caches whenever the stamps cannot be read, the TTL bounds how
+  stale an entry may be: an entry past half its TTL is refreshed in the background while it is
+  still served, so a steadily used entry never expires and a request never waits for the
+  database; a change made elsewhere (another replica) is seen within the TTL, counted from
+  when the entry's read started;
+- an entry is served past its freshness only when refreshing it failed (the database is slow
+  or down), and then for at most `stale_if_error_s` more (CACHE_STALE_IF_ERROR_S; Kong's
+  `db_resurrect_ttl` is the same idea): the decision is `_serves_stale`, one method;
 - `invalidate` drops an entry and detaches its read in flight, so a read that started before a
   local write is never stored; `mark_stale` detaches the read too but keeps the entry, expired,
   for stale-if-error (a tool edit: an outage right after it still serves the tenant; a rotated
-  key or revoked token is dropped, never served stale).
+  key or revoked token is dropped, never served stale);
+- **bounded by age and size**: entries are kept in order of last use; one unused for `idle_s`
+  is dropped, and past `max_entries` the least recently used one is, one at a time (a full
+  cache used to be cleared whole: a cold storm for every tenant at once). Each drop is counted
+  (`evicted`).
+- `previous(key)` hands a read the value it replaces, so a reader can reuse what did not change
+  (the catalog re-parses only the tools whose content changed).
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -33,12 +47,19 @@ V = TypeVar("V")
 
 logger = logging.getLogger(__name__)
 WARN_EVERY_S = 10.0  # at most one "refresh failed" warning per cache in this interval
+NEVER = float("inf")
+
+# coherent(read_at): whether a change of the source made after `read_at` (the cache's clock)
+# would be signalled to this cache (`mark_stale`), so an entry read then needs no TTL.
+Coherence = Callable[[float], bool]
 
 
 @dataclass(slots=True)
 class _Entry(Generic[V]):
     value: V
     read_at: float  # when the read that produced it started
+    used_at: float  # when a get last returned it
+    stale_since: float = NEVER  # marked stale (a change) at this time
     refresh_failed: bool = False
 
 
@@ -51,38 +72,80 @@ class LoadingCache(Generic[K, V]):
         max_entries: int,
         name: str,
         stale_if_error_s: float = 0.0,
+        idle_s: float = 0.0,
+        coherent: Coherence | None = None,
         keep: Callable[[V], bool] = lambda _value: True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`idle_s` > 0: an entry unused that long is dropped. `coherent`: see the module doc."""
         self._load = load
         self._clock = clock
         self._ttl_s = ttl_s
         self._stale_s = stale_if_error_s
+        self._idle_s = idle_s
+        self._coherent = coherent
         self._max_entries = max_entries
         self._name = name
         self._keep = keep
-        self._entries: dict[K, _Entry[V]] = {}
+        self._entries: OrderedDict[K, _Entry[V]] = OrderedDict()  # least recently used first
         self._loading: dict[K, asyncio.Task[V]] = {}
         self._warned_at = -WARN_EVERY_S
+        self.evicted = 0  # entries dropped for their age or the size bound
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     async def get(self, key: K) -> V:
         if self._ttl_s <= 0:  # caching off: every call reads
             return await self._load(key)
+        now = self._clock()
+        self._drop_idle(now)
         entry = self._entries.get(key)
         if entry is None:
             return await self._read(key)
-        age = self._clock() - entry.read_at
-        if age < self._ttl_s or (entry.refresh_failed and age < self._ttl_s + self._stale_s):
-            if age >= self._ttl_s / 2 and key not in self._loading:
-                self._start(key)
+        entry.used_at = now
+        self._entries.move_to_end(key)
+        expires = self._expiry(entry)
+        if now < expires:
+            if entry.refresh_failed or self._refresh_early(entry, now):
+                self._refresh(key)
+            return entry.value
+        if entry.refresh_failed and self._serves_stale(entry, now):
+            self._refresh(key)  # answered at once; the database is asked in the background
             return entry.value
         try:
             return await self._read(key)
         except Exception:
-            if age < self._ttl_s + self._stale_s:  # still within the grace: the last value
+            if self._serves_stale(entry, now):  # the last value, within the grace
                 entry.refresh_failed = True
                 return entry.value
             raise
+
+    def peek(self, key: K) -> V | None:
+        """The value held for `key`, fresh or not, without reading or touching it."""
+        entry = self._entries.get(key)
+        return None if entry is None else entry.value
+
+    def _expiry(self, entry: _Entry[V]) -> float:
+        """When the entry stops being fresh: when it was marked stale, or, unless the source's
+        changes reach this cache, its TTL after its read."""
+        if self._coherent is not None and self._coherent(entry.read_at):
+            return entry.stale_since
+        return min(entry.stale_since, entry.read_at + self._ttl_s)
+
+    def _refresh_early(self, entry: _Entry[V], now: float) -> bool:
+        """A fresh entry past half its TTL is read again in the background (TTL-bound only)."""
+        if entry.stale_since != NEVER:
+            return False
+        if self._coherent is not None and self._coherent(entry.read_at):
+            return False
+        return now - entry.read_at >= self._ttl_s / 2
+
+    def _serves_stale(self, entry: _Entry[V], now: float) -> bool:
+        """Whether an entry that is no longer fresh, and could not be read again, is served:
+        for `stale_if_error_s` past the moment it stopped being fresh. The one decision of
+        serving stale values (an outage circuit may widen it here)."""
+        return now < self._expiry(entry) + self._stale_s
 
     def invalidate(self, key: K) -> None:
         """Forget the entry; a read of it in flight is not stored and not joined any more."""
@@ -95,9 +158,13 @@ class LoadingCache(Generic[K, V]):
         one would be. A read in flight is detached, as by `invalidate`."""
         entry = self._entries.get(key)
         if entry is not None:
-            entry.read_at = min(entry.read_at, self._clock() - self._ttl_s)
+            entry.stale_since = min(entry.stale_since, self._clock())
             entry.refresh_failed = False
         self._loading.pop(key, None)
+
+    def previous(self, key: K) -> V | None:
+        """The value a read of `key` replaces (for a loader that reuses what did not change)."""
+        return self.peek(key)
 
     def invalidate_values(self, matches: Callable[[V], bool]) -> None:
         """Forget every entry whose value matches, and detach every read in flight (their
@@ -114,10 +181,27 @@ class LoadingCache(Generic[K, V]):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def _drop_idle(self, now: float) -> None:
+        """Drop the least recently used entries unused for `idle_s` (oldest first: each get
+        looks at the front only, so the cost follows the drops, not the size)."""
+        if self._idle_s <= 0:
+            return
+        cutoff = now - self._idle_s
+        while self._entries:
+            key, entry = next(iter(self._entries.items()))
+            if entry.used_at >= cutoff:
+                return
+            del self._entries[key]
+            self.evicted += 1
+
     async def _read(self, key: K) -> V:
         task = self._loading.get(key) or self._start(key)
         # A caller that goes away (client disconnect) leaves the read to the others.
         return await asyncio.shield(task)
+
+    def _refresh(self, key: K) -> None:
+        if key not in self._loading:
+            self._start(key)
 
     def _start(self, key: K) -> asyncio.Task[V]:
         task = asyncio.create_task(self._fill(key), name=f"{self._name}: read")
@@ -133,10 +217,16 @@ class LoadingCache(Generic[K, V]):
             if not self._keep(value):
                 self._entries.pop(key, None)
             else:
-                if key not in self._entries and len(self._entries) >= self._max_entries:
-                    self._entries.clear()
-                self._entries[key] = _Entry(value, started)
+                self._store(key, value, started)
         return value
+
+    def _store(self, key: K, value: V, started: float) -> None:
+        old = self._entries.pop(key, None)
+        used = old.used_at if old is not None else self._clock()
+        self._entries[key] = _Entry(value, started, used)
+        while len(self._entries) > self._max_entries:  # the least recently used goes
+            self._entries.popitem(last=False)
+            self.evicted += 1
 
     def _finished(self, key: K, task: asyncio.Task[V]) -> None:
         if self._loading.get(key) is task:
@@ -154,7 +244,7 @@ class LoadingCache(Generic[K, V]):
             self._warned_at = now
             logger.warning(
                 "%s: could not refresh from the database (%s); cached entries are served for "
-                "up to %g s past their TTL meanwhile",
+                "up to %g s past their freshness meanwhile",
                 self._name,
                 type(error).__name__,
                 self._stale_s,

@@ -145,7 +145,7 @@ class Settings(BaseSettings):
     # own (at most its share of each limit) for LIMITS_FALLBACK_S without asking again.
     limits_check_timeout_s: float = Field(default=0.5, gt=0, le=30)
     limits_fallback_s: float = Field(default=5.0, ge=0, le=600)
-    max_tools_per_tenant: int = Field(default=500, ge=1, le=100_000)
+    max_tools_per_tenant: int = Field(default=10_000, ge=1, le=100_000)
     max_categories_per_tenant: int = Field(default=100, ge=1, le=10_000)
     max_tool_schema_bytes: int = Field(default=32_768, ge=512, le=1_048_576)
     max_mcp_servers_per_tenant: int = Field(default=20, ge=1, le=1000)
@@ -153,6 +153,14 @@ class Settings(BaseSettings):
     chat_token_budget: int = Field(default=200_000, ge=0, le=100_000_000)
 
     tool_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # Tool search in chats (docs/chat.md, "Large catalogs"): past this many stored tools
+    # offered (no `tool_ids`), a chat offers its `default` category's tools and `search_tools`
+    # instead; 0 turns search off (a chat that would then pass the model's limit is a 422).
+    tool_search_threshold: int = Field(default=64, ge=0, le=127)
+    tool_search_results: int = Field(default=5, ge=1, le=20)
+    # The operator's model: `native` searches in the API's own form where it has one (OpenAI
+    # Responses `tool_search`, Anthropic's `tool_reference` results); `function`: search_tools.
+    model_tool_search: Literal["function", "native"] = "function"
     # The web built-ins (docs/tools.md, "Web search and fetch"), off until configured: the
     # search service (SearXNG's base URL; Tavily's or Brave's API, default their public host)
     # and its key; whether web_fetch may fetch pages (through each tenant's outbound policy).
@@ -170,7 +178,13 @@ class Settings(BaseSettings):
     tool_output_max_chars: int = Field(default=16_000, ge=100, le=1_000_000)
     tool_response_max_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
     tool_threads: int = Field(default=32, ge=1, le=512)
+    # How stale a tenant's tool snapshot may be while the change stamps cannot be read (with
+    # them, a snapshot changes only when its tools do); 0 turns the cache off.
     tool_cache_ttl_s: float = Field(default=2.0, ge=0, le=300)
+    # Snapshots unused this long are dropped, one by one; past the bound, the least recently
+    # used one is (docs/performance.md, "Catalog size").
+    tool_cache_idle_s: float = Field(default=900.0, ge=0, le=86_400)
+    tool_cache_max_tenants: int = Field(default=10_000, ge=1, le=1_000_000)
     outbound_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
     outbound_ports: str = DEFAULT_PORTS
     outbound_blocked_ports: str = DEFAULT_BLOCKED_PORTS
@@ -197,6 +211,17 @@ class Settings(BaseSettings):
     mcp_servers_file: str | None = None
     mcp_connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
     mcp_tools_cache_ttl_s: float = Field(default=30.0, ge=0, le=3600)
+    # `/mcp` `tools/list`: tools per page (MCP's `nextCursor` pagination).
+    mcp_tools_page_size: int = Field(default=200, ge=1, le=10_000)
+    # `/mcp` lists the `default` category's tools and `search_tools` instead of every tool
+    # (a client token's `tool_search` says otherwise for its caller).
+    mcp_tool_search: bool = False
+    # An MCP server's listing is taken up to this many tools; past it the server is skipped
+    # with that reason (its tools are never half offered).
+    mcp_max_server_tools: int = Field(default=1000, ge=1, le=100_000)
+    # The most bytes of one `tools/list` answer read from an MCP server (the SDK parses it on
+    # the event loop: about 0.1 ms per KB); a server with more tools pages its list.
+    mcp_max_list_bytes: int = Field(default=524_288, ge=4096, le=64 * 1_048_576)
     # A listing (a chat's tools, `/mcp` `tools/list`) waits this long for each server; one that
     # has not answered is skipped and marked down (retried after a backoff), its fetch going on
     # in the background up to MCP_CONNECT_TIMEOUT_S.

@@ -29,6 +29,18 @@ def _model_option(request: dict[str, Any], name: str, default: float) -> Any:
     return default
 
 
+SEARCH_TOOL = "search_tools"
+
+
+def _last_call(messages: list[dict[str, Any]]) -> str | None:
+    """The name of the last tool call an assistant message made."""
+    for message in reversed(messages):
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if calls:
+            return str(calls[-1].get("function", {}).get("name"))
+    return None
+
+
 class FakeModelApp:
     def __init__(self, *, tool: str, arguments: str, calls: int, latency_s: float) -> None:
         self.tool, self.arguments, self.calls, self.latency_s = tool, arguments, calls, latency_s
@@ -39,7 +51,19 @@ class FakeModelApp:
         offered = {t["function"]["name"] for t in request.get("tools") or []}
         message: dict[str, Any]
         calls = int(_model_option(request, "calls", self.calls))
-        if messages and messages[-1].get("role") == "user" and self.tool in offered:
+        last = messages[-1].get("role") if messages else None
+        # A chat over a large catalog: search first, then call the tool the search revealed.
+        searched = last == "tool" and _last_call(messages) == SEARCH_TOOL
+        if last == "user" and self.tool not in offered and SEARCH_TOOL in offered:
+            query = orjson.dumps({"query": self.tool.replace("_", " ")}).decode()
+            call = {"name": SEARCH_TOOL, "arguments": query}
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": f"call_{next(_ids)}", "type": "function", "function": call}],
+            }
+            finish = "tool_calls"
+        elif (last == "user" or searched) and self.tool in offered:
             message = {
                 "role": "assistant",
                 "content": None,

@@ -176,6 +176,7 @@ QUIET_LOGGERS = (
     "openai",
     "mcp",
     "uvicorn.access",
+    "bm25s",  # a DEBUG line per index it builds (it sets its own logger to DEBUG)
 )
 
 

@@ -32,11 +32,12 @@ from starlette.types import Message, Receive, Scope, Send
 from app.api.hot_routes import send_json
 from app.api.mcp_messages import answer_batch, batch_allowed, method_label
 from app.api.mcp_metadata import www_authenticate
-from app.api.mcp_modern import ModernAnswers, TextResult, modern_version
+from app.api.mcp_modern import ModernAnswers, TextResult, listing_params, modern_version
 from app.api.mcp_progress import answer_with_progress, progress_token
 from app.api.problems import problem_response
 from app.deps import TenantContext, authenticate, presented_bearer
 from app.errors import AppError, NotFoundError, UnauthorizedError, UnprocessableError
+from app.services.mcp_gateway import InvalidCursorError
 from app.telemetry import mcp_server_span
 
 if TYPE_CHECKING:
@@ -350,7 +351,11 @@ class McpGateway:
                 called = await self._call(ctx, call)
                 member = _handshake_result(called)
             elif method == "tools/list" and (params is None or isinstance(params, dict)):
-                member = _dumped(await self._list_tools(ctx, None))
+                try:
+                    listing = listing_params(params)
+                except ValidationError:
+                    return False  # the SDK answers malformed params
+                member = _dumped(await self._list_tools(ctx, listing))
             else:
                 return False
             payload: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "result": member}
@@ -374,14 +379,17 @@ class McpGateway:
         self, ctx: Any, params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListToolsResult:
         caller = _caller(ctx)
+        cursor = params.cursor if params is not None else None
         try:
             with mcp_server_span(method="tools/list", target=None, meta=_meta(params)):
-                tools = await caller.services.mcp_gateway.list_tools(
-                    tenant_id=caller.id, token=caller.token
+                tools, next_cursor = await caller.services.mcp_gateway.list_tools(
+                    tenant_id=caller.id, token=caller.token, cursor=cursor
                 )
+        except InvalidCursorError as exc:
+            raise MCPError(mcp_types.INVALID_PARAMS, str(exc)) from None
         except AppError as exc:  # a name offered twice, an unreadable server credential
             raise MCPError(mcp_types.INTERNAL_ERROR, _problem_text(exc)) from None
-        return mcp_types.ListToolsResult(tools=tools)
+        return mcp_types.ListToolsResult(tools=tools, next_cursor=next_cursor)
 
     async def _input_schema(self, request: Request, name: str) -> dict[str, Any] | None:
         """The input schema of the caller's tool `name` as `tools/list` shows it, or None."""

@@ -87,6 +87,13 @@ class CallTool(Protocol):
 InputSchema = Callable[[Request, str], Awaitable[dict[str, Any] | None]]
 
 
+def listing_params(params: Any) -> mcp_types.PaginatedRequestParams | None:
+    """A `tools/list` request's params (its cursor); a ValidationError when they are not."""
+    if not params:
+        return None
+    return mcp_types.PaginatedRequestParams.model_validate(params)
+
+
 def modern_version(scope: Scope) -> bool:
     """The request names a per-request-envelope (2026-07-28) protocol version."""
     for name, value in scope["headers"]:
@@ -155,7 +162,11 @@ class ModernAnswers:
         if call is not None and token is not None:
             member = partial(self._member, request, method, version, call)
             return await answer_with_progress(send, message["id"], token, member)
-        payload, status = await self._result(request, method, version, call, message["id"])
+        try:
+            listing = listing_params(params) if method == "tools/list" else None
+        except ValueError:  # ValidationError is a ValueError
+            return False
+        payload, status = await self._result(request, method, version, call, message["id"], listing)
         await send_json(send, payload, status)
         return True
 
@@ -179,8 +190,9 @@ class ModernAnswers:
         version: str,
         call: mcp_types.CallToolRequestParams | None,
         request_id: str | int,
+        listing: mcp_types.PaginatedRequestParams | None = None,
     ) -> tuple[bytes, int]:
-        member = await self._member(request, method, version, call)
+        member = await self._member(request, method, version, call, listing=listing)
         error = member.get("error")
         status = ERROR_CODE_HTTP_STATUS.get(error["code"], 200) if error is not None else 200
         return orjson.dumps({"jsonrpc": "2.0", "id": request_id, **member}), status
@@ -192,6 +204,8 @@ class ModernAnswers:
         version: str,
         call: mcp_types.CallToolRequestParams | None,
         progress: Any = None,
+        *,
+        listing: mcp_types.PaginatedRequestParams | None = None,
     ) -> dict[str, Any]:
         """The JSON-RPC `result` (or `error`) member of the answer; a call's progress reports
         go to `progress`."""
@@ -203,7 +217,7 @@ class ModernAnswers:
                 called = await self._call_tool(ctx, call, progress=progress)
                 result = self._shaped(method, version, called)
             else:
-                result = self._shaped(method, version, await self._list_tools(ctx, None))
+                result = self._shaped(method, version, await self._list_tools(ctx, listing))
         except Exception as exc:  # the SDK's boundary: MCPError as is, the rest INTERNAL_ERROR
             return {"error": _dumped(modern_error_data(exc))}
         return {"result": result}

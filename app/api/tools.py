@@ -105,6 +105,12 @@ FormatQuery = Annotated[
 ]
 
 
+CategoryQuery = Annotated[
+    str | None,
+    Query(pattern=NAME_PATTERN, description="Only tools of this category (`default` included)"),
+]
+
+
 @router.get(
     "/",
     response_model=ToolPage | list[dict[str, Any]],
@@ -122,6 +128,7 @@ async def list_tools(
     tag: Annotated[
         str | None, Query(pattern=TAG_PATTERN, description="Only tools with this tag")
     ] = None,
+    category: CategoryQuery = None,
     tool_format: FormatQuery = None,
 ) -> Response:
     """List the calling tenant's tools by tool_id; with `format`, as that provider's tool list."""
@@ -132,16 +139,30 @@ async def list_tools(
         tool_type=type,
         tag=tag,
         provider=tool_format,
+        category=category,
     )
     return Response(page, media_type="application/json")  # pre-serialized
 
 
 @router.get("/ids", response_model=list[ToolId], response_model_exclude_none=True)
-async def list_tool_ids(tenant: TenantDep) -> list[ToolId]:
-    """List the calling tenant's tool ids with their function names."""
-    return [
-        ToolId.model_validate(t) for t in await tenant.services.tools.list_ids(tenant_id=tenant.id)
-    ]
+async def list_tool_ids(
+    tenant: TenantDep,
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    category: CategoryQuery = None,
+) -> Response:
+    """List the calling tenant's tool ids with their function names, by tool_id, a page at a
+    time: `X-Total-Count` says how many there are, and a `Link` header (`rel="next"`) gives the
+    next page while there is one."""
+    page, total = await tenant.services.tools.ids_json(
+        tenant_id=tenant.id, limit=limit, offset=offset, category=category
+    )
+    headers = {"X-Total-Count": str(total)}
+    if offset + limit < total:
+        following = request.url.include_query_params(offset=offset + limit, limit=limit)
+        headers["Link"] = f'<{following.path}?{following.query}>; rel="next"'
+    return Response(page, media_type="application/json", headers=headers)
 
 
 @router.get(

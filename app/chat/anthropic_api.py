@@ -19,10 +19,12 @@ from app.chat.model import (
     ConvertedTools,
     ModelToolCall,
     ModelTurn,
+    NativeSearch,
     StreamAssembler,
     Usage,
     finished,
     malformed_answer,
+    native_search,
 )
 from app.tools.providers import shaped
 
@@ -54,13 +56,14 @@ class AnthropicMessagesAPI:
         parallel_tool_calls: bool,
         stream: bool,
     ) -> bytes:
-        system, turns = anthropic_messages(messages)
+        native = native_search(tools)
+        system, turns = anthropic_messages(messages, native)
         payload: dict[str, Any] = {"model": model, "max_tokens": self._max_tokens}
         if system:
             payload["system"] = system
         payload["messages"] = turns
         if tools:
-            payload["tools"] = self._tools(tools)
+            payload["tools"] = self._tools(tools) if native is None else _deferring(tools, native)
             choice: dict[str, Any] = {"type": "auto"}
             if not parallel_tool_calls:
                 choice["disable_parallel_tool_use"] = True
@@ -142,9 +145,26 @@ def anthropic_tool(tool: dict[str, Any]) -> dict[str, Any]:
     return shaped("anthropic", function["name"], function.get("description", ""), parameters)
 
 
-def anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+def _deferring(tools: list[dict[str, Any]], native: NativeSearch) -> list[dict[str, Any]]:
+    """The tools of a request when the search is native: those offered from the start (the
+    last marked for prompt caching), then those searches found, with `defer_loading` (kept
+    out of the prompt until a search result's `tool_reference` names them)."""
+    found = native.revealed_names
+    offered = anthropic_tools([t for t in tools if t["function"]["name"] not in found])
+    deferred = [
+        {**anthropic_tool(t), "defer_loading": True}
+        for t in tools
+        if t["function"]["name"] in found
+    ]
+    return [*offered, *deferred]
+
+
+def anthropic_messages(
+    messages: list[dict[str, Any]], native: NativeSearch | None = None
+) -> tuple[str, list[dict[str, Any]]]:
     """Chat messages -> (the system text, user and assistant turns of content blocks); turns of
-    the same role in a row are merged, as the tool results of one turn must be."""
+    the same role in a row are merged, as the tool results of one turn must be. With a native
+    search, a search's result is the `tool_reference` blocks of the tools it found."""
     system: list[str] = []
     turns: list[dict[str, Any]] = []
     for message in messages:
@@ -152,7 +172,7 @@ def anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[s
         if role in ("system", "developer"):
             system.append(_text(message.get("content")))
             continue
-        blocks = _blocks(message)
+        blocks = _blocks(message, native)
         role = "assistant" if role == "assistant" else "user"
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"] += blocks
@@ -161,10 +181,23 @@ def anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[s
     return "\n\n".join(text for text in system if text), turns
 
 
-def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+def _blocks(message: dict[str, Any], native: NativeSearch | None = None) -> list[dict[str, Any]]:
     content = message.get("content")
     if message["role"] == "tool":
         text = _text(content)
+        found = native.revealed.get(message["tool_call_id"]) if native is not None else None
+        if found:  # a search's result: references to the tools it found
+            references = [
+                {"type": "tool_reference", "tool_name": schema["function"]["name"]}
+                for schema in found
+            ]
+            return [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": message["tool_call_id"],
+                    "content": references,
+                }
+            ]
         block = {"type": "tool_result", "tool_use_id": message["tool_call_id"], "content": text}
         if text.startswith(TOOL_ERROR_PREFIX):
             block["is_error"] = True

@@ -26,6 +26,7 @@ from app.chat.model import (
     ModelError,
     ModelToolCall,
     ModelTurn,
+    PreparedTools,
     StreamAssembler,
     TurnAssembler,
     Usage,
@@ -80,11 +81,20 @@ class ChatCompletionsAPI:
         parallel_tool_calls: bool,
         stream: bool,
     ) -> bytes:
-        payload = _payload(model, messages, tools, parallel_tool_calls)
+        prepared = isinstance(tools, PreparedTools) and bool(tools)
+        payload = _payload(model, messages, None if prepared else tools, parallel_tool_calls)
         if stream:
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True}
-        return orjson.dumps(payload)
+        body = orjson.dumps(payload)
+        if not prepared:
+            return body
+        assert isinstance(tools, PreparedTools)
+        # The tool options' bytes joined in (the same fields `tool_options` would add).
+        options = b',"tools":' + tools.json + b',"tool_choice":"auto"'
+        if not parallel_tool_calls:
+            options += b',"parallel_tool_calls":false'
+        return body[:-1] + options + b"}"
 
     def parse(self, raw: bytes, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
         return parse_completion(raw)

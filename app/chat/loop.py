@@ -7,10 +7,12 @@ chat deadline end the loop with an error.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from app.chat.approval import Decision, PendingCall, parsed_arguments, waiting_calls
 from app.chat.model import (
@@ -19,9 +21,12 @@ from app.chat.model import (
     ModelTimeoutError,
     ModelToolCall,
     ModelTurn,
+    NativeSearch,
+    PreparedTools,
     Usage,
     malformed_answer,
 )
+from app.logs import hiding_forms
 from app.metrics import Metrics
 from app.telemetry import model_answered, model_span
 from app.tools.approval import ApprovalPolicy
@@ -62,6 +67,8 @@ class ChatResult:
     usage: Usage = field(default_factory=Usage)
     finish_reason: str | None = None  # the model's own, for its last turn (`model.finished`)
     pending: list[PendingCall] = field(default_factory=list)  # with approval_required
+    # Each `search_tools` call: its query and the tools it revealed (the run record keeps it).
+    searches: list[dict[str, Any]] = field(default_factory=list)
     # Every approval of the run: waiting calls and decisions on them (the run record keeps it).
     approvals: list[dict[str, Any]] = field(default_factory=list)
     # The run's timeline: when it started (time.perf_counter) and each model call from there.
@@ -91,6 +98,32 @@ class ChatRun:
     decisions: dict[str, Decision] = field(default_factory=dict)
     # Keeps the calls a chat stops for until a person decides them (before anyone hears).
     hold: Callable[[list[PendingCall]], Awaitable[None]] | None = None
+    # A chat over a large catalog: the model is offered `search.schema` too, and its calls
+    # reveal more tools (app/services/chat.py, `ToolFinder`).
+    search: ToolSearch | None = None
+
+
+@dataclass(frozen=True)
+class Found:
+    """What one search revealed: the tools offered from now on, the run's scope with what
+    their calls need, and the tool result the model reads."""
+
+    tools: list[TypedTool]
+    call: CallScope
+    text: str
+
+
+class ToolSearch(Protocol):
+    """Finds more of the caller's tools for a chat (the rules are the searcher's)."""
+
+    name: str  # the function's name, as the model calls it
+    schema: dict[str, Any]  # its chat-completions declaration
+    native: bool  # searched in the model API's own form (`NativeSearch`)
+
+    async def find(self, query: str, offered: int) -> Found:
+        """The best tools for `query` not offered yet; `offered`: how many the next request
+        carries already (the searcher keeps it under the provider's limit)."""
+        ...
 
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -105,6 +138,12 @@ class _Run:
     by_name: dict[str, TypedTool]
     emit: EventSink | None
     started: float  # the run's start (time.perf_counter): calls are placed from it
+    schemas: list[dict[str, Any]] | None = None  # what the next model call offers
+    call: CallScope | None = None  # the run's scope (grows as searches reveal tools)
+    searches: list[dict[str, Any]] | None = None
+    revealing: asyncio.Lock | None = None  # one search reveals at a time
+    revealed: list[TypedTool] = field(default_factory=list)  # by searches, in order
+    native: NativeSearch | None = None  # the search in the model API's own form
 
 
 class ChatLoop:
@@ -152,8 +191,11 @@ class ChatLoop:
             ) from None
 
     async def _run(self, chat: ChatRun, events: EventSink | None, result: ChatResult) -> ChatResult:
-        schemas = [tool.schema for tool in chat.tools] or None
+        extra = [chat.search.schema] if chat.search is not None else []
         run = _Run(chat, {tool.name: tool for tool in chat.tools}, events, result.started)
+        run.native = _native(chat.search)
+        offered = PreparedTools.of(chat.tools, extra, run.native)  # each tool's JSON made once
+        run.schemas, run.call, run.searches = offered or None, chat.call, result.searches
         messages = result.messages
         messages.extend(chat.messages)
         if chat.resume:
@@ -162,6 +204,7 @@ class ChatLoop:
             last = iteration == chat.max_iterations
             if events:
                 await events("iteration", {"n": iteration})
+            schemas = run.schemas  # searches of the last turn may have added tools
             started, turn = time.perf_counter(), None
             try:
                 turn = await self._call_model(run, messages, None if last else schemas)
@@ -272,11 +315,14 @@ class ChatLoop:
     ) -> tuple[ToolCallRecord, str]:
         started = time.perf_counter()
         tool = run.by_name.get(call.name)
+        search = run.chat.search
+        if tool is None and search is not None and call.name == search.name:
+            return await self._search(call, run, search, started)
         arguments, parse_error = parsed_arguments(call, tool)
         shown = arguments if parse_error is None else call.arguments
         if run.emit:
             await run.emit("tool_call", {"id": call.id, "name": call.name, "arguments": shown})
-        scope = run.chat.call
+        scope = run.call or run.chat.call
         if tool is None:
             known = ", ".join(sorted(run.by_name)) or "none"
             problem = (
@@ -297,9 +343,12 @@ class ChatLoop:
             result = self._invoker.refused(refusal, "refused", scope, tool, call_id=call.id)
         else:
             watcher = _progress_events(run.emit, call.id) if run.emit else None
-            result = await self._invoker.invoke(
-                tool, arguments, scope, progress=watcher, call_id=call.id
-            )
+            # A revealed tool's hidden values are kept out of log lines too.
+            hiding = hiding_forms(scope.scrub.values) if scope is not run.chat.call else None
+            with hiding or nullcontext():
+                result = await self._invoker.invoke(
+                    tool, arguments, scope, progress=watcher, call_id=call.id
+                )
         record, content = _recorded(call, shown, result, time.perf_counter() - started)
         record.started_ms = _ms(started - run.started)
         if decision is not None:
@@ -315,6 +364,62 @@ class ChatLoop:
                 },
             )
         return record, content
+
+    async def _search(
+        self, call: ModelToolCall, run: _Run, search: ToolSearch, started: float
+    ) -> tuple[ToolCallRecord, str]:
+        """A `search_tools` call: the tools found join the next model call (and `by_name`, so
+        their calls run through every rule, approval included)."""
+        query, problem = _search_query(call.arguments)
+        if run.emit:
+            shown = {"query": query} if problem is None else call.arguments
+            await run.emit("tool_call", {"id": call.id, "name": call.name, "arguments": shown})
+        if problem is not None:
+            refused = self._invoker.refused(problem, "invalid_arguments", run.call or CallScope())
+            return _recorded(call, call.arguments, refused, time.perf_counter() - started)
+        if run.revealing is None:
+            run.revealing = asyncio.Lock()
+        async with run.revealing:  # parallel searches reveal one after the other
+            found = await search.find(query, len(run.schemas or ()))
+            new = [tool for tool in found.tools if tool.name not in run.by_name]
+            run.by_name.update((tool.name, tool) for tool in new)
+            run.revealed += new
+            if run.native is not None:
+                run.native.revealed[call.id] = [tool.schema for tool in new]
+            offered = [*run.chat.tools, *run.revealed]
+            run.schemas = PreparedTools.of(offered, [search.schema], run.native)
+            run.call = found.call
+        if run.searches is not None:
+            run.searches.append({"query": query, "revealed": [tool.name for tool in new]})
+        seconds = time.perf_counter() - started
+        record = ToolCallRecord(call.id, call.name, {"query": query}, "ok", None, seconds * 1000)
+        if run.emit:
+            preview = found.text[:PREVIEW_CHARS]
+            shown_ms = round(seconds * 1000, 3)
+            await run.emit(
+                "tool_result",
+                {"id": call.id, "status": "ok", "duration_ms": shown_ms, "preview": preview},
+            )
+        return record, found.text
+
+
+def _native(search: ToolSearch | None) -> NativeSearch | None:
+    if search is None or not search.native:
+        return None
+    function = search.schema["function"]
+    return NativeSearch(search.name, function["description"], function["parameters"])
+
+
+def _search_query(arguments: str) -> tuple[str, str | None]:
+    """The query of a `search_tools` call, or why there is none."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        return "", 'the arguments are not JSON; send {"query": "service and action"}'
+    query = parsed.get("query") if isinstance(parsed, dict) else None
+    if not isinstance(query, str) or not query.strip():
+        return "", "'query' must be a non-empty string: the service and the action"
+    return query.strip(), None
 
 
 def _recorded(

@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+import orjson
+
 from app.errors import AppError
+from app.tools.typed import TypedTool
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +88,52 @@ def tool_options(tools: list[dict[str, Any]] | None, parallel_tool_calls: bool) 
 # The loop writes a failed tool's result with this prefix; APIs with an error flag on tool
 # results (Anthropic's `is_error`) read it back from there.
 TOOL_ERROR_PREFIX = "Error: "
+
+
+@dataclass
+class NativeSearch:
+    """A chat's tool search in its model API's own form (OpenAI Responses: a client-executed
+    `tool_search` tool, its calls `tool_search_call` items and the tools a search found a
+    `tool_search_output` item; Anthropic Messages: the found tools sent with `defer_loading`
+    and the search's result `tool_reference` blocks). The loop keeps which tools each search
+    call revealed; the API renders them (`ResponsesAPI`, `AnthropicMessagesAPI`)."""
+
+    name: str  # the search function's name
+    description: str
+    parameters: dict[str, Any]
+    revealed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by call id
+
+    @property
+    def revealed_names(self) -> set[str]:
+        return {s["function"]["name"] for schemas in self.revealed.values() for s in schemas}
+
+
+class PreparedTools(list[dict[str, Any]]):
+    """The chat-completions `tools` of a request, with their JSON already made: each offered
+    tool's bytes were built once with the tool (`TypedTool.schema_json`), and a request joins
+    them (`ChatCompletionsAPI.body`) instead of serializing every schema on every call (37% of
+    the CPU of a chat offering 2,000 tools). Still a plain list for every other reader."""
+
+    json: bytes
+    native: NativeSearch | None = None  # set when the chat searches in its API's own form
+
+    @classmethod
+    def of(
+        cls,
+        tools: Sequence[TypedTool],
+        extra: Sequence[dict[str, Any]] = (),
+        native: NativeSearch | None = None,
+    ) -> PreparedTools:
+        prepared = cls([*(tool.schema for tool in tools), *extra])
+        parts = [tool.schema_json for tool in tools] + [orjson.dumps(item) for item in extra]
+        prepared.json = b"[" + b",".join(parts) + b"]"
+        prepared.native = native
+        return prepared
+
+
+def native_search(tools: Sequence[dict[str, Any]] | None) -> NativeSearch | None:
+    """The chat's search in its API's own form, if it has one."""
+    return tools.native if isinstance(tools, PreparedTools) else None
 
 
 class ConvertedTools:

@@ -26,10 +26,12 @@ from app.chat.model import (
     ConvertedTools,
     ModelToolCall,
     ModelTurn,
+    NativeSearch,
     StreamAssembler,
     Usage,
     finished,
     malformed_answer,
+    native_search,
     upstream_status,
 )
 from app.tools.providers import shaped
@@ -103,13 +105,19 @@ class ResponsesAPI:
         parallel_tool_calls: bool,
         stream: bool,
     ) -> bytes:
-        previous, items = self._input(messages)
+        native = native_search(tools)
+        previous, items = self._input(messages, native)
         payload: dict[str, Any] = {"model": model, "input": items}
         if previous:
             payload["previous_response_id"] = previous
         if self._max_output_tokens:
             payload["max_output_tokens"] = self._max_output_tokens
-        if tools:
+        if tools and native is not None:
+            payload["tools"] = _native_tools(tools, native)
+            payload["tool_choice"] = "auto"
+            if not parallel_tool_calls:
+                payload["parallel_tool_calls"] = False
+        elif tools:
             payload["tools"] = self._tools(tools)
             payload["tool_choice"] = "auto"
             if not parallel_tool_calls:
@@ -118,7 +126,9 @@ class ResponsesAPI:
             payload["stream"] = True
         return orjson.dumps(payload)
 
-    def _input(self, messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
+    def _input(
+        self, messages: list[dict[str, Any]], native: NativeSearch | None = None
+    ) -> tuple[str | None, list[dict[str, Any]]]:
         start, previous = 0, None
         # Digests only where a remembered turn could be found: a conversation without calls
         # (every chat's first model call) has none to look up.
@@ -133,13 +143,25 @@ class ResponsesAPI:
         items: list[dict[str, Any]] = []
         for index in range(start, len(messages)):
             before = digests[index] if digests else b""
-            items += self._items(messages[index], before)
+            items += self._items(messages[index], before, native)
         return previous, items
 
-    def _items(self, message: dict[str, Any], before: bytes) -> list[dict[str, Any]]:
+    def _items(
+        self, message: dict[str, Any], before: bytes, native: NativeSearch | None = None
+    ) -> list[dict[str, Any]]:
         role, content = message["role"], message.get("content")
         if role == "tool":
             call_id = message["tool_call_id"]
+            if native is not None and call_id in native.revealed:  # the tools a search found
+                found = [responses_tool(schema) for schema in native.revealed[call_id]]
+                return [
+                    {
+                        "type": "tool_search_output",
+                        "call_id": call_id,
+                        "execution": "client",
+                        "tools": found,
+                    }
+                ]
             return [{"type": "function_call_output", "call_id": call_id, "output": _text(content)}]
         if role != "assistant":
             return [{"role": role, "content": _input_content(content)}]
@@ -150,15 +172,7 @@ class ResponsesAPI:
             items += remembered[1]
         if content:
             items.append({"role": "assistant", "content": _text(content)})
-        items += [
-            {
-                "type": "function_call",
-                "call_id": call["id"],
-                "name": call["function"]["name"],
-                "arguments": call["function"]["arguments"],
-            }
-            for call in calls
-        ]
+        items += [_call_item(call, native) for call in calls]
         return items
 
     def parse(self, raw: bytes, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
@@ -193,6 +207,14 @@ class ResponsesAPI:
                     ModelToolCall(
                         id=str(item.get("call_id") or item.get("id") or f"call_{len(calls)}"),
                         name=str(item.get("name") or ""),
+                        arguments=_arguments_text(item.get("arguments")),
+                    )
+                )
+            elif kind == "tool_search_call":  # a client-executed search: the loop runs it
+                calls.append(
+                    ModelToolCall(
+                        id=str(item.get("call_id") or item.get("id") or f"call_{len(calls)}"),
+                        name=SEARCH_CALL,
                         arguments=_arguments_text(item.get("arguments")),
                     )
                 )
@@ -257,6 +279,49 @@ class ResponsesAssembler:
         usage = (self._response or {}).get("usage")
         whole = {"output": output, "usage": usage, "status": "completed"}
         return self._api.turn_of(whole, self._asked)
+
+
+# A `tool_search_call` is read as a call of the chat's search function, whatever its name:
+# the loop runs it (`search_tools`, app/services/tool_search.py, is the only search).
+SEARCH_CALL = "search_tools"
+
+
+def _call_item(call: dict[str, Any], native: NativeSearch | None) -> dict[str, Any]:
+    """An assistant's tool call as an input item: a search in the native form, or a function
+    call."""
+    function = call["function"]
+    if native is not None and function["name"] == native.name:
+        try:
+            arguments = orjson.loads(function["arguments"] or "{}")
+        except orjson.JSONDecodeError:
+            arguments = {}
+        return {
+            "type": "tool_search_call",
+            "call_id": call["id"],
+            "execution": "client",
+            "arguments": arguments if isinstance(arguments, dict) else {},
+        }
+    return {
+        "type": "function_call",
+        "call_id": call["id"],
+        "name": function["name"],
+        "arguments": function["arguments"],
+    }
+
+
+def _native_tools(tools: list[dict[str, Any]], native: NativeSearch) -> list[dict[str, Any]]:
+    """The tools a request declares when the search is native: the tools offered from the
+    start and the client-executed `tool_search`; what a search found rides in its
+    `tool_search_output` item instead."""
+    revealed = native.revealed_names | {native.name}
+    declared = [responses_tool(t) for t in tools if t["function"]["name"] not in revealed]
+    search = {
+        "type": "tool_search",
+        "execution": "client",
+        "description": native.description,
+        "parameters": native.parameters,
+    }
+    return [*declared, search]
 
 
 def responses_tool(tool: dict[str, Any]) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from app.services.approvals import ApprovalBook
 from app.services.catalog import ToolCatalog
 from app.services.categories import CategoryService
 from app.services.chat import ChatService
+from app.services.chat_search import SearchSettings
 from app.services.client_tokens import ClientTokenService
 from app.services.health import HealthService
 from app.services.invocations import InvocationService
@@ -144,6 +145,12 @@ def build_chat_service(settings: Settings, run: _Runtime, stack: AsyncExitStack)
         keep_messages=settings.run_store_messages,
         metrics=run.metrics,
         approvals=ApprovalBook(run.approvals, wait_s=settings.approval_wait_s),
+        search=SearchSettings(
+            over=settings.tool_search_threshold or None,
+            results=settings.tool_search_results,
+            form=settings.model_tool_search,
+            operator_api=settings.model_api,
+        ),
     )
 
 
@@ -264,7 +271,14 @@ async def build_services(
         tools=tools,
         chat=build_chat_service(settings, run, stack),
         invocations=invocations,
-        mcp_gateway=McpGatewayService(toolbox=run.toolbox, invocations=invocations),
+        mcp_gateway=McpGatewayService(
+            toolbox=run.toolbox,
+            invocations=invocations,
+            page_size=settings.mcp_tools_page_size,
+            search=settings.mcp_tool_search,
+            search_over=settings.tool_search_threshold,
+            search_results=settings.tool_search_results,
+        ),
         mcp_hub=run.hub,
         runs=RunService(runs=stores.runs),
         mcp_servers=run.mcp,

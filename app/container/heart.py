@@ -152,6 +152,8 @@ def build_mcp_hub(
             connect_timeout_s=settings.mcp_connect_timeout_s,
             cache_ttl_s=settings.mcp_tools_cache_ttl_s,
             list_deadline_s=settings.mcp_list_deadline_s,
+            max_tools=settings.mcp_max_server_tools,
+            max_list_bytes=settings.mcp_max_list_bytes,
             pool=PoolLimits(
                 idle_s=settings.mcp_session_idle_s,
                 per_tenant=settings.mcp_pool_per_tenant,

@@ -26,7 +26,7 @@ from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
 from app.repositories.secrets import SecretRepository
 from app.repositories.tenants import TenantRepository
 from app.repositories.tools import ToolRepository
-from app.services.catalog import ToolCatalog
+from app.services.catalog import ToolCatalog, always
 from app.services.changes import ChangeFeed, Publish, unpublished
 from app.services.health import HealthService
 from app.services.mcp_servers import McpServerService
@@ -83,6 +83,11 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
         if database.in_memory
         else RunRepository(database, retention_days=settings.run_retention_days)
     )
+    changes = (
+        None
+        if database.in_memory
+        else ChangeFeed(ChangeStampRepository(database), interval_s=settings.cache_sync_interval_s)
+    )
     catalog = ToolCatalog(
         tools=tools,
         ttl_s=settings.tool_cache_ttl_s,
@@ -90,6 +95,11 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
         registry=registry,
         categories=categories,
         capabilities=settings.capabilities,
+        # Snapshots change with their tools (the change stamps), the TTL only while the stamps
+        # cannot be read; one process's own store sees every change.
+        coherent=changes.covers if changes is not None else always,
+        idle_s=settings.tool_cache_idle_s,
+        max_tenants=settings.tool_cache_max_tenants,
     )
     stack.push_async_callback(catalog.aclose)  # its reads in flight stop before the database
     return Stores(
@@ -103,13 +113,7 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
         catalog=catalog,
         model_providers=ModelProviderRepository(database),
         approvals=ApprovalRepository(database),
-        changes=(
-            None
-            if database.in_memory
-            else ChangeFeed(
-                ChangeStampRepository(database), interval_s=settings.cache_sync_interval_s
-            )
-        ),
+        changes=changes,
     )
 
 

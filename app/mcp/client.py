@@ -50,13 +50,88 @@ def _trusted_roots() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=certifi.where())
 
 
+LISTING_TOO_LARGE = "its tool list is too large"
+
+
+class TooManyToolsError(Exception):
+    """A server lists more tools than MCP_MAX_SERVER_TOOLS."""
+
+
+class ListingCap(httpx2.AsyncBaseTransport):
+    """Reads a `tools/list` answer only up to `limit` bytes, before the SDK parses it on the
+    event loop (10,000 tools in one answer held the loop 0.2 s in the SDK's validation alone):
+    past it, the answer is replaced by the JSON-RPC error saying so, which the SDK raises as
+    that request's error (the session stays usable)."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
+        self._inner, self._limit = inner, limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        request_id = None
+        if request.method == "POST":
+            body = await request.aread()  # a JSON-RPC message: kept for sending
+            if b'"method":"tools/list"' in body:
+                request_id = _request_id(body)
+        response = await self._inner.handle_async_request(request)
+        if request_id is None:
+            return response
+        kept, seen = [], 0
+        try:
+            async for chunk in response.aiter_raw():
+                seen += len(chunk)
+                if seen > self._limit:
+                    break
+                kept.append(chunk)
+        finally:
+            await response.aclose()
+        content = b"".join(kept)
+        if seen > self._limit:
+            content = _too_large(request_id, self._limit, response.headers)
+        headers = [(k, v) for k, v in response.headers.items() if k.lower() != "content-length"]
+        return httpx2.Response(
+            response.status_code, headers=headers, content=content, request=request
+        )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _request_id(body: bytes) -> Any:
+    try:
+        message = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return message.get("id") if isinstance(message, dict) else None
+
+
+def _too_large(request_id: Any, limit: int, headers: Any) -> bytes:
+    """The JSON-RPC error that replaces a list too large, in the answer's own framing."""
+    message = (
+        f"{LISTING_TOO_LARGE}: more than {limit} bytes in one answer (MCP_MAX_LIST_BYTES); "
+        "a server with more tools pages its list"
+    )
+    error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32603, "message": message}}
+    data = orjson.dumps(error)
+    if "event-stream" in headers.get("content-type", ""):
+        return b"event: message\ndata: " + data + b"\n\n"
+    return data
+
+
 def _http_client(
-    headers: dict[str, str], policy: OutboundPolicy | None, timeout_s: float
+    headers: dict[str, str],
+    policy: OutboundPolicy | None,
+    timeout_s: float,
+    max_list_bytes: int | None = None,
 ) -> httpx2.AsyncClient:
-    transport = None
+    transport: httpx2.AsyncBaseTransport | None = None
     if policy is not None:  # a tenant's server: every connection is checked where it is made
         limits = httpx2.Limits(max_connections=4, max_keepalive_connections=4)
         transport = guarded_transport(policy, limits=limits, http=httpx2, core=httpcore2)
+    if max_list_bytes is not None:
+        inner = transport or httpx2.AsyncHTTPTransport(
+            retries=0, verify=_trusted_roots(), trust_env=False
+        )
+        transport = ListingCap(inner, max_list_bytes)
     return httpx2.AsyncClient(
         headers={"User-Agent": "toolgate/0.1", **headers},
         timeout=httpx2.Timeout(timeout_s, read=STREAM_READ_TIMEOUT_S),
@@ -82,8 +157,10 @@ async def open_session(
     policy: OutboundPolicy | None,
     timeout_s: float,
     on_message: MessageHandlerFnT | None = None,
+    max_list_bytes: int | None = None,
 ) -> AsyncIterator[ClientSession]:
-    """An initialized session; everything it opened (process, connections) closes on exit."""
+    """An initialized session; everything it opened (process, connections) closes on exit.
+    `max_list_bytes`: the most bytes of a `tools/list` answer read (HTTP transports)."""
     async with contextlib.AsyncExitStack() as stack:
         if server.type == "stdio":
             assert server.command is not None
@@ -96,7 +173,9 @@ async def open_session(
             errlog.close()  # the child has its own copy: EOF comes when it exits
         elif server.type == "streamable-http":
             assert server.url is not None
-            http = await stack.enter_async_context(_http_client(headers, policy, timeout_s))
+            http = await stack.enter_async_context(
+                _http_client(headers, policy, timeout_s, max_list_bytes)
+            )
             read, write = await stack.enter_async_context(
                 streamable_http_client(server.url, http_client=http)
             )
@@ -108,7 +187,7 @@ async def open_session(
                 timeout: httpx2.Timeout | None = None,
                 auth: httpx2.Auth | None = None,
             ) -> httpx2.AsyncClient:
-                return _http_client(headers or {}, policy, timeout_s)
+                return _http_client(headers or {}, policy, timeout_s, max_list_bytes)
 
             read, write = await stack.enter_async_context(
                 sse_client(server.url, headers=headers, httpx_client_factory=factory)
@@ -160,13 +239,21 @@ async def _log_lines(pipe: BinaryIO, server_name: str) -> None:
         transport.close()
 
 
-async def list_all_tools(session: ClientSession) -> list[mcp_types.Tool]:
+async def list_all_tools(
+    session: ClientSession, max_tools: int | None = None
+) -> list[mcp_types.Tool]:
+    """Every page of the server's list; past `max_tools` tools, `TooManyToolsError`."""
     tools: list[mcp_types.Tool] = []
     cursor: str | None = None
     for _ in range(MAX_LIST_PAGES):
         params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
         page = await session.list_tools(params=params)
         tools.extend(page.tools)
+        if max_tools is not None and len(tools) > max_tools:
+            raise TooManyToolsError(
+                f"it lists more than {max_tools} tools (MCP_MAX_SERVER_TOOLS); select some "
+                "with the server's `include`, or raise the setting"
+            )
         cursor = page.next_cursor
         if not cursor:
             break
@@ -178,6 +265,11 @@ def failure_reason(exc: BaseException) -> str:
     for inner in _chain(exc):
         if isinstance(inner, OutboundBlockedError):
             return f"blocked: {inner}"
+        if isinstance(inner, TooManyToolsError):
+            return str(inner)
+        if LISTING_TOO_LARGE in str(inner):  # the JSON-RPC error `ListingCap` answered
+            text = str(inner)
+            return text[text.index(LISTING_TOO_LARGE) :]
     for inner in _chain(exc):
         if isinstance(inner, FileNotFoundError | PermissionError):
             return "the server's command could not be started"

@@ -35,7 +35,9 @@ from app.errors import AppError
 from app.mcp.client import failure_reason, list_all_tools, open_session
 from app.mcp.config import McpServer
 from app.mcp.pool import PoolKey, PoolLimits, SessionPool, hold
+from app.mcp.tools import mcp_server_tool
 from app.tools.netguard import OutboundPolicy
+from app.tools.typed import McpServerTool
 
 if TYPE_CHECKING:
     from app.mcp.sessions import McpSessions
@@ -43,6 +45,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CACHE_ENTRIES = 1024
+TYPED_ENTRIES = 20_000
+CAPPED = "(MCP_MAX_"  # in the reason of a list left out for its size
+OFF_LOOP_TOOLS = 32  # past this many tools to convert, a worker thread converts them
 DOWN_ENTRIES = 4096
 BACKOFF_FIRST_S = 5.0
 # How long a listing waits for a server marked down once its backoff has passed.
@@ -67,6 +72,10 @@ class McpLimits:
     cache_ttl_s: float
     list_deadline_s: float = 2.0
     pool: PoolLimits = NO_POOL
+    # A server's list: at most this many tools (past it the server is skipped, with why) and
+    # this many bytes in one answer (read no further: the SDK parses it on the event loop).
+    max_tools: int = 1000
+    max_list_bytes: int = 524_288
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,9 @@ class McpHub:
         self._cache: OrderedDict[str, tuple[float, list[mcp_types.Tool]]] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[list[mcp_types.Tool]]] = {}
         self._down: OrderedDict[str, _Down] = OrderedDict()
+        # Typed tools by (server entry, the listed tool object they were made of).
+        self._typed: OrderedDict[tuple[str, str, str, int], tuple[mcp_types.Tool, McpServerTool]]
+        self._typed = OrderedDict()
         self.pool = SessionPool(limits=limits.pool, holder=self._hold, clock=clock)
         self.runs: set[McpSessions] = set()  # runs holding a session, closed at shutdown
         self.open_sessions = 0  # sessions open right now, pooled ones included
@@ -131,6 +143,7 @@ class McpHub:
             policy=self.policy_for(server),
             timeout_s=self._limits.connect_timeout_s,
             on_message=on_message,
+            max_list_bytes=self._limits.max_list_bytes,
         ) as session:
             self.open_sessions += 1
             try:
@@ -250,8 +263,13 @@ class McpHub:
             self._mark_down(key, error)
             raise error from None
         except Exception as exc:
-            logger.warning(
-                "MCP server %r: listing tools failed: %s", server.name, failure_reason(exc)
+            # A list too long is left out whole: said at ERROR, as every drop is.
+            reason = failure_reason(exc)
+            logger.log(
+                logging.ERROR if CAPPED in reason else logging.WARNING,
+                "MCP server %r: listing tools failed: %s",
+                server.name,
+                reason,
             )
             error = McpUnavailableError(
                 f"MCP server '{server.name}' is unavailable: {failure_reason(exc)}"
@@ -275,14 +293,44 @@ class McpHub:
             entry = await self.pool.acquire(key, server, headers)
             if entry is not None:
                 try:
-                    return await list_all_tools(entry.ready.result())
+                    return await list_all_tools(entry.ready.result(), self._limits.max_tools)
                 except Exception:
                     self.pool.discard(entry)
                     raise
                 finally:
                     self.pool.release(entry)
         async with self.session(server, headers) as session:
-            return await list_all_tools(session)
+            return await list_all_tools(session, self._limits.max_tools)
+
+    async def typed_tools(
+        self, server: McpServer, listed: list[mcp_types.Tool]
+    ) -> list[McpServerTool]:
+        """`listed` (a server's list, as `reachable_tools` gives it) as typed tools: each
+        converted once per server entry and kept with the list it came from; a batch of new
+        ones is converted off the event loop (a thousand tools' schemas took 0.1-0.2 s)."""
+        prefix = (server.source, server.name, server.revision)
+        found: list[McpServerTool | None] = []
+        missing: list[int] = []
+        for place, item in enumerate(listed):
+            kept = self._typed.get((*prefix, id(item)))
+            if kept is not None and kept[0] is item:
+                found.append(kept[1])
+            else:
+                found.append(None)
+                missing.append(place)
+        if missing:
+            items = [listed[place] for place in missing]
+
+            def convert() -> list[McpServerTool]:
+                return [mcp_server_tool(server, item) for item in items]
+
+            made = await asyncio.to_thread(convert) if len(items) > OFF_LOOP_TOOLS else convert()
+            for place, item, tool in zip(missing, items, made, strict=True):
+                found[place] = tool
+                self._typed[(*prefix, id(item))] = (item, tool)
+            while len(self._typed) > TYPED_ENTRIES:
+                self._typed.popitem(last=False)
+        return [tool for tool in found if tool is not None]
 
     def _mark_down(self, key: str, error: AppError) -> None:
         """Listings skip the server until its backoff has passed (doubling per failure)."""

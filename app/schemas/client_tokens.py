@@ -48,6 +48,12 @@ class ClientTokenCreate(ClientModel):
     models: list[ModelName] | None = Field(
         default=None, max_length=64, description="The models its chats may use; default: any."
     )
+    tool_search: bool | None = Field(
+        default=None,
+        description="`/mcp` lists the `default` category's tools and a `search_tools` tool that "
+        "finds the others (for clients without a search of their own, over large catalogs); "
+        "false: the plain listing; default: MCP_TOOL_SEARCH.",
+    )
     expires_in_s: Annotated[int, Field(ge=60, le=MAX_LIFETIME_S), WholeNumber] | None = Field(
         default=None,
         description="Lifetime in seconds (60 to 366 days); default: until revoked.",
@@ -65,6 +71,7 @@ class ClientToken(BaseModel):
     tags: list[str] | None
     providers: list[str] | None = None
     models: list[str] | None = None
+    tool_search: bool | None = None
     created_at: datetime
     expires_at: datetime | None
 

@@ -46,6 +46,13 @@ class ModelProviderPut(ClientModel):
         description="Responses API: send `previous_response_id` and only the items after it "
         "(the endpoint must store responses) instead of the whole conversation each turn.",
     )
+    tool_search: Literal["function", "native"] = Field(
+        default="function",
+        description="Chats over large catalogs: `native` searches in the API's own form "
+        "(Responses: a client-executed `tool_search` tool; Anthropic: `tool_reference` "
+        "results and `defer_loading` tools); `function`: the `search_tools` function on any "
+        "API (chat completions has no native form).",
+    )
 
 
 class ModelProvider(BaseModel):
@@ -60,5 +67,6 @@ class ModelProvider(BaseModel):
     max_retries: int
     max_tokens: int
     previous_response_id: bool = False
+    tool_search: Literal["function", "native"] = "function"
     created_at: datetime
     updated_at: datetime

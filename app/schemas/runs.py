@@ -59,6 +59,13 @@ class RunApproval(BaseModel):
     reason: str | None = None
 
 
+class RunSearch(BaseModel):
+    """One `search_tools` call of a chat over a large catalog."""
+
+    query: str
+    revealed: list[str] = Field(description="The tools it added to the chat, best first.")
+
+
 class Usage(BaseModel):
     """Tokens the model reported, summed over a run's turns (a chat's answer and its record)."""
 
@@ -108,6 +115,12 @@ class Run(BaseModel):
         exclude_if=lambda value: value is None,
         description="Chats: each call that waited for a person's approval (`pending` when the "
         "chat stopped for it) and each decision taken on one.",
+    )
+    searches: list[RunSearch] | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="Chats over large catalogs: each `search_tools` call and the tools it "
+        "revealed.",
     )
 
 

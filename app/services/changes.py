@@ -31,6 +31,10 @@ OVERLAP = timedelta(seconds=5)
 PUBLISH_RETRIES_S = (0.2, 1.0, 3.0)
 WARN_EVERY_S = 10.0
 CLOSE_S = 3.0
+# The stamps count as read (`covers`) while the last good read is at most this many intervals
+# (plus the slack) old: a slow read or two does not send every cache back to its TTL.
+STALE_AFTER_INTERVALS = 3
+STALE_SLACK_S = 1.0
 
 # publish(tenant_id): tell the other replicas that what they cache for the tenant changed.
 Publish = Callable[[str], Awaitable[None]]
@@ -41,9 +45,20 @@ async def unpublished(tenant_id: str) -> None:
 
 
 class ChangeFeed:
-    def __init__(self, stamps: ChangeStampRepository, *, interval_s: float) -> None:
+    def __init__(
+        self,
+        stamps: ChangeStampRepository,
+        *,
+        interval_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._stamps = stamps
         self._interval_s = interval_s
+        self._clock = clock
+        # On `clock`: when the first read of the stamps started (changes after it are all
+        # signalled) and when the last read that succeeded started.
+        self._watching_since: float | None = None
+        self._last_read: float | None = None
         self._listeners: list[Callable[[str], None]] = []
         self._seen: dict[str, tuple[int, datetime]] = {}  # tenant -> (version, stamped at)
         self._newest: datetime | None = None
@@ -51,6 +66,16 @@ class ChangeFeed:
         self._retries: set[asyncio.Task[None]] = set()
         self._warned_at = -WARN_EVERY_S
         self._closing = False
+
+    def covers(self, read_at: float) -> bool:
+        """Whether every change made after `read_at` (on `clock`) reaches the listeners: the
+        stamps have been read since before it, and were read successfully within the last
+        intervals. Caches whose entries are covered keep them until a change says otherwise
+        (app/cache.py); otherwise their TTLs bound the staleness."""
+        since, last = self._watching_since, self._last_read
+        if since is None or last is None or read_at < since:
+            return False
+        return self._clock() - last <= STALE_AFTER_INTERVALS * self._interval_s + STALE_SLACK_S
 
     def listen(self, forget: Callable[[str], None]) -> None:
         """Call `forget(tenant_id)` for each tenant another replica changed."""
@@ -114,6 +139,7 @@ class ChangeFeed:
     async def poll(self) -> list[str]:
         """One read of the stamps; forgets, and returns, the tenants that changed since the last.
         The first read only learns where the stamps stand (nothing is cached before it)."""
+        started = self._clock()
         first = self._newest is None
         if first:
             newest = await self._stamps.newest_time()
@@ -134,6 +160,11 @@ class ChangeFeed:
         for tenant_id in changed:
             for forget in self._listeners:
                 forget(tenant_id)
+        if not first and self._watching_since is None:
+            # The first read records versions without signalling them: a change made while it
+            # ran may be among them. From the second read's start, every change is signalled.
+            self._watching_since = started
+        self._last_read = started
         return changed
 
     def _warn(self, what: str, exc: BaseException) -> None:

@@ -19,10 +19,11 @@ from app.logs import hiding_forms
 from app.metrics import Metrics
 from app.schemas.chat import ChatRequest, ChatResponse
 from app.services.approvals import ApprovalBook
+from app.services.chat_search import SEARCH_OFF, SearchSettings, chat_finder, chat_selection
 from app.services.client_tokens import ClientToken
 from app.services.model_providers import ChosenModel, ModelProviderService
 from app.services.runs import RunRecorder, RunRecording, new_run_id, recording
-from app.services.toolbox import Selection, Toolbox, Toolset
+from app.services.toolbox import Toolbox, Toolset
 from app.telemetry import agent_finished, agent_span
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class ChatService:
         providers: ModelProviderService | None = None,
         operator_model: bool = True,
         approvals: ApprovalBook,
+        search: SearchSettings = SEARCH_OFF,
     ) -> None:
         """`operator_model`: whether the operator configured a model endpoint (without one,
         only chats through a tenant's own provider run)."""
@@ -59,7 +61,7 @@ class ChatService:
         self._cap = max_iterations_cap
         self._recorder = recorder
         self._limits = limits
-        self._keep_messages = keep_messages
+        self._keep_messages, self._search = keep_messages, search
         self._metrics = metrics or Metrics()
         self._approvals = approvals
 
@@ -89,14 +91,13 @@ class ChatService:
         chosen = await self._chosen_model(request, tenant_id=tenant_id)
         if token is not None:
             _token_allows(token, chosen)
-        selection = Selection(
-            tool_ids=request.tool_ids, tags=request.tags, mcp_servers=request.mcp_servers or ()
-        )
+        selection = chat_selection(request, self._search)
         toolset = await self._toolbox.open(
             tenant_id, selection, token=token, context=request.context_arguments
         )
         try:
             messages = [m.model_dump(exclude_none=True) for m in request.messages]
+            finder = await chat_finder(toolset, messages, self._search, chosen)
             holder = token.token_id if token is not None else None
             resume, decisions = await self._resumed(request, messages, toolset, tenant_id, holder)
             hold = partial(self._approvals.hold, tenant_id=tenant_id, holder=holder)
@@ -118,6 +119,7 @@ class ChatService:
             resume=tuple(resume),
             decisions=decisions,
             hold=hold,
+            search=finder,
         )
         return chat, toolset
 
@@ -237,8 +239,8 @@ def _fill_record(
         for call in progress.tool_calls
     ]
     run.extra["model_calls"] = progress.model_calls
-    if progress.approvals:
-        run.extra["approvals"] = progress.approvals
+    kept = {"approvals": progress.approvals, "searches": progress.searches}  # each search's tools
+    run.extra.update((name, value) for name, value in kept.items() if value)
     if keep_messages:
         run.extra["messages"] = progress.messages
 

@@ -56,6 +56,7 @@ class ClientToken:
     settable: frozenset[str] = frozenset()  # context names a request may set itself
     providers: frozenset[str] | None = None  # model providers its chats may use (None: any)
     models: frozenset[str] | None = None
+    search: bool | None = None  # `/mcp` offers search_tools (None: MCP_TOOL_SEARCH)
 
     def refuses_model(self, provider: str | None, model: str) -> str | None:
         """Why this token may not use `model` of `provider` (None: the operator's), or None."""
@@ -132,6 +133,7 @@ class ClientTokenService:
             settable=frozenset(doc.get("settable_context") or ()),
             providers=None if doc.get("providers") is None else frozenset(doc["providers"]),
             models=None if doc.get("models") is None else frozenset(doc["models"]),
+            search=doc.get("tool_search"),
         )
 
     async def verify(self, presented: str) -> ClientToken | None:
@@ -161,6 +163,7 @@ class ClientTokenService:
             "tags": body.tags,
             "providers": body.providers,
             "models": body.models,
+            "tool_search": body.tool_search,
             "created_at": now,
             "expires_at": (
                 None if body.expires_in_s is None else now + timedelta(seconds=body.expires_in_s)
@@ -215,6 +218,7 @@ def _shown(doc: Document) -> ShownToken:
         tags=doc.get("tags"),
         providers=doc.get("providers"),
         models=doc.get("models"),
+        tool_search=doc.get("tool_search"),
         created_at=doc["created_at"],
         expires_at=doc.get("expires_at"),
     )

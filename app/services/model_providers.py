@@ -38,7 +38,8 @@ MAX_CLIENTS = 256  # provider clients open at once; the least used is closed fir
 CLOSE_DELAY_S = 60.0  # a replaced client is closed once the calls it carries have ended
 _SHOWN = (
     "name", "api", "base_url", "api_key_secret", "default_model", "allowed_models", "default",
-    "timeout_s", "max_retries", "max_tokens", "previous_response_id", "created_at", "updated_at",
+    "timeout_s", "max_retries", "max_tokens", "previous_response_id", "tool_search",
+    "created_at", "updated_at",
 )  # fmt: skip
 
 
@@ -52,6 +53,8 @@ class ChosenModel:
     client: ModelClient | None
     provider: str | None
     model: str
+    api: str | None = None  # the provider's model API; None: the operator's (MODEL_API)
+    tool_search: str | None = None  # the provider's `tool_search`; None: MODEL_TOOL_SEARCH
 
 
 class ModelProviderService:
@@ -161,7 +164,7 @@ class ModelProviderService:
                 "The model is not allowed.", errors=[field_error("$.model", problem)]
             )
         client = await self._client(doc, tenant_id=tenant_id)
-        return ChosenModel(client, doc["name"], chosen)
+        return ChosenModel(client, doc["name"], chosen, doc.get("api"), doc.get("tool_search"))
 
     async def model_names(self, *, tenant_id: str) -> list[tuple[str | None, str, str]]:
         """Every `(provider, model, name)` a chat may name as one string (OpenAI's `model`):

@@ -35,8 +35,10 @@ everything the caller may use; `tools/call`: one tool by name). The rules it app
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from bisect import bisect_right
+from collections.abc import Awaitable, Callable, Container, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -46,11 +48,12 @@ from app.mcp.hub import McpHub
 from app.mcp.sessions import McpSessions
 from app.mcp.tools import mcp_server_tool
 from app.schemas.categories import DEFAULT_CATEGORY
-from app.services.catalog import CatalogEntry, CategoryState, ToolCatalog
+from app.services.catalog import CatalogEntry, CategoryState, ToolCatalog, ToolSnapshot
 from app.services.client_tokens import ClientToken
 from app.services.mcp_servers import McpServerService
 from app.services.outbound import TenantOutbound
 from app.services.secrets import SecretService
+from app.services.tool_search import ToolIndex
 from app.tools.executors import CallScope
 from app.tools.scrub import NOTHING_HIDDEN, Scrubber
 from app.tools.typed import TypedTool
@@ -95,6 +98,9 @@ class Selection:
     admin: bool = False
     every_server: bool = False  # every server the tenant may use (MCP `tools/list`)
     strict: bool = False  # an unreachable server is an error, not a skip (one-tool calls)
+    # Chats: past this many stored tools offered (no `tool_ids`), only the `default` category's
+    # are offered at first and the others are found by `search_tools` (`DeferredTools`).
+    search_over: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +111,43 @@ class UsageHints:
     content: str | None
 
 
+class DeferredTools:
+    """The stored tools a chat may use but is not offered at first, found by `search_tools`:
+    ranked by the snapshot's index, each candidate put through the same rule as the offered
+    ones (`usable`: enabled, its category on, the client token's selection)."""
+
+    def __init__(
+        self,
+        index: Callable[[], Awaitable[ToolIndex]],
+        usable: Callable[[TypedTool], bool],
+        by_name: Mapping[str, Sequence[TypedTool]],
+        count: int,
+    ) -> None:
+        self._index = index
+        self._usable = usable
+        self._by_name = by_name
+        self.count = count  # how many there are (the chat's record says it)
+
+    async def search(self, query: str, *, limit: int, offered: Container[str]) -> list[TypedTool]:
+        """The best `limit` usable tools for `query` that the chat does not offer yet."""
+        index = await self._index()
+
+        def allowed(tool: TypedTool) -> bool:
+            return tool.name not in offered and self._usable(tool)
+
+        return index.search(query, limit=limit, allowed=allowed)
+
+    def named(self, name: str) -> TypedTool | None:
+        """The usable deferred tool called `name`, if there is one (one lookup): a tool an
+        earlier search of the conversation revealed."""
+        found = [tool for tool in self._by_name.get(name, ()) if self._usable(tool)]
+        return found[0] if len(found) == 1 else None
+
+
 class Toolset:
     """The tools of one run, by name, with the `CallScope` their calls share. Leaving it (or
-    `aclose()`) closes the MCP sessions the run opened."""
+    `aclose()`) closes the MCP sessions the run opened. A chat over a large catalog has
+    `deferred` tools too: `reveal` adds those a search found, with what their calls need."""
 
     def __init__(
         self,
@@ -116,6 +156,8 @@ class Toolset:
         *,
         skipped_servers: dict[str, str],
         sessions: McpSessions | None,
+        deferred: DeferredTools | None = None,
+        reveal: Callable[[list[TypedTool], CallScope], Awaitable[CallScope]] | None = None,
     ) -> None:
         self.tools = tools
         self._hinted: tuple[Sequence[TypedTool], Mapping[str, CategoryState]] = ((), {})
@@ -124,6 +166,19 @@ class Toolset:
         self.call = call
         self.skipped_servers = skipped_servers
         self._sessions = sessions
+        self.deferred = deferred
+        self._reveal = reveal
+
+    async def reveal(self, tools: list[TypedTool]) -> CallScope:
+        """Offer `tools` from now on (found by a search): their secrets are resolved and their
+        hidden values join the run's redaction. Returns the run's scope from now on."""
+        new = [tool for tool in tools if tool.name not in self.by_name]
+        if not new or self._reveal is None:
+            return self.call
+        self.call = await self._reveal(new, self.call)
+        self.tools = [*self.tools, *new]
+        self.by_name.update((tool.name, tool) for tool in new)
+        return self.call
 
     @property
     def hints(self) -> UsageHints:
@@ -226,7 +281,7 @@ class Toolbox:
                 "A client token cannot add MCP servers to a chat; it offers its own tools only."
             )
         merged = caller_context(context or {}, token)
-        stored, picked, categories = await self._stored_tools(tenant_id, selection, token)
+        stored, picked, categories, deferred = await self._stored_tools(tenant_id, selection, token)
         if picked or selection.mcp_servers or selection.every_server:
             servers = await self._servers(tenant_id, selection, picked)
             found, skipped = await self._server_tools(
@@ -239,34 +294,74 @@ class Toolbox:
         if selection.by_name:
             await self._check_served_names(tenant_id, stored, merged, token)
         used = [s for s in servers if s.name not in skipped]
-        toolset = await self._toolset(tenant_id, tools, merged, used, skipped)
+        toolset = await self._toolset(tenant_id, tools, merged, used, skipped, deferred)
         toolset.hinted_by(stored, categories)
         return toolset
+
+    async def listing(
+        self,
+        tenant_id: str,
+        *,
+        token: ClientToken | None,
+        after: str | None,
+        limit: int,
+        default_only: int | None = None,
+    ) -> tuple[list[TypedTool], bool]:
+        """One page of every tool the caller may use (MCP `tools/list`), ordered by name: the
+        first `limit` named after `after`, and whether more follow. The stored tools' order is
+        derived once per snapshot, so a page costs its own size (and the MCP servers' lists,
+        cached by the hub); a name two tools would share is refused as `open` refuses it.
+        `default_only` (with `/mcp`'s search tool): the stored tools a chat offers at once (the
+        `default` category's, when they are at most that many)."""
+        snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
+        view = ("by-name", None if token is None else (token.tool_ids, token.tags), default_only)
+
+        def ordered() -> _ByName:
+            usable = _usable_stored(snapshot, token)
+            if default_only is not None:  # with search_tools: what a chat offers at once
+                usable = [tool for tool in usable if tool.category == DEFAULT_CATEGORY]
+                usable = usable if len(usable) <= default_only else []
+            return _by_name(usable)
+
+        named = snapshot.view(view, ordered)
+        servers = await self._mcp.usable(tenant_id=tenant_id)
+        found, _ = await self._server_tools(tenant_id, servers, {}, {}, Selection(), token)
+        for tool in found:  # the one name-clash rule, against the stored tools by name
+            if tool.name in named.index:
+                raise NameClashError(tool.name)
+        _check_names(found)
+        start = bisect_right(named.names, after) if after is not None else 0
+        page = list(named.tools[start : start + limit + 1])
+        extra = sorted((t for t in found if after is None or t.name > after), key=lambda t: t.name)[
+            : limit + 1
+        ]
+        merged = sorted([*page, *extra], key=lambda t: t.name)
+        return merged[:limit], len(merged) > limit
 
     async def hints(
         self, tenant_id: str, selection: Selection, *, token: ClientToken | None = None
     ) -> UsageHints:
         """The instruction block a chat of this selection sends (its stored tools' categories)."""
-        stored, _, categories = await self._stored_tools(tenant_id, selection, token)
+        stored, _, categories, _ = await self._stored_tools(tenant_id, selection, token)
         return usage_hints(stored, categories)
 
     async def _stored_tools(
         self, tenant_id: str, selection: Selection, token: ClientToken | None
-    ) -> tuple[list[TypedTool], dict[str, set[str]], dict[str, CategoryState]]:
+    ) -> tuple[
+        list[TypedTool], dict[str, set[str]], dict[str, CategoryState], DeferredTools | None
+    ]:
         """The stored tools selected, the `{server}__{tool}` ids picked by server name (an id or
-        name of a stored tool is always that tool), and the tenant's categories."""
+        name of a stored tool is always that tool), the tenant's categories, and the tools a
+        chat finds by search (None but past `search_over`)."""
         snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
         categories = snapshot.categories
 
-        def usable(tool: TypedTool) -> bool:  # the one rule of what a caller may use
-            offered = selection.admin or (tool.enabled and category_on(tool.category, categories))
-            return offered and (token is None or token.selects(tool))
+        def usable(tool: TypedTool) -> bool:
+            return may_use(tool, categories, token, admin=selection.admin)
 
         if selection.tool_ids is None:
-            pool: list[TypedTool] = [
-                e.tool for e in snapshot.entries if e.tool is not None and usable(e.tool)
-            ]
-            return _tagged(pool, selection.tags), {}, categories
+            offered, deferred = self._offered(snapshot, selection, token, tenant_id, usable)
+            return offered, {}, categories, deferred
         # Ids (or names) are looked up, not searched for among all the tenant's tools.
         index = snapshot.tools_by_name if selection.by_name else snapshot.tools_by_id
         if len(selection.tool_ids) == 1 and selection.tags is None:  # a call of one tool
@@ -274,7 +369,7 @@ class Toolbox:
                 tool for tool in index.get(selection.tool_ids[0], ()) if usable(tool)
             ]
             if len(only) == 1:
-                return only, {}, categories
+                return only, {}, categories, None
         wanted: list[str] = []
         picked: dict[str, set[str]] = {}
         found: dict[str, TypedTool] = {}  # by tool_id: a tool asked for twice is chosen once
@@ -294,7 +389,37 @@ class Toolbox:
             _refuse_unreadable(missing, snapshot.by_id)
         if missing:
             raise UnavailableToolsError.of(missing)
-        return _tagged(chosen, selection.tags), picked, categories
+        return _tagged(chosen, selection.tags), picked, categories, None
+
+    def _offered(
+        self,
+        snapshot: ToolSnapshot,
+        selection: Selection,
+        token: ClientToken | None,
+        tenant_id: str,
+        usable: Callable[[TypedTool], bool],
+    ) -> tuple[list[TypedTool], DeferredTools | None]:
+        """Every tool the caller may use (no `tool_ids`), derived once per snapshot and caller
+        filter; past `search_over`, only those offered at once, the rest found by search."""
+        view = (
+            "pool",
+            selection.admin,
+            None if token is None else (token.tool_ids, token.tags),
+            None if selection.tags is None else frozenset(selection.tags),
+        )
+        pool = snapshot.view(view, lambda: _pool(snapshot, usable, selection.tags))
+        if selection.search_over is None or len(pool.tools) <= selection.search_over:
+            return list(pool.tools), None
+        # The `default` category's tools are offered at once, unless they are too many
+        # themselves: then every tool is found by search.
+        always = pool.always_on if len(pool.always_on) <= selection.search_over else ()
+        deferred = DeferredTools(
+            partial(self._catalog.search_index, snapshot, tenant_id=tenant_id),
+            usable,
+            snapshot.tools_by_name,
+            len(pool.tools) - len(always),
+        )
+        return list(always), deferred
 
     async def _servers(
         self, tenant_id: str, selection: Selection, picked: dict[str, set[str]]
@@ -343,7 +468,7 @@ class Toolbox:
             )
         found: list[TypedTool] = []
         for server, listed in reachable:
-            tools = [mcp_server_tool(server, item) for item in listed]
+            tools: list[TypedTool] = list(await self._hub.typed_tools(server, listed))
             tools = [t for t in tools if token is None or token.selects(t)]
             wanted = picked.get(server.name)
             if wanted is not None:
@@ -388,12 +513,13 @@ class Toolbox:
         context: dict[str, Any],
         servers: list[McpServer],
         skipped: dict[str, str],
+        deferred: DeferredTools | None = None,
     ) -> Toolset:
         needed = set().union(*(tool.secrets for tool in tools))
         secrets = await self._secrets.resolve(needed, tenant_id=tenant_id) if needed else {}
         http = (
             await self._outbound.http_client(tenant_id)
-            if any(tool.uses_http for tool in tools)
+            if any(tool.uses_http for tool in tools) or deferred is not None
             else None
         )
         sessions = (
@@ -409,7 +535,76 @@ class Toolbox:
             scrub=Scrubber(hidden) if hidden else NOTHING_HIDDEN,
             http=http,
         )
-        return Toolset(tools, scope, skipped_servers=skipped, sessions=sessions)
+        reveal = partial(self._revealed, tenant_id, servers) if deferred is not None else None
+        return Toolset(
+            tools,
+            scope,
+            skipped_servers=skipped,
+            sessions=sessions,
+            deferred=deferred,
+            reveal=reveal,
+        )
+
+    async def _revealed(
+        self, tenant_id: str, servers: list[McpServer], tools: list[TypedTool], scope: CallScope
+    ) -> CallScope:
+        """The run's scope once `tools` join it: their secrets resolved, every hidden value of
+        the run (theirs too) redacted."""
+        needed = set().union(*(tool.secrets for tool in tools)) - set(scope.secrets)
+        found = await self._secrets.resolve(needed, tenant_id=tenant_id) if needed else {}
+        secrets = {**scope.secrets, **found}
+        scrub = scope.scrub.joined(hidden_values({}, found, (), tools))
+        return replace(scope, secrets=secrets, scrub=scrub)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pool:
+    """What a caller is offered of a snapshot: every usable stored tool, and those offered at
+    once when the rest are found by search (the `default` category's)."""
+
+    tools: tuple[TypedTool, ...]
+    always_on: tuple[TypedTool, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _ByName:
+    """A caller's stored tools ordered by name (pages of `tools/list`)."""
+
+    tools: tuple[TypedTool, ...]
+    names: tuple[str, ...]
+    index: frozenset[str]
+
+
+def may_use(
+    tool: TypedTool,
+    categories: Mapping[str, CategoryState],
+    token: ClientToken | None,
+    *,
+    admin: bool = False,
+) -> bool:
+    """The one rule of what a caller may use of the stored tools: an enabled tool of an
+    enabled category (any readable one for an admin's invoke), within its token's selection."""
+    offered = admin or (tool.enabled and category_on(tool.category, categories))
+    return offered and (token is None or token.selects(tool))
+
+
+def _usable_stored(snapshot: ToolSnapshot, token: ClientToken | None) -> list[TypedTool]:
+    """The stored tools a caller may use (what `_stored_tools` offers without a selection)."""
+    categories = snapshot.categories
+    return [e.tool for e in snapshot.entries if e.tool and may_use(e.tool, categories, token)]
+
+
+def _by_name(tools: Sequence[TypedTool]) -> _ByName:
+    ordered = tuple(sorted(tools, key=lambda tool: tool.name))
+    names = tuple(tool.name for tool in ordered)
+    return _ByName(ordered, names, frozenset(names))
+
+
+def _pool(
+    snapshot: ToolSnapshot, usable: Callable[[TypedTool], bool], tags: Sequence[str] | None
+) -> _Pool:
+    tools = tuple(_tagged([e.tool for e in snapshot.entries if e.tool and usable(e.tool)], tags))
+    return _Pool(tools, tuple(tool for tool in tools if tool.category == DEFAULT_CATEGORY))
 
 
 def category_on(name: str, categories: Mapping[str, CategoryState]) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -14,7 +15,13 @@ from app.repositories.tools import ToolRepository
 from app.schemas.categories import DEFAULT_CATEGORY
 from app.schemas.fields import Provider
 from app.schemas.tools import Tool, ToolCreate, ToolFields, ToolUpdate
-from app.services.catalog import CatalogEntry, ToolCatalog, shown_tool, tools_stamp
+from app.services.catalog import (
+    CatalogEntry,
+    ToolCatalog,
+    ToolSnapshot,
+    shown_tool,
+    tools_stamp,
+)
 from app.services.changes import Publish, unpublished
 from app.services.outbound import TenantOutbound
 from app.tools.netguard import OutboundPolicy
@@ -214,16 +221,13 @@ class ToolService:
         tool_type: str | None,
         tag: str | None,
         provider: Provider | None = None,
+        category: str | None = None,
     ) -> bytes:
         """A page of tools as API JSON (a ToolPage), or a provider's `tools` list (which leaves
-        out stored tools that cannot be read)."""
+        out stored tools that cannot be read). The entries a filter keeps are derived once per
+        snapshot: a page costs its own size, not the catalog's."""
         snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
-        entries = [
-            entry
-            for entry in snapshot.entries
-            if (tool_type is None or entry.stored_type == tool_type)
-            and (tag is None or (entry.tool is not None and tag in entry.tool.tags))
-        ]
+        entries = _filtered(snapshot, tool_type, tag, category)
         page = entries[offset : offset + limit]
         if provider is not None:
             return orjson.dumps([e.tool.in_format(provider) for e in page if e.tool is not None])
@@ -235,18 +239,16 @@ class ToolService:
             offset,
         )
 
-    async def list_ids(self, *, tenant_id: str) -> list[dict[str, Any]]:
+    async def ids_json(
+        self, *, tenant_id: str, limit: int, offset: int, category: str | None = None
+    ) -> tuple[bytes, int]:
+        """A page of the tenant's tool ids (a JSON list of ToolId) and how many there are in
+        all; each entry's JSON is built once per snapshot."""
         snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
-        return [
-            {
-                "tool_id": entry.tool_id,
-                "name": entry.name,
-                "type": entry.tool.kind if entry.tool else None,
-                "enabled": entry.enabled,
-                "problems": list(entry.problems) or None,
-            }
-            for entry in snapshot.entries
-        ]
+        entries = _filtered(snapshot, None, None, category)
+        view = ("ids-json", category)
+        shown = snapshot.view(view, lambda: tuple(_id_json(entry) for entry in entries))
+        return b"[%b]" % b",".join(shown[offset : offset + limit]), len(shown)
 
     async def replace(self, tool_id: str, tool: ToolUpdate, *, tenant_id: str) -> Tool:
         """Replace a tool whole; its tool_id cannot change."""
@@ -275,6 +277,36 @@ class ToolService:
         if not deleted:
             raise NotFoundError(f"tool '{tool_id}' does not exist")
         await self._publish(tools_stamp(tenant_id))
+
+
+def _filtered(
+    snapshot: ToolSnapshot, tool_type: str | None, tag: str | None, category: str | None
+) -> Sequence[CatalogEntry]:
+    """The snapshot's entries a listing's filters keep, in tool_id order (derived once)."""
+    if tool_type is None and tag is None and category is None:
+        return snapshot.entries
+
+    def kept() -> tuple[CatalogEntry, ...]:
+        return tuple(
+            entry
+            for entry in snapshot.entries
+            if (tool_type is None or entry.stored_type == tool_type)
+            and (tag is None or (entry.tool is not None and tag in entry.tool.tags))
+            and (category is None or entry.category == category)
+        )
+
+    return snapshot.view(("listed", tool_type, tag, category), kept)
+
+
+def _id_json(entry: CatalogEntry) -> bytes:
+    shown = {
+        "tool_id": entry.tool_id,
+        "name": entry.name,
+        "type": entry.tool.kind if entry.tool else None,
+        "enabled": entry.enabled,
+        "problems": list(entry.problems) or None,
+    }
+    return orjson.dumps({key: value for key, value in shown.items() if value is not None})
 
 
 def readable(entry: CatalogEntry) -> FunctionTool | ExternalTool:

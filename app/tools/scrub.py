@@ -27,6 +27,15 @@ class Scrubber:
     def __bool__(self) -> bool:
         return bool(self.values)
 
+    def joined(self, hidden: Iterable[Any]) -> Scrubber:
+        """A scrubber that also hides `hidden` (tools a chat's search revealed)."""
+        more = HiddenValues.of(hidden)
+        if not more:
+            return self
+        joined = Scrubber()
+        joined.values = self.values.joined(more) if self.values else more
+        return joined
+
     def __call__(self, text: str) -> str:
         return self.values.redact(text)
 

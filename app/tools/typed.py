@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+import orjson
 from jmespath.parser import ParsedResult
 from pydantic import ValidationError
 
@@ -69,6 +70,9 @@ class TypedTool:
     # tool's own server checks them (MCP).
     validator: Any = field(init=False, compare=False, repr=False)
     schema: dict[str, Any] = field(init=False)  # the chat-completions `tools` entry
+    # `schema` serialized, built with the tool: a model request joins these bytes instead of
+    # serializing every offered schema on every call (app/chat/model.py, `PreparedTools`).
+    schema_json: bytes = field(init=False, compare=False, repr=False)
     _formats: dict[str, dict[str, Any]] = field(init=False, compare=False, repr=False)
     hidden_names: frozenset[str] = field(init=False)  # arguments a caller's model may not set
 
@@ -79,6 +83,7 @@ class TypedTool:
     def __post_init__(self) -> None:
         schema = shaped("openai", self.name, self.description, self.json_parameters)
         object.__setattr__(self, "schema", schema)
+        object.__setattr__(self, "schema_json", orjson.dumps(schema))
         object.__setattr__(self, "_formats", {"openai": schema})
         checked = self.parameters is not None
         object.__setattr__(self, "validator", compiled(self.json_parameters) if checked else None)
@@ -89,6 +94,11 @@ class TypedTool:
     def risky(self) -> bool:
         """It says it may destroy data: without its own `approval`, a person approves it."""
         return _marked_destructive(self.annotations)
+
+    def route(self) -> tuple[str, str] | None:
+        """(HTTP method, URL) of a tool that calls an HTTP endpoint; None for the others (what
+        tool search reads of its path and method)."""
+        return None
 
     def in_format(self, provider: Provider) -> dict[str, Any]:
         """This tool in `provider`'s tool format (for Gemini, converted where it can be);
@@ -135,6 +145,9 @@ class ExternalTool(TypedTool):
     @property
     def risky(self) -> bool:
         return self.method == "DELETE" or _marked_destructive(self.annotations)
+
+    def route(self) -> tuple[str, str] | None:
+        return self.method, self.url
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -216,3 +216,93 @@ async def test_one_key_lookup_for_a_burst_and_a_key_revoked_elsewhere_stops_work
     clock.advance(0.25)
     assert await service.tenant_for_key(key) is None  # within the TTL, not later
     await service.aclose()
+
+
+def coherent_cache(
+    source: Source, clock: FakeClock, covered: list[float], **bounds: float
+) -> LoadingCache[str, str]:
+    """A cache whose source's changes reach it for entries read at or after `covered[0]`."""
+    return LoadingCache(
+        source.load,
+        ttl_s=1.0,
+        stale_if_error_s=5.0,
+        max_entries=int(bounds.get("max_entries", 100)),
+        idle_s=bounds.get("idle_s", 0.0),
+        coherent=lambda read_at: bool(covered) and read_at >= covered[0],
+        name="test",
+        clock=clock,
+    )
+
+
+async def test_a_coherent_entry_is_kept_until_its_source_changes() -> None:
+    source, clock = Source(), FakeClock()
+    keys = coherent_cache(source, clock, [clock()])
+    assert await keys.get("k") == "k:v1"
+    clock.advance(3600)  # an hour past the TTL: no read, no background refresh
+    source.value = "v2"
+    assert await keys.get("k") == "k:v1"
+    await asyncio.sleep(0)
+    assert source.reads == 1
+    keys.mark_stale("k")  # a change stamp moved
+    assert await keys.get("k") == "k:v2" and source.reads == 2
+
+
+async def test_the_ttl_bounds_entries_while_changes_cannot_reach_the_cache() -> None:
+    source, clock = Source(), FakeClock()
+    covered: list[float] = []  # the change stamps are not read (yet)
+    keys = coherent_cache(source, clock, covered)
+    await keys.get("k")
+    source.value = "v2"
+    clock.advance(1.5)
+    assert await keys.get("k") == "k:v2"  # past the TTL: read again
+    covered.append(clock() + 10)  # watching began after this entry's read: still the TTL
+    source.value = "v3"
+    clock.advance(1.5)
+    assert await keys.get("k") == "k:v3"
+    clock.advance(10)
+    source.value = "v4"
+    assert await keys.get("k") == "k:v4"  # read after the watch began: now it is kept
+    clock.advance(100)
+    source.value = "v5"
+    assert await keys.get("k") == "k:v4"
+
+
+async def test_entries_are_evicted_one_by_one_least_recently_used_first() -> None:
+    source, clock = Source(), FakeClock()
+    keys = coherent_cache(source, clock, [clock()], max_entries=3)
+    for key in ("a", "b", "c"):
+        await keys.get(key)
+    await keys.get("a")  # used again: "b" is now the least recently used
+    await keys.get("d")
+    assert len(keys) == 3 and keys.evicted == 1
+    assert keys.peek("b") is None and keys.peek("a") == "a:v1"
+    reads = source.reads
+    await keys.get("c")
+    await keys.get("a")
+    assert source.reads == reads  # the others stayed: no cold storm
+
+
+async def test_entries_unused_for_the_idle_bound_are_dropped() -> None:
+    source, clock = Source(), FakeClock()
+    keys = coherent_cache(source, clock, [clock()], idle_s=60)
+    await keys.get("old")
+    clock.advance(50)
+    await keys.get("recent")
+    clock.advance(20)  # "old" unused for 70 s, "recent" for 20 s
+    await keys.get("recent")
+    assert keys.peek("old") is None and keys.peek("recent") == "recent:v1"
+    assert keys.evicted == 1
+
+
+async def test_a_stale_coherent_entry_serves_through_an_outage_for_the_grace_only() -> None:
+    source, clock = Source(), FakeClock()
+    keys = coherent_cache(source, clock, [clock()])
+    await keys.get("k")
+    keys.mark_stale("k")
+    source.error = NetworkTimeout("timed out")
+    assert await keys.get("k") == "k:v1"  # the read failed: the last value, within the grace
+    clock.advance(3)
+    assert await asyncio.wait_for(keys.get("k"), 0.05) == "k:v1"  # no wait for the database
+    clock.advance(3)  # past the grace
+    with pytest.raises(NetworkTimeout):
+        await keys.get("k")

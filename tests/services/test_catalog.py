@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
-from app.services.catalog import ToolCatalog
+from app.services.catalog import ToolCatalog, always
 from tests.support.clock import FakeClock
 from tests.support.waiting import within
 
@@ -93,3 +94,78 @@ async def test_a_burst_of_requests_on_a_cold_or_expired_tenant_reads_once() -> N
     repo.pause.set()
     assert all([t.name for t in tools] == ["a"] for tools in await asyncio.gather(*burst))
     assert repo.reads == 1  # before: 30 identical reads, each waiting on the database
+
+
+def _stored(tool_id: str, description: str = "A tool.", day: int = 1) -> dict[str, Any]:
+    when = datetime(2026, 1, day, tzinfo=UTC)
+    doc = {**_tool(tool_id), "created_at": when, "updated_at": when}
+    doc["function"] = {**doc["function"], "description": description}
+    return doc
+
+
+class Documents:
+    """The repository seam, per tenant, with real datetimes (as the database returns them)."""
+
+    def __init__(self) -> None:
+        self.docs: dict[str, list[dict[str, Any]]] = {}
+
+    async def all(self, *, tenant_id: str) -> list[dict[str, Any]]:
+        return sorted(self.docs.get(tenant_id, []), key=lambda d: d["tool_id"])
+
+
+async def test_a_refresh_parses_only_the_documents_that_changed() -> None:
+    repo = Documents()
+    repo.docs["t"] = [_stored(f"tool-{n:03d}") for n in range(200)]
+    catalog = ToolCatalog(tools=repo, ttl_s=60, coherent=always)  # type: ignore[arg-type]
+    first = await catalog.snapshot(tenant_id="t")
+    assert catalog.parsed.parses == 200
+    changed = _stored("tool-007", description="Another.", day=2)
+    repo.docs["t"][7] = changed
+    repo.docs["t"].append(_stored("tool-new"))
+    catalog.mark_stale("t")
+    second = await catalog.snapshot(tenant_id="t")
+    assert catalog.parsed.parses == 202  # the edited one and the new one
+    assert second.by_id["tool-007"].tool.description == "Another."  # type: ignore[union-attr]
+    assert second.by_id["tool-001"] is first.by_id["tool-001"]  # reused as it was
+    assert len(second.entries) == 201
+
+
+async def test_tenants_storing_the_same_definition_share_one_typed_tool() -> None:
+    repo = Documents()
+    for tenant, day in (("a", 1), ("b", 2)):  # created on different days: different JSON
+        repo.docs[tenant] = [_stored("dice", day=day)]
+    catalog = ToolCatalog(tools=repo, ttl_s=60, coherent=always)  # type: ignore[arg-type]
+    a = (await catalog.snapshot(tenant_id="a")).by_id["dice"]
+    b = (await catalog.snapshot(tenant_id="b")).by_id["dice"]
+    assert a.tool is b.tool and catalog.parsed.parses == 1
+    assert b"2026-01-01" in a.json and b"2026-01-02" in b.json  # each its own timestamps
+
+
+async def test_a_snapshot_is_read_again_only_when_its_tools_change() -> None:
+    repo, clock = Documents(), FakeClock()
+    repo.docs["t"] = [_stored("a")]
+    catalog = ToolCatalog(  # type: ignore[arg-type]
+        tools=repo, ttl_s=2, clock=clock, coherent=always
+    )
+    await catalog.snapshot(tenant_id="t")
+    for _ in range(100):  # used ten times a second for ten seconds
+        clock.advance(0.1)
+        await catalog.snapshot(tenant_id="t")
+    assert catalog.reads == 1  # before: a rebuild every second of use
+    catalog.mark_stale("t")
+    await catalog.snapshot(tenant_id="t")
+    assert catalog.reads == 2
+
+
+async def test_snapshots_are_bounded_by_their_last_use() -> None:
+    repo, clock = Documents(), FakeClock()
+    catalog = ToolCatalog(  # type: ignore[arg-type]
+        tools=repo, ttl_s=2, clock=clock, coherent=always, idle_s=600, max_tenants=50
+    )
+    for n in range(120):
+        repo.docs[f"t{n}"] = [_stored("dice")]
+        await catalog.snapshot(tenant_id=f"t{n}")
+    assert catalog.cached_tenants == 50 and catalog.evicted == 70
+    clock.advance(601)
+    await catalog.snapshot(tenant_id="t0")
+    assert catalog.cached_tenants == 1  # every other one unused for the idle bound

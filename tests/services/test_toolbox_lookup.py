@@ -127,7 +127,7 @@ def _reference(snapshot: ToolSnapshot, selection: Selection, token: ClientToken 
 
 async def _chosen(box: Toolbox, selection: Selection, token: ClientToken | None) -> Any:
     try:
-        tools, picked, _ = await box._stored_tools("acme", selection, token)
+        tools, picked, _, _ = await box._stored_tools("acme", selection, token)
     except AppError as exc:
         return ("refused", type(exc).__name__)
     return ([tool.tool_id for tool in tools], picked)

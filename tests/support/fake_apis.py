@@ -93,6 +93,19 @@ def responses_tool_calls(*calls: Call) -> Step:
     return lambda request: _json(_response(_call_items(calls)))
 
 
+def responses_tool_search(query: str) -> Step:
+    """A client-executed `tool_search_call` (the Responses API's own search form)."""
+    item = {
+        "type": "tool_search_call",
+        "id": f"ts_{next(_ids)}",
+        "call_id": f"call_{next(_ids)}",
+        "execution": "client",
+        "arguments": {"query": query},
+        "status": "completed",
+    }
+    return lambda request: _json(_response([item]))
+
+
 def responses_streamed_text(*pieces: str) -> Step:
     def step(request: dict[str, Any]) -> Reply:
         item = _message_item("".join(pieces))
