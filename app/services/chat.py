@@ -12,13 +12,14 @@ from typing import Any
 
 from app.chat.approval import Decision, unanswered_calls
 from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
-from app.chat.model import ModelNotConfiguredError, ModelToolCall, Usage
+from app.chat.model import ModelNotConfiguredError, ModelToolCall
 from app.errors import AppError, ForbiddenError, UnprocessableError, field_error, problem_body
 from app.limits import Limits, Release
 from app.logs import hiding_forms
 from app.metrics import Metrics
 from app.schemas.chat import ChatRequest, ChatResponse
 from app.services.approvals import ApprovalBook
+from app.services.chat_record import fill_chat_record, usage_document
 from app.services.chat_search import SEARCH_OFF, SearchSettings, chat_finder, chat_selection
 from app.services.client_tokens import ClientToken
 from app.services.model_providers import ChosenModel, ModelProviderService
@@ -179,7 +180,7 @@ class ChatService:
                     run.status = result.stop_reason
                     return _answer(result, chat, run_id=run_id)
                 finally:
-                    _fill_record(run, chat, progress, keep_messages=self._keep_messages)
+                    fill_chat_record(run, chat, progress, keep_messages=self._keep_messages)
                     agent_finished(span, progress, stop_reason=run.status)
         finally:  # end, error or disconnect: nothing of the toolset outlives the chat
             await toolset.aclose()
@@ -202,47 +203,6 @@ def with_instructions(messages: list[dict[str, Any]], content: str) -> list[dict
     while at < len(messages) and messages[at].get("role") in ("system", "developer"):
         at += 1
     return [*messages[:at], {"role": "system", "content": content}, *messages[at:]]
-
-
-def usage_document(usage: Usage) -> dict[str, int]:
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-    }
-
-
-def _fill_record(
-    run: RunRecording, chat: ChatRun, progress: ChatResult, *, keep_messages: bool
-) -> None:
-    """What is kept of a chat: never context values; message contents only if configured."""
-    tool_ids = {tool.name: tool.tool_id for tool in chat.tools}
-    run.model = chat.model
-    if chat.provider is not None:  # the operator's endpoint: no provider named
-        run.extra["provider"] = chat.provider
-    run.iterations = progress.iterations
-    run.usage = usage_document(progress.usage)
-    if progress.finish_reason is not None:
-        run.extra["finish_reason"] = progress.finish_reason
-    run.tool_calls = [
-        {
-            "id": call.id,
-            "name": call.name,
-            "tool_id": tool_ids.get(call.name),
-            "status": call.status,
-            "duration_ms": call.duration_ms,
-            "started_ms": call.started_ms,
-            "arguments": call.arguments,
-            **({"note": call.note} if call.note else {}),
-            **({"approval": call.approval} if call.approval is not None else {}),
-        }
-        for call in progress.tool_calls
-    ]
-    run.extra["model_calls"] = progress.model_calls
-    kept = {"approvals": progress.approvals, "searches": progress.searches}  # each search's tools
-    run.extra.update((name, value) for name, value in kept.items() if value)
-    if keep_messages:
-        run.extra["messages"] = progress.messages
 
 
 def _answer(result: ChatResult, chat: ChatRun, *, run_id: str) -> ChatResponse:
