@@ -55,7 +55,9 @@ class SchemaConverter:
         self._max_depth = max_depth
         self._done: dict[str, dict[str, Any]] = {}  # ref -> converted, shared
         self._weights: dict[int, tuple[int, int]] = {}
+        self._cut_refs: set[str] = set()  # refs whose conversion left something out
         self.notes: list[str] = []
+        self.cuts = 0  # parts left out or shown loosely so far: a `oneOf` cut turns `anyOf`
 
     def convert(self, node: Any, where: str, depth: int = 0, active: tuple[str, ...] = ()) -> Any:
         """`node` as a tool's JSON Schema; Skip when it cannot be expressed at all."""
@@ -64,6 +66,7 @@ class SchemaConverter:
         ref = node.get("$ref")
         if isinstance(ref, str):
             if ref in self._done:
+                self.cuts += ref in self._cut_refs
                 return self._done[ref]
             if active.count(ref) >= RECURSION_DEPTH:
                 raise Recursion(
@@ -71,10 +74,14 @@ class SchemaConverter:
                     f"{RECURSION_DEPTH} levels deep"
                 )
             target = self._resolver.follow(ref)
+            cuts = self.cuts
             converted = self.convert(target, where, depth, (*active, ref))
             self._done[ref] = converted
+            if self.cuts != cuts:
+                self._cut_refs.add(ref)
             return converted
         if depth >= self._max_depth:
+            self.cuts += 1
             return _loose(node)
         out = self._keywords(node, where)
         types = _types(out.get("type"))
@@ -164,12 +171,15 @@ class SchemaConverter:
                 out["items"] = self.convert(items, f"{where}[]", depth + 1, active)
             except Recursion as why:  # a tree's children: the list ends there
                 out["maxItems"] = 0
+                self.cuts += 1
                 self.notes.append(f"{why}: an empty list there")
         properties = node.get("properties")
         if isinstance(properties, dict):
             out["properties"], kept = self.members(properties, required, where, depth, active)
             if kept:
                 out["required"] = kept
+        elif required:  # a part that only narrows (`allOf`): merged, or cleared (`tidied`)
+            out["required"] = list(dict.fromkeys(required))
         extra = node.get("additionalProperties")
         if isinstance(extra, bool):
             out["additionalProperties"] = extra
@@ -208,10 +218,12 @@ class SchemaConverter:
                     ) from why
                 if name in required:
                     raise
+                self.cuts += 1
                 self.notes.append(f"{why}: left out (optional)")
             except Skip as why:
                 if name in required:
                     raise
+                self.cuts += 1
                 self.notes.append(f"{why}: left out (optional)")
         return converted, [n for n in dict.fromkeys(required) if n in converted]
 
@@ -225,6 +237,7 @@ class SchemaConverter:
         active: tuple[str, ...],
     ) -> None:
         kept = []
+        cuts = self.cuts
         for index, choice in enumerate(choices):
             try:
                 kept.append(self.convert(choice, f"{where}|{index}", depth + 1, active))
@@ -232,12 +245,31 @@ class SchemaConverter:
                 if keyword == "allOf":
                     raise
                 self.notes.append(f"{why}: that choice is left out")
-        if kept:
+        if keyword == "oneOf" and self.cuts != cuts:
+            # Branches shown loosely may all accept the same value, which `oneOf` then refuses
+            # (exactly one must match): any of them will do.
+            keyword = "anyOf"
+            self.notes.append(f"{_place(where)}: a oneOf whose choices were cut is an anyOf")
+        if not kept:
+            return
+        if keyword == "allOf":
+            out.setdefault("allOf", []).extend(kept)
+        elif keyword in out:  # beside the schema's own anyOf: both must hold
+            out.setdefault("allOf", []).append({keyword: kept})
+        else:
             out[keyword] = kept
 
     def weight(self, node: Any) -> tuple[int, int]:
         """(subschemas, approximate JSON bytes) of a converted schema, as written out whole;
-        shared parts are counted once per use, but walked once."""
+        shared parts are counted once per use, but walked once. The memory is per measurement:
+        it is keyed by `id`, and the ids of a freed tool's nodes are reused by the next one's."""
+        self._weights = {}
+        try:
+            return self._weight(node)
+        finally:
+            self._weights = {}
+
+    def _weight(self, node: Any) -> tuple[int, int]:
         if not isinstance(node, dict | list):
             return 0, len(str(node)) + 4
         known = self._weights.get(id(node))
@@ -245,7 +277,7 @@ class SchemaConverter:
             return known
         nodes, size = (1 if isinstance(node, dict) else 0), 2
         for key, value in node.items() if isinstance(node, dict) else enumerate(node):
-            sub_nodes, sub_size = self.weight(value)
+            sub_nodes, sub_size = self._weight(value)
             nodes += sub_nodes
             size += sub_size + (len(str(key)) + 4 if isinstance(node, dict) else 1)
         self._weights[id(node)] = (nodes, size)
@@ -266,7 +298,9 @@ def _loose(node: dict[str, Any]) -> dict[str, Any]:
 def _node_types(node: dict[str, Any]) -> list[str]:
     found = node.get("type")
     listed = [found] if isinstance(found, str) else found if isinstance(found, list) else []
-    types = [t for t in dict.fromkeys(listed) if isinstance(t, str) and (t in TYPES or t == "file")]
+    # Only strings are types: a list in the list (`type: [["string"]]`) is not hashable either.
+    named = [t for t in listed if isinstance(t, str) and (t in TYPES or t == "file")]
+    types = list(dict.fromkeys(named))
     if not types and isinstance(node.get("properties"), dict):
         types = ["object"]
     if types and node.get("nullable") is True and "null" not in types:
@@ -302,3 +336,145 @@ def _compiles(pattern: str) -> bool:
 def _place(where: str) -> str:
     """Where in the document a note or a skip is about: a member's path, else the body."""
     return f"'{short(where)}'" if where else "the body"
+
+
+_LOWER_BOUNDS = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties")
+_UPPER_BOUNDS = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties")
+
+
+def merge_schemas(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """Two converted schemas that must both hold (`allOf`), as one: members merged member by
+    member (a part that narrows `from` to `{"required": ["email"]}` keeps `from`'s members),
+    every `required` kept, types and enums intersected, the tighter of two bounds; otherwise
+    the first part's keyword stays. Neither input is changed (converted schemas are shared)."""
+    merged = dict(first)
+    for key, value in second.items():
+        if key not in merged:
+            merged[key] = value
+        elif key == "properties" and isinstance(value, dict):
+            mine = merged["properties"] if isinstance(merged["properties"], dict) else {}
+            merged["properties"] = {
+                **mine,
+                **{
+                    name: merge_schemas(mine[name], sub)
+                    if isinstance(mine.get(name), dict) and isinstance(sub, dict)
+                    else sub
+                    for name, sub in value.items()
+                },
+            }
+        elif key == "required" and isinstance(value, list):
+            merged["required"] = list(dict.fromkeys([*merged["required"], *value]))
+        elif key == "type":
+            both = [t for t in _types(merged["type"]) if t in _types(value)]
+            if both:
+                merged["type"] = both[0] if len(both) == 1 else both
+        elif key == "enum" and isinstance(value, list):
+            both = [v for v in merged["enum"] if v in value]
+            merged["enum"] = both or merged["enum"]
+        elif key in _LOWER_BOUNDS and _is_number(value) and _is_number(merged[key]):
+            merged[key] = max(merged[key], value)
+        elif key in _UPPER_BOUNDS and _is_number(value) and _is_number(merged[key]):
+            merged[key] = min(merged[key], value)
+        elif key == "allOf" and isinstance(value, list):
+            merged["allOf"] = [*merged["allOf"], *value]
+    return merged
+
+
+def tidied(schema: dict[str, Any]) -> dict[str, Any]:
+    """A converted schema as a tool holds it: a `required` name that no member of the same
+    schema has (a narrowing `allOf` part left unmerged, a `oneOf` branch that only requires)
+    gets a member that takes any value, `{}`, as a tool's `required` must name members. Shared
+    parts stay shared."""
+    done: dict[int, Any] = {}
+
+    def walk(node: Any) -> Any:
+        if not isinstance(node, dict | list):
+            return node
+        key = id(node)
+        if key not in done:
+            if isinstance(node, list):
+                done[key] = [walk(item) for item in node]
+            else:
+                values = ("enum", "const", "default", "examples")
+                out = {k: v if k in values else walk(v) for k, v in node.items()}
+                listed = out.get("required")
+                if isinstance(listed, list) and isinstance(out.get("properties", {}), dict):
+                    members = dict(out.get("properties") or {})
+                    for name in listed:  # `{}` takes any value: the same rule, stated as a tool can
+                        if name not in members and PROPERTY_NAME.fullmatch(name):
+                            members[name] = {}
+                    kept = [n for n in listed if n in members]
+                    if kept:
+                        out["properties"], out["required"] = members, kept
+                    else:
+                        del out["required"]
+                done[key] = out
+        return done[key]
+
+    return walk(schema)  # type: ignore[no-any-return]
+
+
+def _rewritten(schema: dict[str, Any], change: Any) -> dict[str, Any]:
+    """`schema` with `change(node, top)` applied to every subschema, children first; each shared
+    part is rewritten once and stays shared. `top` is true for the parameters' own members."""
+    done: dict[tuple[int, bool], Any] = {}
+
+    def walk(node: Any, top: bool) -> Any:
+        if isinstance(node, list):
+            return [walk(item, False) for item in node]
+        if not isinstance(node, dict):
+            return node
+        key = (id(node), top)
+        if key not in done:
+            out: dict[str, Any] = {}
+            for name, value in node.items():
+                if name == "properties" and isinstance(value, dict):
+                    out[name] = {n: walk(sub, False) for n, sub in value.items()}
+                elif name in ("items", "additionalProperties", "anyOf", "oneOf", "allOf"):
+                    out[name] = walk(value, False)
+                else:
+                    out[name] = value
+            done[key] = change(out, top)
+        return done[key]
+
+    properties = schema.get("properties") or {}
+    return {**schema, "properties": {n: walk(sub, True) for n, sub in properties.items()}}
+
+
+def _without_descriptions(node: dict[str, Any], top: bool) -> dict[str, Any]:
+    if top:
+        return node
+    return {k: v for k, v in node.items() if k not in ("description", "title")}
+
+
+def _without_examples(node: dict[str, Any], top: bool) -> dict[str, Any]:
+    return {k: v for k, v in node.items() if k not in ("examples", "example", "default")}
+
+
+def _without_optional_detail(node: dict[str, Any], top: bool) -> dict[str, Any]:
+    """Optional members shown by their type alone; `oneOf` as `anyOf` (loosened choices may
+    overlap)."""
+    if "oneOf" in node and "anyOf" not in node:
+        node = {**{k: v for k, v in node.items() if k != "oneOf"}, "anyOf": node["oneOf"]}
+    properties = node.get("properties")
+    if not isinstance(properties, dict):
+        return node
+    required = node.get("required") or []
+    loose = {
+        name: sub if name in required or not isinstance(sub, dict) else _loose(sub)
+        for name, sub in properties.items()
+    }
+    return {**node, "properties": loose}
+
+
+def _unchanged(schema: dict[str, Any]) -> dict[str, Any]:
+    return schema
+
+
+# What is cut, in turn, from a tool larger than a tool holds (app/tools/openapi.py).
+SIZE_CUTS: tuple[tuple[str, Any], ...] = (
+    ("nothing", _unchanged),
+    ("descriptions", lambda schema: _rewritten(schema, _without_descriptions)),
+    ("examples", lambda schema: _rewritten(schema, _without_examples)),
+    ("optional members' detail", lambda schema: _rewritten(schema, _without_optional_detail)),
+)

@@ -105,7 +105,8 @@ async def test_a_ref_fan_out_costs_its_size_not_its_paths(
     # schemas are cut shallower until they fit, with a note.
     assert answer.json()["skipped"] == []
     notes = {n["note"] for n in answer.json()["notes"]}
-    assert "schemas deeper than 4 levels are shown loosely" in notes
+    cut = "to fit what a tool holds, cut: descriptions, examples, optional members' detail"
+    assert cut in notes
     assert len(json.dumps(answer.json())) < 100_000
     assert lag < BOUND_S
 
@@ -129,7 +130,10 @@ async def test_pathological_nesting_is_refused_without_holding_the_loop(
     assert lag < BOUND_S
 
 
-async def test_a_document_that_outlasts_the_deadline_is_422_naming_it() -> None:
+async def test_a_document_that_outspends_the_cpu_budget_is_422_naming_it() -> None:
+    """The budget is the worker's CPU (`IMPORT_CPU_S`), not the wall clock: a busy host does
+    not refuse a document that needs little CPU, and one that needs more is refused however
+    idle the host is."""
     # 400 operations, each with a 60-member body: far more than 1 ms of conversion however the
     # loop is scheduled (the small Petstore could finish before the loop saw the deadline pass).
     members = {f"field{n}": {"type": "string", "description": "x" * 40} for n in range(60)}
@@ -151,12 +155,17 @@ async def test_a_document_that_outlasts_the_deadline_is_422_naming_it() -> None:
         "paths": paths,
         "components": {"schemas": {"Body": body_schema}},
     }
-    async for client in _client(import_deadline_s=0.001):
+    async for client in _client(import_cpu_s=0.001):
         acme = await create_tenant(client, "acme")
         body = {"document_text": json.dumps(document), "server_url": SERVER, "dry_run": True}
         answer = await client.post("/tools/import", json=body, headers=acme.headers)
         assert answer.status_code == 422, answer.text
-        assert "IMPORT_DEADLINE_S" in answer.text
+        assert answer.json()["errors"] == [
+            {
+                "path": "$.document",
+                "message": "reading and converting it took more than 0.001 s of CPU (IMPORT_CPU_S)",
+            }
+        ]
 
 
 async def test_the_fetch_has_a_total_deadline(upstream: ThreadedServer) -> None:
@@ -201,7 +210,7 @@ async def test_a_3_mb_yaml_import_never_stalls_another_request(
     body = {**_large_import(upstream), "dry_run": True}
     answer, lag = await _import_while_pinging(client, acme, body)
     assert answer.status_code == 200, answer.text[:2000]
-    assert len(answer.json()["tools"]) == 7 * 52, answer.json()["skipped"][:3]
+    assert len(answer.json()["tools"]) == 7 * 54, answer.json()["skipped"][:3]
     assert lag < BOUND_S
 
 
@@ -222,7 +231,7 @@ async def test_storing_a_3_mb_import_never_stalls_another_request(
         acme = await create_tenant(client, "acme")
         answer, lag = await _import_while_pinging(client, acme, _large_import(upstream))
         assert answer.status_code == 200, answer.text[:2000]
-        assert len(answer.json()["tools"]) == 7 * 52
+        assert len(answer.json()["tools"]) == 7 * 54
         assert lag < BOUND_S
         async with LagProbe() as probe:  # the catalog the import changed, read back
             listed = await client.get("/tools?limit=500", headers=acme.headers)

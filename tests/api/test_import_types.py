@@ -134,7 +134,12 @@ async def test_a_field_of_the_wrong_type_skips_its_operation_with_the_reason(
     assert answer.status_code == 200, answer.text
     assert answer.json()["tools"] == []
     assert answer.json()["skipped"] == [
-        {"operation": f"POST {PATH}", "operation_id": "makeThing", "reason": reason}
+        {
+            "operation": f"POST {PATH}",
+            "operation_id": "makeThing",
+            "reason": reason,
+            "stage": "conversion",
+        }
     ]
 
 
