@@ -191,7 +191,7 @@ class Settings(BaseSettings):
     # this much of its CPU (422 when it does not), and within the wall-clock deadline, waiting
     # for a worker included; fetching one by URL, however slowly the server sends it, within
     # the fetch deadline.
-    import_cpu_s: float = Field(default=10.0, gt=0, le=300)
+    import_cpu_s: float = Field(default=30.0, gt=0, le=300)
     import_deadline_s: float = Field(default=120.0, gt=0, le=600)
     import_fetch_deadline_s: float = Field(default=15.0, gt=0, le=300)
 

@@ -46,7 +46,7 @@ class ToolImporter:
         *,
         tools: ToolService,
         outbound: TenantOutbound,
-        cpu_s: float = 10.0,
+        cpu_s: float = 30.0,
         deadline_s: float = 120.0,
         fetch_deadline_s: float = 15.0,
         workers: ImportWorkers | None = None,

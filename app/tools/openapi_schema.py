@@ -225,7 +225,10 @@ class SchemaConverter:
                     raise
                 self.cuts += 1
                 self.notes.append(f"{why}: left out (optional)")
-        return converted, [n for n in dict.fromkeys(required) if n in converted]
+        # A name required but not a member here narrows an `allOf` sibling's member (kept, then
+        # merged or `tidied`); a member left out (read-only, inexpressible) is not required.
+        kept = [n for n in dict.fromkeys(required) if n in converted or n not in properties]
+        return converted, kept
 
     def _choices(
         self,
