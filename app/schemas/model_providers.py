@@ -46,6 +46,14 @@ class ModelProviderPut(ClientModel):
         description="Responses API: send `previous_response_id` and only the items after it "
         "(the endpoint must store responses) instead of the whole conversation each turn.",
     )
+    strict_tools: bool = Field(
+        default=False,
+        description="OpenAI chat completions and responses: send each tool in strict mode "
+        "(`strict: true`; every member required, optional ones nullable, objects closed) where "
+        "its parameters convert (`GET /tools/{id}?format=openai-strict` says why one does "
+        "not); the others are sent as they are. A `null` the model sends for an optional "
+        "parameter is read as absent.",
+    )
 
 
 class ModelProvider(BaseModel):
@@ -60,5 +68,6 @@ class ModelProvider(BaseModel):
     max_retries: int
     max_tokens: int
     previous_response_id: bool = False
+    strict_tools: bool = False
     created_at: datetime
     updated_at: datetime

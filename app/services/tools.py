@@ -173,7 +173,14 @@ class ToolService:
         entry = await self.entry(tool_id, tenant_id=tenant_id)
         if provider is None:
             return entry.json
-        return orjson.dumps(readable(entry).in_format(provider))
+        tool = readable(entry)
+        reasons = tool.incompatible_providers.get(provider)
+        if provider == "openai-strict" and reasons:  # one tool asked for: say exactly why not
+            raise UnprocessableError(
+                "The tool cannot be given in OpenAI's strict mode.",
+                errors=[field_error("$.function.parameters", reason) for reason in reasons],
+            )
+        return orjson.dumps(tool.in_format(provider))
 
     async def page_json(
         self,
