@@ -183,6 +183,38 @@ def run_document(
     return row
 
 
+PRISM_BATCH_BYTES = 3_000_000  # documents one Prism process loads (large ones load alone)
+
+
+def run_against_prism(program: str, documents: list[Path], most: int | None) -> list[Row]:
+    """Each document run against Prism, served a batch at a time (a node process loading every
+    large document at once does not start within its timeout)."""
+    rows: dict[Path, Row] = {}
+    for batch in batches(documents, PRISM_BATCH_BYTES):
+        prism = serve(program, batch)
+        try:
+            for path in batch:
+                rows[path] = run_document(path, prism, most)
+                print(table([rows[path]]).splitlines()[2], file=sys.stderr, flush=True)
+        finally:
+            prism.stop()
+    return [rows[path] for path in documents]
+
+
+def batches(documents: list[Path], most_bytes: int) -> list[list[Path]]:
+    """`documents` in order, in groups of at most `most_bytes` (a larger one alone)."""
+    groups: list[list[Path]] = []
+    size = 0
+    for path in documents:
+        weight = path.stat().st_size
+        if not groups or size + weight > most_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(path)
+        size += weight
+    return groups
+
+
 def _reason(reason: str) -> str:
     """A skip's reason without the names that make each one different."""
     words = reason.split(":")[0]
@@ -241,17 +273,13 @@ def main() -> None:
         documents += registry_documents()
     if args.github:
         documents.append(github_document())
-    prism = None
-    if not args.no_calls:
+    if args.no_calls:
+        rows = [run_document(path, None) for path in documents]
+    else:
         program = prism_program(args.prism)
         if program is None:
             sys.exit("Prism needs node and npm (or --prism PATH / PRISM_BIN; or --no-calls)")
-        prism = serve(program, documents)
-    try:
-        rows = [run_document(path, prism, args.most) for path in documents]
-    finally:
-        if prism is not None:
-            prism.stop()
+        rows = run_against_prism(program, documents, args.most)
     if args.fastmcp:
         for row, count in zip(rows, fastmcp_counts(documents), strict=True):
             row.fastmcp = count

@@ -15,7 +15,8 @@ from typing import Any
 from app.outbound import reserved_header_problems
 from app.tools.openapi_fields import NAME, kind, short, text_field
 from app.tools.openapi_refs import Resolver, Skip
-from app.tools.openapi_schema import SchemaConverter, merge_schemas
+from app.tools.openapi_schema import SchemaConverter, merge_schemas, tidied
+from app.tools.schema import compiled
 
 MAX_PARAMETERS = 64  # a tool's top-level parameters
 _PLACES = ("path", "query", "header")
@@ -207,6 +208,49 @@ def body_members(members: Members, resolver: Resolver, operation: dict[str, Any]
             members.converter.notes.append(f"the file '{short(name)}' is left out (optional)")
             continue
         members.add(name, {**member, **_form_style(encoding, name)}, "body", name in required)
+    if "allOf" in converted:
+        _check_examples(members, _examples(media, schema))
+
+
+MAX_EXAMPLES = 3
+
+
+def _examples(media: dict[str, Any], schema: dict[str, Any]) -> list[Any]:
+    """The document's own examples of a body (the media type's and the schema's)."""
+    found = [media.get("example"), schema.get("example")]
+    named = media.get("examples")
+    if isinstance(named, dict):
+        found += [e.get("value") for e in named.values() if isinstance(e, dict)]
+    return [e for e in found if isinstance(e, dict)][:MAX_EXAMPLES]
+
+
+def _check_examples(members: Members, examples: list[Any]) -> None:
+    """A merged body checked against the document's own examples: one that no longer fits says
+    the merge (or the document) is wrong, in a note."""
+    if not examples:
+        return
+    body = {n: p for n, p in members.properties.items() if p["in"] == "body"}
+    schema = {
+        "type": "object",
+        "properties": {
+            n: {k: v for k, v in p.items() if k not in _PLACING} for n, p in body.items()
+        },
+        "required": [n for n in members.required if n in body],
+    }
+    try:
+        validator = compiled(tidied(schema))
+    except ValueError:
+        return
+    for example in examples:
+        errors = [error.message for error in validator.iter_errors(example)]
+        if errors:
+            problem = short(errors[0])
+            members.converter.notes.append(
+                f"the document's example does not fit the body: {problem}"
+            )
+
+
+_PLACING = ("in", "style", "explode")
 
 
 def _whole_body(members: Members, schema: dict[str, Any], required: bool) -> None:

@@ -110,6 +110,21 @@ async def test_an_allof_part_that_narrows_a_member_keeps_its_members_and_every_r
     sent_from = parameters["properties"]["from"]
     assert sent_from["required"] == ["email"]
     assert set(sent_from["properties"]) == {"email", "name"}
+    assert answer["notes"] == []  # the merged schema takes the document's own example
+
+    wrong = {**example, "from": {"name": "no email"}}  # an example the merge says is wrong
+    schema_wrong = {**schema, "example": wrong}
+    paths_wrong = {
+        "/senders": {
+            "post": body_operation("createSender", {"application/json": {"schema": schema_wrong}})
+        }
+    }
+    noted = await imported(
+        client, acme, document=document(paths_wrong, {"schemas": {"Sender": sender}}), dry_run=True
+    )
+    [note] = noted["notes"]
+    assert note["note"].startswith("the document's example does not fit the body: ")
+    assert "email" in note["note"]
 
     stored = await imported(client, acme, document=doc, server_url=SERVER)
     assert stored["summary"]["stored"] == 1

