@@ -52,6 +52,7 @@ from app.tools.openapi_worker import WriteChecks, checked  # noqa: E402
 from app.tools.rules import WriteBounds  # noqa: E402
 from app.tools.swagger import as_openapi3  # noqa: E402
 from app.tools.typed import ExternalTool, parse_stored_tool  # noqa: E402
+from tests.support import prism as prism_support  # noqa: E402
 from tests.support.prism import PrismHost, cache_dir, prism_program, serve  # noqa: E402
 from tests.support.schema_samples import sample  # noqa: E402
 
@@ -184,12 +185,14 @@ def run_document(
 
 
 PRISM_BATCH_BYTES = 3_000_000  # documents one Prism process loads (large ones load alone)
+PRISM_START_S = 1200
 
 
 def run_against_prism(program: str, documents: list[Path], most: int | None) -> list[Row]:
     """Each document run against Prism, served a batch at a time (a node process loading every
     large document at once does not start within its timeout)."""
     rows: dict[Path, Row] = {}
+    prism_support.START_TIMEOUT_S = PRISM_START_S  # a large document loads for minutes
     for batch in batches(documents, PRISM_BATCH_BYTES):
         prism = serve(program, batch)
         try:
