@@ -206,3 +206,27 @@ def test_the_registries_documents_store_what_they_convert() -> None:
     stored = sum(row.tools for row in rows)
     assert stored >= 0.97 * converted, corpus.table(rows)
     assert converted >= 0.99 * sum(row.operations for row in rows), corpus.table(rows)
+
+
+def test_the_form_check_refuses_what_stripe_would() -> None:
+    """The check that stands in for Prism on Stripe can fail: a deepObject member flattened (as
+    the importer sent `metadata` before), one sent whole, a required one missing."""
+    from tests.support.form_bodies import FORM, Recorded, form_problems
+
+    schema = {
+        "type": "object",
+        "properties": {"amount": {"type": "integer"}, "metadata": {"type": "object"}},
+        "required": ["amount"],
+    }
+    encoding = {"metadata": {"style": "deepObject", "explode": True}}
+
+    def problems(body: str) -> list[str]:
+        sent = Recorded("POST", "/v1/charges", {"content-type": FORM}, body.encode())
+        return form_problems(sent, schema, encoding)
+
+    assert problems("amount=1&metadata%5Border_id%5D=6735") == []
+    assert problems("amount=1&order_id=6735") == ["'order_id' is not a member of the body"]
+    assert problems("amount=1&metadata=%7B%7D") == [
+        "'metadata' (deepObject) is sent as one value, not as metadata[...]"
+    ]
+    assert problems("metadata%5Bk%5D=v") == ["the required member 'amount' is missing"]
