@@ -301,11 +301,7 @@ def _media_type(content: dict[str, Any]) -> tuple[str, str] | None:
 def _object(schema: dict[str, Any]) -> dict[str, Any]:
     """The body schema as one object with named members: the parts of an `allOf` merged field
     by field (a part that narrows a member narrows it, every part's `required` kept)."""
-    merged = {k: v for k, v in schema.items() if k != "allOf"}
-    for index, part in enumerate(schema.get("allOf") or []):
-        if part.get("type") not in (None, "object") or "anyOf" in part or "oneOf" in part:
-            raise Skip(f"the body is an allOf whose part {index} is {_shape(part)}, not an object")
-        merged = merge_schemas(merged, part)
+    merged = _flattened(schema)
     properties = dict(merged.get("properties") or {})
     required = list(merged.get("required") or [])
     for keyword in ("oneOf", "anyOf"):
@@ -319,7 +315,20 @@ def _object(schema: dict[str, Any]) -> dict[str, Any]:
             raise Skip(f"the body is a choice ({keyword} of {count} schemas), not one object")
     if not properties and schema.get("type") not in (None, "object"):
         raise Skip(f"the body is {_shape(schema)}, not an object with named members")
+    if properties:  # a member required but not described (DigitalOcean's `method`): any value
+        properties |= {r: {} for r in required if r not in properties and NAME.fullmatch(r)}
     return {"properties": properties, "required": [r for r in required if r in properties]}
+
+
+def _flattened(schema: dict[str, Any]) -> dict[str, Any]:
+    """An `allOf` and the `allOf`s of its parts (Bitbucket's `commit_comment` is an allOf of
+    `comment`, itself an allOf of `object` and its members) merged into one schema."""
+    merged = {k: v for k, v in schema.items() if k != "allOf"}
+    for index, part in enumerate(schema.get("allOf") or []):
+        if part.get("type") not in (None, "object") or "anyOf" in part or "oneOf" in part:
+            raise Skip(f"the body is an allOf whose part {index} is {_shape(part)}, not an object")
+        merged = merge_schemas(merged, _flattened(part))
+    return merged
 
 
 def _narrowed(resolver: Resolver, schema: dict[str, Any]) -> set[str]:
