@@ -320,3 +320,39 @@ async def test_one_tool_that_breaks_a_rule_does_not_refuse_the_others(
     }
     verdicts = {v["operation_id"]: v["verdict"] for v in answer["operations"]}
     assert verdicts == {"makeThing": "stored", "getThing": "skipped"}
+
+
+async def test_an_allof_of_allofs_keeps_every_member_and_every_required(
+    client: httpx.AsyncClient, acme: TenantCredentials
+) -> None:
+    """Bitbucket's `commit_comment` is an allOf of `comment`, itself an allOf of `object` (which
+    requires `type`): its members were lost, and a required body was not sent."""
+    schemas = {
+        "object": {
+            "type": "object",
+            "properties": {"type": {"type": "string"}},
+            "required": ["type"],
+        },
+        "comment": {
+            "allOf": [
+                {"$ref": "#/components/schemas/object"},
+                {"type": "object", "properties": {"content": {"type": "object"}}},
+            ]
+        },
+        "commit_comment": {
+            "allOf": [
+                {"$ref": "#/components/schemas/comment"},
+                {"type": "object", "properties": {"commit": {"type": "string"}}},
+            ]
+        },
+    }
+    schema = {"$ref": "#/components/schemas/commit_comment"}
+    content = {"application/json": {"schema": schema}}
+    paths = {"/comments": {"post": body_operation("comment", content, required=True)}}
+    answer = await imported(
+        client, acme, document=document(paths, {"schemas": schemas}), dry_run=True
+    )
+    [tool] = answer["tools"]
+    parameters = tool["function"]["parameters"]
+    assert set(parameters["properties"]) == {"type", "content", "commit"}
+    assert parameters["required"] == ["type"]
