@@ -139,7 +139,14 @@ class SchemaConverter:
             shown = kind(values) if not isinstance(values, list) else f"{len(values)} values"
             self.notes.append(f"{place} has an 'enum' of {shown}: any value of its type is taken")
             return
-        kept = [v for v in values if _fits(v, types)]
+        # A number listed for a string (Zoom's `type: string, enum: [1, 3]`) is its text: what
+        # the API reads on the wire either way.
+        numbers_as_text = "string" in types and not _fits(1, types)
+        kept = [
+            str(v) if numbers_as_text and _is_number(v) and not _fits(v, types) else v
+            for v in values
+        ]
+        kept = [v for i, v in enumerate(kept) if _fits(v, types) and not _listed(v, kept[:i])]
         if not kept or any(isinstance(v, str) and len(v) > 256 for v in kept):
             self.notes.append(
                 f"{place} has an 'enum' no value of which it can take (of its type, 256 "
@@ -313,6 +320,11 @@ def _node_types(node: dict[str, Any]) -> list[str]:
 
 def _types(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else list(value or [])
+
+
+def _listed(value: Any, values: list[Any]) -> bool:
+    """`value` is among `values`, type and all (`1`, `True` and `1.0` differ here)."""
+    return any(type(v) is type(value) and v == value for v in values)
 
 
 def _is_scalar(value: Any) -> bool:

@@ -356,3 +356,15 @@ async def test_an_allof_of_allofs_keeps_every_member_and_every_required(
     parameters = tool["function"]["parameters"]
     assert set(parameters["properties"]) == {"type", "content", "commit"}
     assert parameters["required"] == ["type"]
+
+
+async def test_numbers_listed_for_a_string_are_their_text(
+    client: httpx.AsyncClient, acme: TenantCredentials
+) -> None:
+    """Zoom's `/report/telephone` `type`: `{type: string, enum: [1, 3]}`; the model was free to
+    send any string, and Prism refused it."""
+    parameter = {"name": "type", "in": "query", "schema": {"type": "string", "enum": [1, 3]}}
+    paths = {"/report/telephone": {"get": {"operationId": "report", "parameters": [parameter]}}}
+    answer = await imported(client, acme, document=document(paths), dry_run=True)
+    [tool] = answer["tools"]
+    assert tool["function"]["parameters"]["properties"]["type"]["enum"] == ["1", "3"]
