@@ -64,6 +64,13 @@ TOOLS = {
 }
 
 
+# ReadMe's discriminator examples: `post_potentially-undefined-formData`'s body is a `oneOf` of
+# two schemas alike but for their descriptions, so no value fits it as written (the document
+# means its discriminator to tell them apart); its call is refused by the tool's own check. 9
+# of the 10 calls are accepted.
+MIN_ACCEPTANCE = {"readme-discriminators-3.0.json": 0.9}
+
+
 @pytest.fixture(scope="module")
 def program() -> str:
     """How to start Prism; the tests that need it skip where node and npm are missing."""
@@ -104,7 +111,7 @@ def test_prism_accepts_the_calls_of_the_imported_tools(document: Path, prism: Pr
     row = corpus.run_document(document, prism, MOST_CALLS)
     assert row.calls == min(row.tools, MOST_CALLS), corpus.table([row])
     assert row.tools >= TOOLS[document.name], corpus.table([row])
-    assert row.acceptance >= 0.98, row.rejections
+    assert row.acceptance >= MIN_ACCEPTANCE.get(document.name, 0.98), row.rejections
 
 
 @pytest.mark.slow
