@@ -240,9 +240,10 @@ async def test_storing_a_3_mb_import_never_stalls_another_request(
         assert probe.worst < BOUND_S
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def huge_yaml() -> str:
-    """Built before the test's call (seconds of the test process's GIL: not the app's stall)."""
+    """Built before the test's call (seconds of the test process's GIL: not the app's stall;
+    cached for the process)."""
     return large_yaml(HUGE_COPIES)
 
 
