@@ -24,7 +24,8 @@ from app.schemas.fields import safe_tool_name
 from app.tools.openapi_fields import NAME, kind, short, text_field
 from app.tools.openapi_parameters import Members, body_members, parameter_members
 from app.tools.openapi_refs import CpuSpent, DocumentError, Resolver, Skip
-from app.tools.openapi_schema import SIZE_CUTS, SchemaConverter, tidied
+from app.tools.openapi_schema import SchemaConverter
+from app.tools.openapi_shapes import SIZE_CUTS, tidied
 from app.tools.schema import MAX_SCHEMA_NODES
 from app.tools.swagger import as_openapi3
 

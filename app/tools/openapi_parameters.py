@@ -15,7 +15,8 @@ from typing import Any
 from app.outbound import reserved_header_problems
 from app.tools.openapi_fields import NAME, kind, short, text_field
 from app.tools.openapi_refs import Resolver, Skip
-from app.tools.openapi_schema import SchemaConverter, merge_schemas, tidied
+from app.tools.openapi_schema import SchemaConverter
+from app.tools.openapi_shapes import merge_schemas, tidied
 from app.tools.schema import compiled
 
 MAX_PARAMETERS = 64  # a tool's top-level parameters
