@@ -201,10 +201,12 @@ class Settings(BaseSettings):
     max_secrets_per_tenant: int = Field(default=100, ge=1, le=10_000)
     max_secret_bytes: int = Field(default=8192, ge=16, le=65_536)
 
-    # POST /tools/import: reading and converting one document runs on worker threads and must
-    # end within this (422 when it does not); fetching one by URL, however slowly the server
-    # sends it, within the other.
-    import_deadline_s: float = Field(default=10.0, gt=0, le=300)
+    # POST /tools/import: reading and converting one document runs in a worker process within
+    # this much of its CPU (422 when it does not), and within the wall-clock deadline, waiting
+    # for a worker included; fetching one by URL, however slowly the server sends it, within
+    # the fetch deadline.
+    import_cpu_s: float = Field(default=30.0, gt=0, le=300)
+    import_deadline_s: float = Field(default=120.0, gt=0, le=600)
     import_fetch_deadline_s: float = Field(default=15.0, gt=0, le=300)
 
     mcp_servers: SecretStr | None = None

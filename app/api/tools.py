@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 
 from app.api.hot_routes import invoke_json, wants_stream
@@ -16,6 +17,7 @@ from app.schemas.invocations import InvokeRequest, InvokeResult
 from app.schemas.problems import problem_responses
 from app.schemas.runs import IsoDateTime, ToolStats
 from app.schemas.tools import (
+    ImportResult,
     Tool,
     ToolCreate,
     ToolId,
@@ -85,18 +87,19 @@ async def create_tool(
 
 @router.post(
     "/import",
-    response_model_exclude_none=True,
+    response_model=ImportResult,
     dependencies=[WriteLimit],
     responses=problem_responses(400, 409, 413, 422, 429),
 )
 async def import_tools(
     body: Annotated[ToolImport, Body(openapi_examples=examples.TOOL_IMPORT)], tenant: TenantDep
-) -> dict[str, Any]:
-    """External tools from an OpenAPI 3.0 or 3.1 (or Swagger 2.0) document, one per operation:
-    all of them or none (422 listing every problem). Operations a tool cannot express are
-    skipped, each with its reason; optional parts left out are listed in `notes`; `dry_run`
-    shows the result without storing it."""
-    return await tenant.services.importer.run(body, tenant_id=tenant.id)
+) -> Response:
+    """External tools from an OpenAPI 3.0 or 3.1 (or Swagger 2.0) document, one per operation,
+    each with its verdict: stored, or skipped with its reason (one operation never refuses the
+    others); the tools that pass are stored together or not at all. `dry_run` shows the
+    verdicts without storing."""
+    answer = await tenant.services.importer.run(body, tenant_id=tenant.id)
+    return Response(orjson.dumps(answer), media_type="application/json")  # pre-serialized
 
 
 FormatQuery = Annotated[

@@ -292,6 +292,7 @@ async def build_services(
         importer=ToolImporter(
             tools=tools,
             outbound=run.outbound,
+            cpu_s=settings.import_cpu_s,
             deadline_s=settings.import_deadline_s,
             fetch_deadline_s=settings.import_fetch_deadline_s,
         ),

@@ -49,7 +49,7 @@ HeaderValue = Annotated[
 
 
 # The tool formats a stored tool can be read in (`?format=`; app/tools/providers.py shapes them).
-Provider = Literal["openai", "openai-responses", "anthropic", "gemini"]
+Provider = Literal["openai", "openai-strict", "openai-responses", "anthropic", "gemini"]
 
 _NAME = re.compile(NAME_PATTERN)
 _UNSAFE_NAME_RUN = re.compile(r"[^a-zA-Z0-9_-]+")

@@ -53,6 +53,14 @@ class ModelProviderPut(ClientModel):
         "results and `defer_loading` tools); `function`: the `search_tools` function on any "
         "API (chat completions has no native form).",
     )
+    strict_tools: bool = Field(
+        default=False,
+        description="OpenAI chat completions and responses: send each tool in strict mode "
+        "(`strict: true`; every member required, optional ones nullable, objects closed) where "
+        "its parameters convert (`GET /tools/{id}?format=openai-strict` says why one does "
+        "not); the others are sent as they are. A `null` the model sends for an optional "
+        "parameter is read as absent.",
+    )
 
 
 class ModelProvider(BaseModel):
@@ -68,5 +76,6 @@ class ModelProvider(BaseModel):
     max_tokens: int
     previous_response_id: bool = False
     tool_search: Literal["function", "native"] = "function"
+    strict_tools: bool = False
     created_at: datetime
     updated_at: datetime

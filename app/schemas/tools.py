@@ -172,6 +172,12 @@ class FunctionSpec(ClientModel):
         description="External tools: how body members are sent: `json` (default), `form` "
         "(application/x-www-form-urlencoded) or `multipart` (multipart/form-data, no files).",
     )
+    body_parameter: Name | None = Field(
+        default=None,
+        description="External tools: the parameter (placed in the body) whose value is the "
+        "whole body, for a body that is not one object of named members (an array, a choice, a "
+        "free-form object); no other parameter may be placed in the body then.",
+    )
     headers: dict[HeaderName, HeaderValue] | None = Field(
         default=None,
         max_length=32,
@@ -430,3 +436,68 @@ class ToolImport(ClientModel):
             if name in self.model_fields_set and getattr(self, name) is None:
                 raise ValueError(f"'{name}' may not be null: leave it out")
         return self
+
+
+ImportStage = Literal["conversion", "rules"]
+
+
+class ImportSkip(BaseModel):
+    """An operation that did not become a tool, and why: conversion could not express a
+    required part (`conversion`), or the tool built breaks a rule of `POST /tools/create`
+    (`rules`: a taken id or name, its size, ...)."""
+
+    operation: str = Field(description="`METHOD /path` (`* /path` for a whole path item).")
+    operation_id: str = ""
+    reason: str
+    stage: ImportStage
+    tool_id: str | None = Field(default=None, description="The tool refused by the rules.")
+
+
+class ImportNote(BaseModel):
+    """An optional part of an operation left out of its tool (or shown loosely), and why."""
+
+    operation: str
+    tool_id: str
+    note: str
+
+
+class ImportVerdict(BaseModel):
+    """One selected operation's outcome, in document order (skips last)."""
+
+    operation: str
+    operation_id: str = ""
+    verdict: Literal["stored", "ready", "skipped"] = Field(
+        description="`stored`: its tool was stored; `ready`: its tool passed every check but was "
+        "not stored (a dry run, or an import refused as a whole: see `problems`); `skipped`: "
+        "see `reason`."
+    )
+    tool_id: str | None = None
+    reason: str | None = None
+    stage: ImportStage | None = None
+
+
+class ImportSummary(BaseModel):
+    """The counts a progress view shows."""
+
+    operations: int = Field(description="Operations selected.")
+    converted: int = Field(description="Operations a tool was built for.")
+    stored: int = Field(description="Tools stored (0 in a dry run).")
+    skipped: int = Field(description="Operations skipped, with their reasons.")
+    cpu_s: float = Field(description="CPU seconds the worker spent reading and converting.")
+
+
+class ImportResult(BaseModel):
+    """`POST /tools/import`'s answer (and its dry run's): a verdict per operation."""
+
+    dry_run: bool
+    summary: ImportSummary
+    tools: list[dict[str, Any]] = Field(
+        description="The tools stored (or, in a dry run, that would be), as `GET /tools/{id}`."
+    )
+    skipped: list[ImportSkip]
+    notes: list[ImportNote]
+    operations: list[ImportVerdict]
+    problems: list[dict[str, str]] = Field(
+        description="What refuses the import as a whole (the category, the tenant's tool cap), "
+        "each with its JSON path; a dry run lists them, an import answers 422."
+    )

@@ -18,6 +18,7 @@ from app.cache import LoadingCache
 from app.chat.apis import build_model_api
 from app.chat.http_model_client import HTTPModelClient
 from app.chat.model import ModelClient
+from app.chat.strict_tools import StrictToolsAPI
 from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
 from app.limits import Fence, local_fence
 from app.repositories.model_providers import ModelProviderRepository
@@ -39,7 +40,7 @@ CLOSE_DELAY_S = 60.0  # a replaced client is closed once the calls it carries ha
 _SHOWN = (
     "name", "api", "base_url", "api_key_secret", "default_model", "allowed_models", "default",
     "timeout_s", "max_retries", "max_tokens", "previous_response_id", "tool_search",
-    "created_at", "updated_at",
+    "strict_tools", "created_at", "updated_at",
 )  # fmt: skip
 
 
@@ -224,16 +225,17 @@ class ModelProviderService:
 
     def _new_client(self, doc: dict[str, Any], key: str, policy: OutboundPolicy) -> HTTPModelClient:
         secret = doc["api_key_secret"]
+        api = build_model_api(
+            doc["api"], max_tokens=doc["max_tokens"], chain=bool(doc.get("previous_response_id"))
+        )
+        if doc.get("strict_tools") and doc["api"] != "anthropic_messages":
+            api = StrictToolsAPI(api)
         return HTTPModelClient(
             base_url=doc["base_url"],
             api_key=key,
             timeout_s=doc["timeout_s"],
             max_retries=doc["max_retries"],
-            api=build_model_api(
-                doc["api"],
-                max_tokens=doc["max_tokens"],
-                chain=bool(doc.get("previous_response_id")),
-            ),
+            api=api,
             connect=guarded_connector(policy),
             ssl_context=policy.ssl_context(),
             credentials=f"secret '{secret}' of model provider '{doc['name']}'",

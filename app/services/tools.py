@@ -26,11 +26,8 @@ from app.services.changes import Publish, unpublished
 from app.services.outbound import TenantOutbound
 from app.tools.netguard import OutboundPolicy
 from app.tools.registry import FunctionRegistry
-from app.tools.rules import Problem, definition_problems, signature_problems
+from app.tools.rules import Problem, WriteBounds, signature_problems, write_problems
 from app.tools.typed import ExternalTool, FunctionTool, parse_stored_tool
-
-# Literal routes under /tools/ that a tool with this id could never be fetched past.
-RESERVED_TOOL_IDS = frozenset({"ids", "create", "import"})
 
 
 class ToolService:
@@ -76,28 +73,17 @@ class ToolService:
         """What a tool's definition may weigh as JSON (MAX_TOOL_SCHEMA_BYTES)."""
         return self._max_schema_bytes
 
+    @property
+    def write_bounds(self) -> WriteBounds:
+        """The operator's bounds on a written tool (its size, timeout and output cap)."""
+        return WriteBounds(self._max_schema_bytes, self._max_timeout_s, self._max_output_chars)
+
     def problems(self, tool: ToolFields, policy: OutboundPolicy) -> list[Problem]:
         """Every rule `tool` breaks, by JSON path: its id (a reserved one), its size, its
         definition and, for a function tool, its server function's signature."""
-        tool_id = getattr(tool, "tool_id", None)
-        if tool_id in RESERVED_TOOL_IDS:
-            return [
-                (
-                    "$.tool_id",
-                    f"'{tool_id}' is reserved (it is a route under /tools/); choose another id",
-                )
-            ]
-        size = len(orjson.dumps(tool.function.model_dump(exclude_none=True)))
-        if size > self._max_schema_bytes:
-            return [
-                (
-                    "$.function",
-                    f"the definition is {size} bytes as JSON; the limit is "
-                    f"{self._max_schema_bytes} (MAX_TOOL_SCHEMA_BYTES)",
-                )
-            ]
-        problems = definition_problems(tool, policy=policy)
-        problems += self._bound_problems(tool)
+        problems = write_problems(tool, policy, self.write_bounds)
+        if problems and problems[0][0] in ("$.tool_id", "$.function"):
+            return problems  # reserved, or too large to judge further
         if tool.type == "function":
             entry = self._registry.get(tool.function.name)
             if entry is None:
@@ -120,22 +106,6 @@ class ToolService:
         if await self._categories.exists(name, tenant_id=tenant_id):
             return []
         return [("$.category", f"the tenant has no category '{name}' (POST /categories)")]
-
-    def _bound_problems(self, tool: ToolFields) -> list[Problem]:
-        """A tool's own bounds stay under the operator's (TOOL_TIMEOUT_S,
-        TOOL_OUTPUT_MAX_CHARS)."""
-        problems: list[Problem] = []
-        if tool.timeout_s is not None and tool.timeout_s > self._max_timeout_s:
-            problems.append(("$.timeout_s", f"at most {self._max_timeout_s:g} s (TOOL_TIMEOUT_S)"))
-        max_chars = tool.output.max_chars if tool.output else None
-        if max_chars is not None and max_chars > self._max_output_chars:
-            problems.append(
-                (
-                    "$.output.max_chars",
-                    f"at most {self._max_output_chars} (TOOL_OUTPUT_MAX_CHARS)",
-                )
-            )
-        return problems
 
     async def create(self, tool: ToolCreate, *, tenant_id: str) -> Tool:
         """Store a new tool; 422 on a broken definition, 409 on a taken id or function name."""
@@ -210,7 +180,14 @@ class ToolService:
         entry = await self.entry(tool_id, tenant_id=tenant_id)
         if provider is None:
             return entry.json
-        return orjson.dumps(readable(entry).in_format(provider))
+        tool = readable(entry)
+        reasons = tool.incompatible_providers.get(provider)
+        if provider == "openai-strict" and reasons:  # one tool asked for: say exactly why not
+            raise UnprocessableError(
+                "The tool cannot be given in OpenAI's strict mode.",
+                errors=[field_error("$.function.parameters", reason) for reason in reasons],
+            )
+        return orjson.dumps(tool.in_format(provider))
 
     async def page_json(
         self,

@@ -126,6 +126,12 @@ class OutboundPolicy:
             else:
                 self._network_ports.append((network, port))
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as what it was made from (the import's worker processes check URLs with
+        it); its TLS context is built again there when needed."""
+        ports, blocked = self._port_specs
+        return _policy, (self.allow, ports, blocked, self._ca_bundle)
+
     def extended(self, allow: Sequence[str]) -> OutboundPolicy:
         """This policy with more allow-list entries (a tenant's own), sharing its TLS context."""
         ports, blocked = self._port_specs
@@ -459,3 +465,9 @@ def guarded_transport(
         network_backend=GuardedNetworkBackend(policy, resolver, core=core),
     )
     return transport
+
+
+def _policy(
+    allow: tuple[str, ...], ports: str, blocked_ports: str, ca_bundle: str | None
+) -> OutboundPolicy:
+    return OutboundPolicy(allow, ports=ports, blocked_ports=blocked_ports, ca_bundle=ca_bundle)

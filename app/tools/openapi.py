@@ -13,15 +13,19 @@ path. Nothing in the document is trusted to have the type the specification give
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin
 
+import orjson
+
 from app.schemas.fields import safe_tool_name
 from app.tools.openapi_fields import NAME, kind, short, text_field
 from app.tools.openapi_parameters import Members, body_members, parameter_members
-from app.tools.openapi_refs import DocumentError, Resolver, Skip
+from app.tools.openapi_refs import CpuSpent, DocumentError, Resolver, Skip
 from app.tools.openapi_schema import SchemaConverter
+from app.tools.openapi_shapes import SIZE_CUTS, tidied
 from app.tools.schema import MAX_SCHEMA_NODES
 from app.tools.swagger import as_openapi3
 
@@ -46,7 +50,14 @@ class ImportOptions:
     max_operations: int = 500  # of the selected operations
     reserved: frozenset[str] = frozenset()  # tool ids the importer may not give (suffixed)
     max_schema_bytes: int = 30_000  # of a tool's parameters (MAX_TOOL_SCHEMA_BYTES, less room)
+    max_tool_bytes: int = 32_768  # of its whole `function` as JSON (MAX_TOOL_SCHEMA_BYTES)
     converters: dict[int, SchemaConverter] = field(default_factory=dict)  # one per depth
+    cpu_deadline: float | None = None  # `time.process_time()` past which the import stops
+
+    def check_cpu(self) -> None:
+        """CpuSpent once this process has used the import's CPU budget."""
+        if self.cpu_deadline is not None and time.process_time() > self.cpu_deadline:
+            raise CpuSpent
 
 
 @dataclass
@@ -54,6 +65,8 @@ class Converted:
     tools: list[dict[str, Any]]
     skipped: list[dict[str, str]]
     notes: list[dict[str, str]]
+    operations: list[dict[str, str]] = field(default_factory=list)  # each tool's, in order
+    selected: int = 0  # operations selected (each a tool or a skip)
 
 
 def convert(document: Any, options: ImportOptions) -> Converted:
@@ -75,8 +88,10 @@ def convert(document: Any, options: ImportOptions) -> Converted:
             [f"{len(selected)} operations are selected; at most {options.max_operations}"]
         )
     server = _server_url(document, options)
+    converted.selected = len(selected)
     taken: set[str] = set(options.reserved)
     for path, method, operation, item in selected:
+        options.check_cpu()
         label = f"{method.upper()} {short(path)}"
         operation_id = _operation_id(operation)
         notes: list[str] = []
@@ -86,11 +101,17 @@ def convert(document: Any, options: ImportOptions) -> Converted:
             )
         except Skip as why:
             converted.skipped.append(
-                {"operation": label, "operation_id": operation_id, "reason": str(why)}
+                {
+                    "operation": label,
+                    "operation_id": operation_id,
+                    "reason": str(why),
+                    "stage": "conversion",
+                }
             )
             continue
         _rename(tool, taken)
         converted.tools.append(tool)
+        converted.operations.append({"operation": label, "operation_id": operation_id})
         converted.notes += [
             {"operation": label, "tool_id": tool["tool_id"], "note": note} for note in notes[:20]
         ]
@@ -119,7 +140,12 @@ def _path_items(
             except Skip as why:
                 reason = f"its Path Item $ref cannot be followed: {why}"
                 skipped.append(
-                    {"operation": f"* {short(path)}", "operation_id": "", "reason": reason}
+                    {
+                        "operation": f"* {short(path)}",
+                        "operation_id": "",
+                        "reason": reason,
+                        "stage": "conversion",
+                    }
                 )
                 continue
             item = {**target, **{k: v for k, v in item.items() if k != "$ref"}}
@@ -220,20 +246,40 @@ def _sized_tool(
     options: ImportOptions,
     notes: list[str],
 ) -> dict[str, Any]:
-    """The operation's tool, its schemas cut shallower until it fits what a tool may hold."""
+    """The operation's tool, cut until it fits what a tool holds (`MAX_TOOL_SCHEMA_BYTES`, 2,000
+    subschemas), in a stated order: descriptions, then examples, then the detail of optional
+    members, each first at full depth and then with schemas shown shallower (16, 4, 1 levels);
+    a tool that does not fit even then is skipped with its reason."""
+    nodes = size = 0
     for depth in SCHEMA_DEPTHS:
         converter = options.converters.setdefault(depth, SchemaConverter(resolver, max_depth=depth))
         converter.notes = []
         tool = _tool(
             document, resolver, server, path, method, operation, path_item, options, converter
         )
-        nodes, size = converter.weight(tool["function"]["parameters"])
-        if nodes <= MAX_SCHEMA_NODES and size <= options.max_schema_bytes:
+        function = tool["function"]
+        for stage, (what, cut) in enumerate(SIZE_CUTS):
+            if stage:
+                function["parameters"] = cut(function["parameters"])
+                if what == "descriptions":
+                    function["description"] = function["description"][:1024]
+            nodes, size = converter.weight(function["parameters"])
+            if nodes > MAX_SCHEMA_NODES or size > options.max_schema_bytes:
+                continue
+            size = len(orjson.dumps(function))
+            if size > options.max_tool_bytes:
+                continue
             if depth != SCHEMA_DEPTHS[0]:
                 converter.notes.append(f"schemas deeper than {depth} levels are shown loosely")
+            if stage:
+                cuts = ", ".join(name for name, _ in SIZE_CUTS[1 : stage + 1])
+                converter.notes.append(f"to fit what a tool holds, cut: {cuts}")
             notes += converter.notes
             return tool
-    raise Skip(f"its parameters are larger than a tool holds ({nodes} subschemas, {size} bytes)")
+    raise Skip(
+        f"it is larger than a tool holds even cut ({nodes} subschemas, {size} bytes; "
+        f"descriptions, examples and optional members' detail cut)"
+    )
 
 
 def _tool(
@@ -257,18 +303,20 @@ def _tool(
     summary = text_field(operation, "summary")
     description = "\n\n".join(p for p in (summary, text_field(operation, "description")) if p)
     name = tool_name(raw_id or "", method, path, options.prefix)
-    members = Members(converter)
+    headers, context = _security(document, operation, options)
+    members = Members(
+        converter,
+        credential_headers=frozenset(header.lower() for header in headers),
+        credential_query=frozenset(c["name"] for c in context),
+    )
     parameter_members(members, resolver, path_item, operation)
     body_members(members, resolver, operation)
-    headers, context = _security(document, operation, options)
-    fixed = {name.lower() for name in headers} | {c["name"].lower() for c in context}
-    members.drop(fixed, "filled by the mapped credential")
     function: dict[str, Any] = {
         "name": name,
         "description": description[:4096],
         "parameters": {
             "type": "object",
-            "properties": members.properties,
+            "properties": {name: tidied(p) for name, p in members.properties.items()},
             "required": members.required,
         },
         "url": server + path,
@@ -276,6 +324,10 @@ def _tool(
     }
     if members.body_type not in (None, "json"):
         function["body_type"] = members.body_type
+    if members.body_parameter is not None:
+        function["body_parameter"] = members.body_parameter
+    if members.content_type is not None:
+        headers = {**headers, "Content-Type": members.content_type}
     tool: dict[str, Any] = {
         "tool_id": name,
         "type": "external",

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.outbound import reserved_header_problems
 from app.tools.openapi_fields import NAME, kind, short, text_field
 from app.tools.openapi_refs import Resolver, Skip
 from app.tools.openapi_schema import SchemaConverter
+from app.tools.openapi_shapes import merge_schemas, tidied
+from app.tools.schema import compiled
 
 MAX_PARAMETERS = 64  # a tool's top-level parameters
 _PLACES = ("path", "query", "header")
@@ -31,21 +34,37 @@ _BODY_TYPES = (
 
 
 class Members:
-    """The tool parameters being built for one operation."""
+    """The tool parameters being built for one operation. Each place keeps its own names: a
+    mapped credential fills only its own header (or query parameter), so a path parameter named
+    `authorization` stays; framing headers (`Content-Type`, `Content-Length`, `Host`, ...) are
+    the HTTP client's, never parameters."""
 
-    def __init__(self, converter: SchemaConverter) -> None:
+    def __init__(
+        self,
+        converter: SchemaConverter,
+        *,
+        credential_headers: frozenset[str] = frozenset(),
+        credential_query: frozenset[str] = frozenset(),
+    ) -> None:
         self.converter = converter
         self.properties: dict[str, Any] = {}
         self.required: list[str] = []
         self.body_type: str | None = None
+        self.content_type: str | None = None  # a JSON media type other than application/json
+        self.body_parameter: str | None = None  # the parameter that is the whole body
+        self._credential_headers = credential_headers  # lower case
+        self._credential_query = credential_query
 
     def add(self, name: str, schema: dict[str, Any], where: str, required: bool) -> None:
         """One top-level parameter; an optional one that does not fit is left out (a note)."""
+        if self._filled(name, where):
+            return
         try:
             if not NAME.fullmatch(name):
                 raise Skip(f"the {where} parameter '{short(name)}' is not a name tools accept")
-            if name in self.properties:
-                raise Skip(f"'{name}' is both a {self.properties[name]['in']} and a {where} one")
+            if name in self.properties or name in self._credential_query:
+                other = self.properties[name]["in"] if name in self.properties else "query"
+                raise Skip(f"'{name}' is both a {other} and a {where} one")
             if len(self.properties) >= MAX_PARAMETERS:
                 raise Skip(f"'{short(name)}' is past the {MAX_PARAMETERS} parameters a tool has")
         except Skip as why:
@@ -57,22 +76,34 @@ class Members:
         if required and name not in self.required:
             self.required.append(name)
 
-    def drop(self, names: set[str], why: str) -> None:
-        """Parameters the tool fills itself (a credential): not the model's to give."""
-        for name in [
-            n for n, p in self.properties.items() if n.lower() in names and p["in"] != "body"
-        ]:
-            del self.properties[name]
-            self.required = [r for r in self.required if r != name]
-            self.converter.notes.append(f"'{name}' is {why}: left out")
+    def _filled(self, name: str, where: str) -> bool:
+        """A parameter the tool fills itself: the mapped credential's own header or query
+        parameter, or a header the HTTP client writes (a note says so)."""
+        if where == "header" and name.lower() in self._credential_headers:
+            why = "filled by the mapped credential"
+        elif where == "query" and name in self._credential_query:
+            why = "filled by the mapped credential"
+        elif where == "header" and framing_header(name):
+            why = "a header the HTTP client sets"
+        else:
+            return False
+        self.converter.notes.append(f"'{name}' is {why}: left out")
+        return True
+
+
+def framing_header(name: str) -> bool:
+    """A header only the HTTP client writes (`Host`, `Content-Length`, ...; app/outbound.py),
+    or `Content-Type`, which follows from the body (no model may set it: app/tools/rules.py)."""
+    return name.lower() == "content-type" or bool(reserved_header_problems([name]))
 
 
 def parameter_members(
     members: Members, resolver: Resolver, path_item: dict[str, Any], operation: dict[str, Any]
 ) -> None:
     """The path item's and the operation's `parameters` (the operation's replace the path
-    item's of the same name and place)."""
-    for parameter in _parameters(resolver, path_item, operation):
+    item's of the same name and place); path parameters first, as they are always required."""
+    listed = _parameters(resolver, path_item, operation)
+    for parameter in sorted(listed, key=lambda p: p["in"] != "path"):
         name, where = parameter["name"], parameter["in"]
         required = parameter.get("required") is True or where == "path"
         try:
@@ -131,7 +162,9 @@ def _parameters(
 
 
 def body_members(members: Members, resolver: Resolver, operation: dict[str, Any]) -> None:
-    """The members of the operation's body (JSON object, form or multipart), as parameters."""
+    """The operation's body as parameters: the members of a JSON object, a form or multipart
+    form data each a parameter (`in: body`), or, for a body that is not one object with named
+    members (an array, a choice, a free-form object), one parameter that is the whole body."""
     body = operation.get("requestBody")
     if body is None:
         return
@@ -153,38 +186,125 @@ def body_members(members: Members, resolver: Resolver, operation: dict[str, Any]
     schema = media.get("schema") or {}
     if not isinstance(schema, dict):
         raise Skip(f"the body's schema is {kind(schema)}, not an object")
-    root = _object(members.converter.convert(schema, ""))
+    converted = members.converter.convert(schema, "")
     members.body_type = body_type
+    bare = media_type.split(";")[0].strip().lower()
+    if body_type == "json" and bare not in ("application/json", "*/*", "application/*"):
+        members.content_type = bare  # `application/merge-patch+json`: sent as it is named
+    try:
+        root: dict[str, Any] | None = _object(converted)
+    except Skip:
+        if body_type != "json" or "allOf" in converted:  # a form has members; parts disagree
+            raise
+        root = None
+    if root is None or (body_type == "json" and not root["properties"]):
+        _whole_body(members, converted, body.get("required") is True)
+        return
     required = set(root.get("required") or []) | _narrowed(resolver, schema)
+    encoding = media.get("encoding") if body_type == "form" else None
     for name, member in root["properties"].items():
         if body_type == "multipart" and _is_file(member):
             if name in required:
                 raise Skip(f"the multipart member '{short(name)}' is a file")
             members.converter.notes.append(f"the file '{short(name)}' is left out (optional)")
             continue
-        members.add(name, member, "body", name in required)
+        members.add(name, {**member, **_form_style(encoding, name)}, "body", name in required)
+    if "allOf" in converted:
+        _check_examples(members, _examples(media, schema))
+
+
+MAX_EXAMPLES = 3
+
+
+def _examples(media: dict[str, Any], schema: dict[str, Any]) -> list[Any]:
+    """The document's own examples of a body (the media type's and the schema's)."""
+    found = [media.get("example"), schema.get("example")]
+    named = media.get("examples")
+    if isinstance(named, dict):
+        found += [e.get("value") for e in named.values() if isinstance(e, dict)]
+    return [e for e in found if isinstance(e, dict)][:MAX_EXAMPLES]
+
+
+def _check_examples(members: Members, examples: list[Any]) -> None:
+    """A merged body checked against the document's own examples: one that no longer fits says
+    the merge (or the document) is wrong, in a note."""
+    if not examples:
+        return
+    body = {n: p for n, p in members.properties.items() if p["in"] == "body"}
+    schema = {
+        "type": "object",
+        "properties": {
+            n: {k: v for k, v in p.items() if k not in _PLACING} for n, p in body.items()
+        },
+        "required": [n for n in members.required if n in body],
+    }
+    try:
+        validator = compiled(tidied(schema))
+    except ValueError:
+        return
+    for example in examples:
+        errors = [error.message for error in validator.iter_errors(example)]
+        if errors:
+            problem = short(errors[0])
+            members.converter.notes.append(
+                f"the document's example does not fit the body: {problem}"
+            )
+
+
+_PLACING = ("in", "style", "explode")
+
+
+def _whole_body(members: Members, schema: dict[str, Any], required: bool) -> None:
+    """The body as one parameter, `body` (`request_body` when a parameter has that name)."""
+    name = "body" if "body" not in members.properties else "request_body"
+    members.add(name, schema, "body", required)
+    if name in members.properties:
+        members.body_parameter = name
+        shape = _shape(schema)
+        members.converter.notes.append(f"the body ({shape}) is the parameter '{name}'")
+
+
+def _form_style(encoding: Any, name: str) -> dict[str, Any]:
+    """A form member's `encoding` (style, explode) as its parameter's: Stripe's `metadata`
+    (`style: deepObject`) is sent as `metadata[order_id]=...`."""
+    field = encoding.get(name) if isinstance(encoding, dict) else None
+    if not isinstance(field, dict):
+        return {}
+    style, explode = field.get("style"), field.get("explode")
+    found: dict[str, Any] = {}
+    if style in ("form", "spaceDelimited", "pipeDelimited", "deepObject"):
+        found["style"] = style
+    if isinstance(explode, bool):
+        found["explode"] = explode
+    return found
+
+
+# Media types a body is read as, best first: JSON (and its `+json` kinds: a merge patch is an
+# object of members), forms, then a JSON patch (a list of operations) and any type at all.
+_JSON_LAST = ("application/json-patch+json", "*/*", "application/*")
 
 
 def _media_type(content: dict[str, Any]) -> tuple[str, str] | None:
     bare = {t.split(";")[0].strip().lower(): t for t in content}
-    for wanted, body_type in _BODY_TYPES:
+    if "application/json" in bare:
+        return bare["application/json"], "json"
+    json_like = [t for t in bare if t.endswith("+json") and t not in _JSON_LAST]
+    if json_like:
+        preferred = "application/merge-patch+json"
+        return bare[preferred if preferred in json_like else json_like[0]], "json"
+    for wanted, body_type in _BODY_TYPES[1:]:
         if wanted in bare:
             return bare[wanted], body_type
-    json_like = next((t for b, t in bare.items() if b.endswith("+json") and "patch" not in b), None)
-    return (json_like, "json") if json_like else None
+    last = next((t for t in _JSON_LAST if t in bare), None)
+    return (bare[last], "json") if last else None
 
 
 def _object(schema: dict[str, Any]) -> dict[str, Any]:
-    """The body schema as one object with named members (`allOf` of objects merged)."""
-    properties = dict(schema.get("properties") or {})
-    required = list(schema.get("required") or [])
-    for index, part in enumerate(schema.get("allOf") or []):
-        # a part with members, or one that only narrows them (`{"required": ["title"]}`)
-        members = part.get("properties", {})
-        if part.get("type") not in (None, "object") or "anyOf" in part or "oneOf" in part:
-            raise Skip(f"the body is an allOf whose part {index} is {_shape(part)}, not an object")
-        properties.update(members)
-        required += part.get("required") or []
+    """The body schema as one object with named members: the parts of an `allOf` merged field
+    by field (a part that narrows a member narrows it, every part's `required` kept)."""
+    merged = _flattened(schema)
+    properties = dict(merged.get("properties") or {})
+    required = list(merged.get("required") or [])
     for keyword in ("oneOf", "anyOf"):
         choices = schema.get(keyword)
         if isinstance(choices, list) and len(choices) == 1:  # no choice at all: that schema
@@ -196,7 +316,20 @@ def _object(schema: dict[str, Any]) -> dict[str, Any]:
             raise Skip(f"the body is a choice ({keyword} of {count} schemas), not one object")
     if not properties and schema.get("type") not in (None, "object"):
         raise Skip(f"the body is {_shape(schema)}, not an object with named members")
+    if properties:  # a member required but not described (DigitalOcean's `method`): any value
+        properties |= {r: {} for r in required if r not in properties and NAME.fullmatch(r)}
     return {"properties": properties, "required": [r for r in required if r in properties]}
+
+
+def _flattened(schema: dict[str, Any]) -> dict[str, Any]:
+    """An `allOf` and the `allOf`s of its parts (Bitbucket's `commit_comment` is an allOf of
+    `comment`, itself an allOf of `object` and its members) merged into one schema."""
+    merged = {k: v for k, v in schema.items() if k != "allOf"}
+    for index, part in enumerate(schema.get("allOf") or []):
+        if part.get("type") not in (None, "object") or "anyOf" in part or "oneOf" in part:
+            raise Skip(f"the body is an allOf whose part {index} is {_shape(part)}, not an object")
+        merged = merge_schemas(merged, _flattened(part))
+    return merged
 
 
 def _narrowed(resolver: Resolver, schema: dict[str, Any]) -> set[str]:

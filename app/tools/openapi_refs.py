@@ -9,6 +9,7 @@ walk or copy them whole. A stated budget (`MAX_RESOLVE_STEPS` nodes visited) bou
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import unquote
 
 # Nodes visited over one whole import; an ordinary document needs a few times its node count.
 MAX_RESOLVE_STEPS = 1_000_000
@@ -17,6 +18,10 @@ MAX_REF_DEPTH = 64
 
 class Skip(Exception):
     """This operation cannot be a tool (the reason is reported)."""
+
+
+class CpuSpent(Exception):
+    """The import's CPU budget is spent (app/tools/openapi_worker.py)."""
 
 
 class DocumentError(Exception):
@@ -68,8 +73,7 @@ class Resolver:
         if not ref.startswith("#/"):
             raise Skip(f"$ref '{shown}' points outside the document (not supported)")
         node: Any = self._document
-        for part in ref[2:].split("/"):
-            part = part.replace("~1", "/").replace("~0", "~")
+        for part in pointer_parts(ref):
             if isinstance(node, dict) and part in node:
                 node = node[part]
             elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
@@ -108,8 +112,7 @@ class Resolver:
 
     def _target(self, ref: str, shown: str) -> Any:
         node: Any = self._document
-        for part in ref[2:].split("/"):
-            part = part.replace("~1", "/").replace("~0", "~")
+        for part in pointer_parts(ref):
             if isinstance(node, dict) and part in node:
                 node = node[part]
             elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
@@ -117,3 +120,10 @@ class Resolver:
             else:
                 self._fail(ref, f"$ref '{shown}' points at nothing")
         return node
+
+
+def pointer_parts(ref: str) -> list[str]:
+    """The keys of a local `$ref` (`#/...`): a URI fragment, so percent-decoded first (RFC 6901,
+    section 6: DigitalOcean writes `#/paths/~1v2~1droplets~1%7Bdroplet_id%7D/...`), then `~1`
+    and `~0` of each key."""
+    return [unquote(p).replace("~1", "/").replace("~0", "~") for p in ref[2:].split("/")]

@@ -55,7 +55,9 @@ class SchemaConverter:
         self._max_depth = max_depth
         self._done: dict[str, dict[str, Any]] = {}  # ref -> converted, shared
         self._weights: dict[int, tuple[int, int]] = {}
+        self._cut_refs: set[str] = set()  # refs whose conversion left something out
         self.notes: list[str] = []
+        self.cuts = 0  # parts left out or shown loosely so far: a `oneOf` cut turns `anyOf`
 
     def convert(self, node: Any, where: str, depth: int = 0, active: tuple[str, ...] = ()) -> Any:
         """`node` as a tool's JSON Schema; Skip when it cannot be expressed at all."""
@@ -64,6 +66,7 @@ class SchemaConverter:
         ref = node.get("$ref")
         if isinstance(ref, str):
             if ref in self._done:
+                self.cuts += ref in self._cut_refs
                 return self._done[ref]
             if active.count(ref) >= RECURSION_DEPTH:
                 raise Recursion(
@@ -71,13 +74,17 @@ class SchemaConverter:
                     f"{RECURSION_DEPTH} levels deep"
                 )
             target = self._resolver.follow(ref)
+            cuts = self.cuts
             converted = self.convert(target, where, depth, (*active, ref))
             self._done[ref] = converted
+            if self.cuts != cuts:
+                self._cut_refs.add(ref)
             return converted
         if depth >= self._max_depth:
-            return _loose(node)
+            self.cuts += 1
+            return loose(node)
         out = self._keywords(node, where)
-        types = _types(out.get("type"))
+        types = schema_types(out.get("type"))
         self._nested(node, out, where, depth, active)
         for family, keywords in _FAMILY.items():  # keywords of another type family: dropped
             if types and family not in types and not (family == "number" and "integer" in types):
@@ -132,7 +139,14 @@ class SchemaConverter:
             shown = kind(values) if not isinstance(values, list) else f"{len(values)} values"
             self.notes.append(f"{place} has an 'enum' of {shown}: any value of its type is taken")
             return
-        kept = [v for v in values if _fits(v, types)]
+        # A number listed for a string (Zoom's `type: string, enum: [1, 3]`) is its text: what
+        # the API reads on the wire either way.
+        numbers_as_text = "string" in types and not _fits(1, types)
+        kept = [
+            str(v) if numbers_as_text and _is_number(v) and not _fits(v, types) else v
+            for v in values
+        ]
+        kept = [v for i, v in enumerate(kept) if _fits(v, types) and not _listed(v, kept[:i])]
         if not kept or any(isinstance(v, str) and len(v) > 256 for v in kept):
             self.notes.append(
                 f"{place} has an 'enum' no value of which it can take (of its type, 256 "
@@ -164,12 +178,15 @@ class SchemaConverter:
                 out["items"] = self.convert(items, f"{where}[]", depth + 1, active)
             except Recursion as why:  # a tree's children: the list ends there
                 out["maxItems"] = 0
+                self.cuts += 1
                 self.notes.append(f"{why}: an empty list there")
         properties = node.get("properties")
         if isinstance(properties, dict):
             out["properties"], kept = self.members(properties, required, where, depth, active)
             if kept:
                 out["required"] = kept
+        elif required:  # a part that only narrows (`allOf`): merged, or cleared (`tidied`)
+            out["required"] = list(dict.fromkeys(required))
         extra = node.get("additionalProperties")
         if isinstance(extra, bool):
             out["additionalProperties"] = extra
@@ -208,12 +225,17 @@ class SchemaConverter:
                     ) from why
                 if name in required:
                     raise
+                self.cuts += 1
                 self.notes.append(f"{why}: left out (optional)")
             except Skip as why:
                 if name in required:
                     raise
+                self.cuts += 1
                 self.notes.append(f"{why}: left out (optional)")
-        return converted, [n for n in dict.fromkeys(required) if n in converted]
+        # A name required but not a member here narrows an `allOf` sibling's member (kept, then
+        # merged or `tidied`); a member left out (read-only, inexpressible) is not required.
+        kept = [n for n in dict.fromkeys(required) if n in converted or n not in properties]
+        return converted, kept
 
     def _choices(
         self,
@@ -225,6 +247,7 @@ class SchemaConverter:
         active: tuple[str, ...],
     ) -> None:
         kept = []
+        cuts = self.cuts
         for index, choice in enumerate(choices):
             try:
                 kept.append(self.convert(choice, f"{where}|{index}", depth + 1, active))
@@ -232,12 +255,31 @@ class SchemaConverter:
                 if keyword == "allOf":
                     raise
                 self.notes.append(f"{why}: that choice is left out")
-        if kept:
+        if keyword == "oneOf" and self.cuts != cuts:
+            # Branches shown loosely may all accept the same value, which `oneOf` then refuses
+            # (exactly one must match): any of them will do.
+            keyword = "anyOf"
+            self.notes.append(f"{_place(where)}: a oneOf whose choices were cut is an anyOf")
+        if not kept:
+            return
+        if keyword == "allOf":
+            out.setdefault("allOf", []).extend(kept)
+        elif keyword in out:  # beside the schema's own anyOf: both must hold
+            out.setdefault("allOf", []).append({keyword: kept})
+        else:
             out[keyword] = kept
 
     def weight(self, node: Any) -> tuple[int, int]:
         """(subschemas, approximate JSON bytes) of a converted schema, as written out whole;
-        shared parts are counted once per use, but walked once."""
+        shared parts are counted once per use, but walked once. The memory is per measurement:
+        it is keyed by `id`, and the ids of a freed tool's nodes are reused by the next one's."""
+        self._weights = {}
+        try:
+            return self._weight(node)
+        finally:
+            self._weights = {}
+
+    def _weight(self, node: Any) -> tuple[int, int]:
         if not isinstance(node, dict | list):
             return 0, len(str(node)) + 4
         known = self._weights.get(id(node))
@@ -245,14 +287,14 @@ class SchemaConverter:
             return known
         nodes, size = (1 if isinstance(node, dict) else 0), 2
         for key, value in node.items() if isinstance(node, dict) else enumerate(node):
-            sub_nodes, sub_size = self.weight(value)
+            sub_nodes, sub_size = self._weight(value)
             nodes += sub_nodes
             size += sub_size + (len(str(key)) + 4 if isinstance(node, dict) else 1)
         self._weights[id(node)] = (nodes, size)
         return nodes, size
 
 
-def _loose(node: dict[str, Any]) -> dict[str, Any]:
+def loose(node: dict[str, Any]) -> dict[str, Any]:
     """A schema past the depth limit: its type and description, members not shown."""
     out: dict[str, Any] = {}
     types = _node_types(node)
@@ -266,7 +308,9 @@ def _loose(node: dict[str, Any]) -> dict[str, Any]:
 def _node_types(node: dict[str, Any]) -> list[str]:
     found = node.get("type")
     listed = [found] if isinstance(found, str) else found if isinstance(found, list) else []
-    types = [t for t in dict.fromkeys(listed) if isinstance(t, str) and (t in TYPES or t == "file")]
+    # Only strings are types: a list in the list (`type: [["string"]]`) is not hashable either.
+    named = [t for t in listed if isinstance(t, str) and (t in TYPES or t == "file")]
+    types = list(dict.fromkeys(named))
     if not types and isinstance(node.get("properties"), dict):
         types = ["object"]
     if types and node.get("nullable") is True and "null" not in types:
@@ -274,8 +318,13 @@ def _node_types(node: dict[str, Any]) -> list[str]:
     return types
 
 
-def _types(value: Any) -> list[str]:
+def schema_types(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else list(value or [])
+
+
+def _listed(value: Any, values: list[Any]) -> bool:
+    """`value` is among `values`, type and all (`1`, `True` and `1.0` differ here)."""
+    return any(type(v) is type(value) and v == value for v in values)
 
 
 def _is_scalar(value: Any) -> bool:

@@ -5,6 +5,9 @@ Context parameters never appear: they are not among a tool's LLM-visible paramet
 - openai (chat completions): {"type": "function", "function": {name, description, parameters}};
   the JSON Schema as it is. Strict mode (`strict: true`) takes less: what it cannot take is
   listed under `openai-strict`.
+- openai-strict: as openai, with `strict: true` and the parameters in the form strict mode
+  takes (`strict_schema`: objects closed, every member required, optional ones nullable,
+  `oneOf` as `anyOf`); a tool that cannot be converted is given as openai (no `strict`).
 - openai-responses: {"type": "function", name, description, parameters}; as openai.
 - anthropic: {name, description, input_schema}; the JSON Schema as it is.
 - gemini: {name, description, parameters} in the OpenAPI 3.0 subset Gemini accepts: upper-case
@@ -54,6 +57,12 @@ def shaped(
             "type": "function",
             "function": {"name": name, "description": description, "parameters": parameters},
         }
+    if provider == "openai-strict":  # the strict form where it can be made, else as `openai`
+        strict, problems = strict_schema(parameters)
+        function = {"name": name, "description": description}
+        if problems:
+            return {"type": "function", "function": {**function, "parameters": parameters}}
+        return {"type": "function", "function": {**function, "parameters": strict, "strict": True}}
     if provider == "openai-responses":
         return {
             "type": "function",
@@ -262,33 +271,109 @@ def _text(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
+MAX_STRICT_DEPTH = 10  # OpenAI: "up to 10 levels of nesting"
+MAX_STRICT_PROPERTIES = 5_000  # OpenAI: "up to 5000 object properties total"
+
+
 def strict_problems(schema: dict[str, Any]) -> list[str]:
-    """What OpenAI's strict mode (`strict: true`) cannot take even converted as the Agents SDK
-    converts (optional members made required and nullable, objects closed): keywords it does not
-    accept, and objects open to members of any name (a map)."""
-    problems: list[str] = []
-    pending: list[tuple[Any, str]] = [(schema, "")]
-    seen = 0
-    while pending and seen < 5_000 and len(problems) < 10:
-        node, where = pending.pop()
-        seen += 1
-        if not isinstance(node, dict):
-            continue
+    """What OpenAI's strict mode (`strict: true`) cannot take even converted (`strict_schema`):
+    keywords it does not accept, objects open to members of any name (a map), nesting or
+    property counts past its limits."""
+    return strict_schema(schema)[1]
+
+
+def strict_schema(schema: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The parameters as OpenAI's strict mode takes them: every object closed
+    (`additionalProperties: false`) with every member required, an optional member made
+    nullable (a model then sends `null` for what it leaves out), `oneOf` as `anyOf` (strict
+    mode refuses `oneOf`; the tool's own check still runs on the call). The problems say what
+    cannot be converted; the schema is only sent when there are none."""
+    converter = _Strict()
+    converted = converter.convert(schema, "", 0)
+    defs = schema.get("$defs")
+    if isinstance(defs, dict):
+        converted["$defs"] = {
+            name: converter.convert(sub, f"$defs.{name}", 1) for name, sub in defs.items()
+        }
+    return converted, converter.problems
+
+
+class _Strict:
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.properties = 0
+
+    def _problem(self, problem: str) -> None:
+        if problem not in self.problems and len(self.problems) < 10:
+            self.problems.append(problem)
+
+    def convert(self, node: Any, where: str, depth: int) -> Any:
         shown = where or "the parameters"
+        if not isinstance(node, dict):
+            return node
+        if depth > MAX_STRICT_DEPTH:
+            self._problem(f"{shown}: nested deeper than {MAX_STRICT_DEPTH} levels")
+            return node
         used = sorted(k for k in _STRICT_UNSUPPORTED if k in node)
         if used:
-            problems.append(f"{shown}: {', '.join(used)}")
-        if node.get("additionalProperties") not in (None, False):
-            problems.append(f"{shown}: an object open to members of any name")
-        properties = node.get("properties")
-        if isinstance(properties, dict):
-            pending += [(s, f"{where}.{n}" if where else n) for n, s in properties.items()]
-        pending += [(node.get("items"), f"{where}[]")]
-        for keyword in ("anyOf", "oneOf", "allOf"):
-            choices = node.get(keyword)
-            if isinstance(choices, list):
-                pending += [(c, f"{where}|{i}") for i, c in enumerate(choices)]
-        defs = node.get("$defs")
-        if isinstance(defs, dict):
-            pending += [(s, f"$defs.{n}") for n, s in defs.items()]
-    return problems
+            self._problem(f"{shown}: {', '.join(used)}")
+        out: dict[str, Any] = {
+            k: v for k, v in node.items() if k not in ("$defs", "in", "style", "explode")
+        }
+        if "oneOf" in out:
+            choices = out.pop("oneOf")
+            out["anyOf"] = [*out.get("anyOf", []), *choices] if "anyOf" in out else choices
+        for keyword in ("anyOf", "allOf"):
+            if isinstance(out.get(keyword), list):
+                out[keyword] = [
+                    self.convert(c, f"{where}|{i}", depth + 1) for i, c in enumerate(out[keyword])
+                ]
+        if isinstance(out.get("items"), dict):
+            out["items"] = self.convert(out["items"], f"{where}[]", depth + 1)
+        if _is_object(out):
+            self._closed(out, where, depth)
+        return out
+
+    def _closed(self, out: dict[str, Any], where: str, depth: int) -> None:
+        shown = where or "the parameters"
+        if out.get("additionalProperties") not in (None, False):
+            self._problem(f"{shown}: an object open to members of any name")
+        found = out.get("properties")
+        properties: dict[str, Any] = found if isinstance(found, dict) else {}
+        self.properties += len(properties)
+        if self.properties > MAX_STRICT_PROPERTIES:
+            self._problem(f"more than {MAX_STRICT_PROPERTIES} object properties in all")
+        required = set(out.get("required") or [])
+        converted = {}
+        for name, sub in properties.items():
+            member = self.convert(sub, f"{where}.{name}" if where else name, depth + 1)
+            converted[name] = member if name in required else _nullable(member)
+        out["properties"] = converted
+        out["required"] = list(converted)
+        out["additionalProperties"] = False
+
+
+def _is_object(node: dict[str, Any]) -> bool:
+    types = node.get("type")
+    listed = [types] if isinstance(types, str) else types if isinstance(types, list) else []
+    return "object" in listed or (not listed and isinstance(node.get("properties"), dict))
+
+
+def _nullable(node: Any) -> Any:
+    """`node` or null: a scalar's type list gains "null" (an enum, `None`); an object, an
+    array or a choice becomes `anyOf: [node, {"type": "null"}]`."""
+    if not isinstance(node, dict):
+        return node
+    types = node.get("type")
+    listed = [types] if isinstance(types, str) else list(types) if isinstance(types, list) else []
+    composite = {"object", "array"} & set(listed) or "$ref" in node or "anyOf" in node
+    if listed and not composite:
+        if "null" in listed:
+            return node
+        out = {**node, "type": [*listed, "null"]}
+        if isinstance(out.get("enum"), list) and None not in out["enum"]:
+            out["enum"] = [*out["enum"], None]
+        return out
+    if any(isinstance(c, dict) and c.get("type") == "null" for c in node.get("anyOf") or []):
+        return node
+    return {"anyOf": [node, {"type": "null"}]}

@@ -13,10 +13,12 @@ import re
 import types
 import typing
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import jmespath
+import orjson
 from jmespath.parser import ParsedResult
 
 from app.outbound import reserved_header_problems
@@ -42,6 +44,47 @@ def definition_problems(tool: ToolFields, *, policy: OutboundPolicy | None) -> l
     problems += placement_problems(tool.type, function, context)
     problems += preset_problems(context)
     problems += output_problems(tool)
+    return problems
+
+
+# Literal routes under /tools/ that a tool with this id could never be fetched past.
+RESERVED_TOOL_IDS = frozenset({"ids", "create", "import"})
+
+
+@dataclass(frozen=True)
+class WriteBounds:
+    """The operator's bounds on a tool written by a tenant."""
+
+    max_schema_bytes: int = 32_768  # MAX_TOOL_SCHEMA_BYTES, of `function` as JSON
+    max_timeout_s: float = 30.0  # TOOL_TIMEOUT_S
+    max_output_chars: int = 16_000  # TOOL_OUTPUT_MAX_CHARS
+
+
+def write_problems(tool: ToolFields, policy: OutboundPolicy, bounds: WriteBounds) -> list[Problem]:
+    """Every rule a tool a tenant writes (create, replace, import) breaks, by JSON path, but a
+    function tool's signature (the tool service's, with its function dictionary): its id (a
+    reserved one), its size, its definition and its own bounds."""
+    tool_id = getattr(tool, "tool_id", None)
+    if tool_id in RESERVED_TOOL_IDS:
+        reserved = f"'{tool_id}' is reserved (it is a route under /tools/); choose another id"
+        return [("$.tool_id", reserved)]
+    size = len(orjson.dumps(tool.function.model_dump(exclude_none=True)))
+    if size > bounds.max_schema_bytes:
+        return [
+            (
+                "$.function",
+                f"the definition is {size} bytes as JSON; the limit is "
+                f"{bounds.max_schema_bytes} (MAX_TOOL_SCHEMA_BYTES)",
+            )
+        ]
+    problems = definition_problems(tool, policy=policy)
+    if tool.timeout_s is not None and tool.timeout_s > bounds.max_timeout_s:
+        problems.append(("$.timeout_s", f"at most {bounds.max_timeout_s:g} s (TOOL_TIMEOUT_S)"))
+    max_chars = tool.output.max_chars if tool.output else None
+    if max_chars is not None and max_chars > bounds.max_output_chars:
+        problems.append(
+            ("$.output.max_chars", f"at most {bounds.max_output_chars} (TOOL_OUTPUT_MAX_CHARS)")
+        )
     return problems
 
 
@@ -128,7 +171,7 @@ def endpoint_problems(
     if tool_type == "function":
         return [
             (f"$.function.{field}", f"{field} is only allowed on external tools")
-            for field in ("url", "method", "body_type")
+            for field in ("url", "method", "body_type", "body_parameter")
             if getattr(function, field) is not None
         ]
     problems: list[Problem] = []
@@ -167,7 +210,7 @@ _STYLES: dict[str, tuple[str, ...]] = {
     "query": ("form", "spaceDelimited", "pipeDelimited", "deepObject"),
     "path": ("simple",),
     "header": ("simple",),
-    "body": (),
+    "body": ("form", "spaceDelimited", "pipeDelimited", "deepObject"),  # a form's `encoding`
 }
 
 
@@ -220,7 +263,35 @@ def placement_problems(
             problems.append((path, "a path parameter must be required"))
         elif where == "header":
             problems += [(path, problem) for problem in reserved_header_problems([name])]
-    return problems + case_problems(function, context_parameters)
+    return (
+        problems
+        + body_parameter_problems(function, context_parameters)
+        + case_problems(function, context_parameters)
+    )
+
+
+def body_parameter_problems(
+    function: FunctionSpec, context_parameters: Sequence[ContextParameter]
+) -> list[Problem]:
+    """`body_parameter` names a parameter placed in a JSON body, and the only one there."""
+    name = function.body_parameter
+    if name is None:
+        return []
+    path = "$.function.body_parameter"
+    schema = function.parameters.properties.get(name)
+    if schema is None:
+        return [(path, f"'{name}' is not a parameter of the tool")]
+    default = "query" if function.method in ("GET", "DELETE") else "body"
+    if (schema.in_ or default) != "body":
+        return [(path, f"'{name}' is not placed in the body")]
+    if function.body_type not in (None, "json"):
+        return [(path, "a whole body is sent as JSON: body_type must be json")]
+    placed = [(n, p.in_) for n, p in function.parameters.properties.items() if n != name]
+    placed += [(c.name, c.in_) for c in context_parameters]
+    others = [n for n, where in placed if (where or default) == "body"]
+    if others:
+        return [(path, f"the body is '{name}' alone: '{others[0]}' is placed in it too")]
+    return []
 
 
 def case_problems(

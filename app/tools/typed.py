@@ -137,6 +137,7 @@ class ExternalTool(TypedTool):
     placements: dict[str, str] | None = None
     styles: dict[str, tuple[str | None, bool | None]] | None = None  # name -> (style, explode)
     body_type: str = "json"  # json | form | multipart
+    body_parameter: str | None = None  # its value is the whole body
     sends_body: bool = False  # it has body members: a body (`{}` at least) is always sent
 
     kind: ClassVar[ToolKind] = "external"
@@ -259,5 +260,7 @@ def parse_stored_tool(
         placements=placed or None,
         styles=styles or None,
         body_type=function.body_type or "json",
-        sends_body=any(placed.get(name, default) == "body" for name in names),
+        body_parameter=function.body_parameter,
+        sends_body=function.body_parameter is None
+        and any(placed.get(name, default) == "body" for name in names),
     )

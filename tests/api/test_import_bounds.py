@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from app.tools.openapi_text import MAX_FLOW_NESTING
 from tests.support import functions
@@ -21,7 +22,7 @@ from tests.support.apps import (
     make_settings,
     running_app,
 )
-from tests.support.large_openapi import large_yaml
+from tests.support.large_openapi import HUGE_COPIES, SOURCE, large_yaml
 from tests.support.loop_watchdog import BOUND_S, LagProbe
 from tests.support.secantus import SecantusServer
 from tests.support.servers import ThreadedServer
@@ -105,7 +106,8 @@ async def test_a_ref_fan_out_costs_its_size_not_its_paths(
     # schemas are cut shallower until they fit, with a note.
     assert answer.json()["skipped"] == []
     notes = {n["note"] for n in answer.json()["notes"]}
-    assert "schemas deeper than 4 levels are shown loosely" in notes
+    cut = "to fit what a tool holds, cut: descriptions, examples, optional members' detail"
+    assert cut in notes
     assert len(json.dumps(answer.json())) < 100_000
     assert lag < BOUND_S
 
@@ -129,7 +131,10 @@ async def test_pathological_nesting_is_refused_without_holding_the_loop(
     assert lag < BOUND_S
 
 
-async def test_a_document_that_outlasts_the_deadline_is_422_naming_it() -> None:
+async def test_a_document_that_outspends_the_cpu_budget_is_422_naming_it() -> None:
+    """The budget is the worker's CPU (`IMPORT_CPU_S`), not the wall clock: a busy host does
+    not refuse a document that needs little CPU, and one that needs more is refused however
+    idle the host is."""
     # 400 operations, each with a 60-member body: far more than 1 ms of conversion however the
     # loop is scheduled (the small Petstore could finish before the loop saw the deadline pass).
     members = {f"field{n}": {"type": "string", "description": "x" * 40} for n in range(60)}
@@ -151,12 +156,17 @@ async def test_a_document_that_outlasts_the_deadline_is_422_naming_it() -> None:
         "paths": paths,
         "components": {"schemas": {"Body": body_schema}},
     }
-    async for client in _client(import_deadline_s=0.001):
+    async for client in _client(import_cpu_s=0.001):
         acme = await create_tenant(client, "acme")
         body = {"document_text": json.dumps(document), "server_url": SERVER, "dry_run": True}
         answer = await client.post("/tools/import", json=body, headers=acme.headers)
         assert answer.status_code == 422, answer.text
-        assert "IMPORT_DEADLINE_S" in answer.text
+        assert answer.json()["errors"] == [
+            {
+                "path": "$.document",
+                "message": "reading and converting it took more than 0.001 s of CPU (IMPORT_CPU_S)",
+            }
+        ]
 
 
 async def test_the_fetch_has_a_total_deadline(upstream: ThreadedServer) -> None:
@@ -201,7 +211,7 @@ async def test_a_3_mb_yaml_import_never_stalls_another_request(
     body = {**_large_import(upstream), "dry_run": True}
     answer, lag = await _import_while_pinging(client, acme, body)
     assert answer.status_code == 200, answer.text[:2000]
-    assert len(answer.json()["tools"]) == 7 * 52, answer.json()["skipped"][:3]
+    assert len(answer.json()["tools"]) == 7 * 54, answer.json()["skipped"][:3]
     assert lag < BOUND_S
 
 
@@ -222,12 +232,69 @@ async def test_storing_a_3_mb_import_never_stalls_another_request(
         acme = await create_tenant(client, "acme")
         answer, lag = await _import_while_pinging(client, acme, _large_import(upstream))
         assert answer.status_code == 200, answer.text[:2000]
-        assert len(answer.json()["tools"]) == 7 * 52
+        assert len(answer.json()["tools"]) == 7 * 54
         assert lag < BOUND_S
         async with LagProbe() as probe:  # the catalog the import changed, read back
             listed = await client.get("/tools?limit=500", headers=acme.headers)
             assert listed.status_code == 200, listed.text[:500]
         assert probe.worst < BOUND_S
+
+
+@pytest.fixture
+def huge_yaml() -> str:
+    """Built before the test's call (seconds of the test process's GIL: not the app's stall;
+    cached for the process)."""
+    return large_yaml(HUGE_COPIES)
+
+
+@pytest.mark.slow
+async def test_two_15_mb_yaml_imports_at_once_never_stall_another_request(
+    client: httpx.AsyncClient, acme: TenantCredentials, upstream: ThreadedServer, huge_yaml: str
+) -> None:
+    """Issue 43 H1: libyaml holds the GIL for a whole parse, so from a thread of the serving
+    process 15 MB stalled every other request 0.9-4.1 s. In the import's worker processes, two
+    at once leave `/ping` answering throughout, and the loop watchdog (which judges every test
+    of the suite: tests/support/loop_watchdog.py) sees no stall over its bound; the probe below
+    says the same where the machine is not starved of CPU (it does not subtract CPU waits)."""
+    assert 14_000_000 < len(huge_yaml.encode()) < 16 * 1024 * 1024
+    source = await asyncio.to_thread(yaml.load, SOURCE.read_text(), yaml.CSafeLoader)
+    first_copy = [
+        f"{operation['operationId']}V1"
+        for item in source["paths"].values()
+        for operation in item.values()
+        if isinstance(operation, dict) and "operationId" in operation
+    ]
+    body = {
+        "url": f"{upstream.url}/openapi/huge.yaml",
+        "server_url": SERVER,
+        "security": {"bearer": "readme_token"},
+        "operation_ids": first_copy,  # 1,728 operations: past the 500 an import selects
+        "dry_run": True,
+    }
+    done = asyncio.Event()
+    pings = 0
+
+    async def ping() -> None:
+        nonlocal pings
+        while not done.is_set():
+            assert (await client.get("/ping")).status_code == 200
+            pings += 1
+            await asyncio.sleep(0.01)
+
+    async def run_import() -> httpx.Response:
+        return await client.post("/tools/import", json=body, headers=acme.headers)
+
+    pinging = asyncio.create_task(ping())
+    try:
+        answers = await asyncio.gather(run_import(), run_import())
+    finally:
+        done.set()
+        await pinging
+    for answer in answers:
+        assert answer.status_code == 200, answer.text[:2000]
+        assert answer.json()["summary"]["converted"] == len(first_copy)
+        assert answer.json()["summary"]["cpu_s"] > 1  # the parse ran, in the worker
+    assert pings > 10
 
 
 def _large_import(upstream: ThreadedServer) -> dict[str, Any]:

@@ -148,13 +148,16 @@ async def test_body_shapes_a_tool_cannot_take_are_named_and_narrowing_parts_merg
         "/nullable": _body({"type": ["string", "null"]}, "nullable"),
     }
     answer = await dry(client, acme, document=_document(paths, {"schemas": {"Thing": thing}}))
-    [narrowed] = answer["tools"]
-    assert narrowed["function"]["parameters"]["required"] == ["title"]
+    tools = {t["tool_id"]: t["function"] for t in answer["tools"]}
+    assert tools["narrowed"]["parameters"]["required"] == ["title"]
+    # A body that is not one object of named members is one parameter, `body`, sent whole.
+    for name in ("list", "choice", "nullable"):
+        assert tools[name]["body_parameter"] == "body"
+        assert list(tools[name]["parameters"]["properties"]) == ["body"]
+    assert tools["list"]["parameters"]["properties"]["body"]["type"] == "array"
+    assert len(tools["choice"]["parameters"]["properties"]["body"]["anyOf"]) == 3
     assert {s["operation_id"]: s["reason"] for s in answer["skipped"]} == {
-        "list": "the body is an array, not an object with named members",
-        "choice": "the body is a choice (anyOf of 3 schemas), not one object",
         "mixed": "the body is an allOf whose part 1 is a string, not an object",
-        "nullable": "the body is a string/null, not an object with named members",
     }
 
 

@@ -134,7 +134,12 @@ async def test_a_field_of_the_wrong_type_skips_its_operation_with_the_reason(
     assert answer.status_code == 200, answer.text
     assert answer.json()["tools"] == []
     assert answer.json()["skipped"] == [
-        {"operation": f"POST {PATH}", "operation_id": "makeThing", "reason": reason}
+        {
+            "operation": f"POST {PATH}",
+            "operation_id": "makeThing",
+            "reason": reason,
+            "stage": "conversion",
+        }
     ]
 
 
@@ -211,12 +216,13 @@ async def test_yaml_only_values(client: httpx.AsyncClient, acme: TenantCredentia
         (5, None, "'x' has an 'enum' of a number: any value of its type is taken"),
         ([], None, "'x' has an 'enum' of 0 values: any value of its type is taken"),
         (
-            [1, 2],
+            [True, False],
             None,
             "'x' has an 'enum' no value of which it can take (of its type, 256 characters at "
             "most): any value of its type is taken",
         ),
-        (["a", 1, None], ["a"], "'x' has 2 'enum' value(s) not of its type: left out"),
+        # numbers listed for a string are their text, as on the wire (Zoom)
+        (["a", 1, None], ["a", "1"], "'x' has 1 'enum' value(s) not of its type: left out"),
     ],
 )
 async def test_an_enum_it_cannot_keep_whole_is_noted(

@@ -175,7 +175,7 @@ async def test_every_provider_format_takes_the_nested_tool(chat: ChatClient, pro
         assert schema["properties"]["lines"] == ORDER_PARAMETERS["properties"]["lines"]
     fetched = (await chat.http.get("/tools/place-order", headers=chat.tenant.headers)).json()
     assert fetched["incompatible_providers"] == {  # convertible, but for strict mode
-        "openai-strict": ["$defs.Address.street: minLength", "note|0: maxLength"]
+        "openai-strict": ["note|0: maxLength", "$defs.Address.street: minLength"]
     }
 
 

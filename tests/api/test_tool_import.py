@@ -87,11 +87,10 @@ async def test_petstore_30_imports_and_every_tool_reaches_the_server_as_declared
     assert dry.status_code == 200, dry.text
     assert await ids(client, acme) == before  # nothing stored
     skipped = {s["operation"]: s["reason"] for s in dry.json()["skipped"]}
-    assert skipped == {  # nested objects (a pet's category) are kept now
+    assert skipped == {  # nested objects (a pet's category) and array bodies are kept now
         "POST /pet/{petId}/uploadImage": (
             "the request body is not JSON, a form or multipart (application/octet-stream)"
         ),
-        "POST /user/createWithList": "the body is an array, not an object with named members",
     }
     assert dry.json()["problems"] == []
     notes = {(n["tool_id"], n["note"]) for n in dry.json()["notes"]}
@@ -103,7 +102,7 @@ async def test_petstore_30_imports_and_every_tool_reaches_the_server_as_declared
     done = await client.post("/tools/import", json={**body, "dry_run": False}, headers=acme.headers)
     assert done.status_code == 200, done.text
     tools = done.json()["tools"]
-    assert len(tools) == 17 and await ids(client, acme) == before | {t["tool_id"] for t in tools}
+    assert len(tools) == 18 and await ids(client, acme) == before | {t["tool_id"] for t in tools}
     assert all(t["tags"] == ["petstore"] for t in tools)
 
     for tool, received in await call_each(client, acme, tools):
@@ -123,6 +122,8 @@ async def test_petstore_30_imports_and_every_tool_reaches_the_server_as_declared
                     ] in received["query"]
             elif schema.get("in") == "header":
                 assert received["headers"][name.lower()] == str(value)
+            elif name == function.get("body_parameter"):  # the whole body (a list of users)
+                assert received["json"] == value
             elif schema.get("in") == "body":
                 assert received["json"][name] == value
         assert received["raw_path"] == path, (tool["tool_id"], received)
@@ -364,12 +365,10 @@ async def test_unexpressible_operations_are_skipped_not_mangled(client: httpx.As
     )
     assert answer.status_code == 200, answer.text
     reasons = {s["operation_id"]: s["reason"] for s in answer.json()["skipped"]}
-    assert reasons == {
-        "withOneOf": "the body is a choice (oneOf of 2 schemas), not one object",
-        "withCookie": "the cookie parameter 'session' cannot be sent",
-    }
+    assert reasons == {"withCookie": "the cookie parameter 'session' cannot be sent"}
     tools = {t["tool_id"]: t for t in answer.json()["tools"]}
     assert tools["withForm"]["function"]["body_type"] == "multipart"
+    assert tools["withOneOf"]["function"]["body_parameter"] == "body"  # a choice: sent whole
     properties = tools["fine"]["function"]["parameters"]["properties"]
     assert properties["id"] == {"type": "integer", "in": "path"}
 

@@ -22,7 +22,7 @@ AWKWARD = [
     "x" * 200,
     "a" * 63 + "é",
 ]
-EVERY = {"openai", "openai-responses", "anthropic", "gemini"}
+EVERY = {"openai", "openai-strict", "openai-responses", "anthropic", "gemini"}
 
 
 def test_a_name_every_provider_takes_has_no_problems() -> None:

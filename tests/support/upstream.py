@@ -22,7 +22,7 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from tests.support.echoes import ALL_FORMS
-from tests.support.large_openapi import large_yaml
+from tests.support.large_openapi import HUGE_COPIES, large_yaml
 
 RECEIVED: list[dict[str, object]] = []
 
@@ -40,11 +40,15 @@ async def echo(request: Request) -> JSONResponse:
         {
             "method": request.method,
             "query": [[k, v] for k, v in request.query_params.multi_items()],
-            "json": (await request.json()) if body else None,
+            "json": (await request.json()) if body and _is_json(request) else None,
             "content_type": request.headers.get("content-type"),
             "authorization": request.headers.get("authorization"),
         }
     )
+
+
+def _is_json(request: Request) -> bool:
+    return "json" in request.headers.get("content-type", "")
 
 
 async def reflect(request: Request) -> Response:
@@ -170,6 +174,8 @@ async def document(request: Request) -> Response:
     """The stored OpenAPI documents, as a server publishes them (and a 3 MB one)."""
     if request.path_params["name"] == "large.yaml":
         return PlainTextResponse(large_yaml(), media_type="application/yaml")
+    if request.path_params["name"] == "huge.yaml":  # 15 MB (built by the test beforehand)
+        return PlainTextResponse(large_yaml(HUGE_COPIES), media_type="application/yaml")
     path = FIXTURES / request.path_params["name"]
     if path.parent != FIXTURES or not path.is_file():
         return PlainTextResponse("not found", status_code=404)

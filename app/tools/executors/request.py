@@ -81,6 +81,7 @@ def build_request(tool: ExternalTool, arguments: dict[str, Any]) -> BuiltRequest
     body: dict[str, Any] = {}
     path: dict[str, str] = {}
     problems: list[str] = []
+    whole: tuple[Any, ...] = ()  # the value of the body parameter, when one was given
     for name, value in arguments.items():
         where = placements.get(name, default)
         style, explode = styles.get(name, (None, None))
@@ -97,6 +98,8 @@ def build_request(tool: ExternalTool, arguments: dict[str, Any]) -> BuiltRequest
                 headers[name] = rendered
         elif where == "query":
             query += query_pairs(name, value, style or "form", explode is not False)
+        elif name == tool.body_parameter:
+            whole = (value,)
         else:
             body[name] = value
     url = _TEMPLATE.sub(lambda match: path.get(match.group(1), match.group(0)), tool.url)
@@ -104,8 +107,10 @@ def build_request(tool: ExternalTool, arguments: dict[str, Any]) -> BuiltRequest
     if missing and not problems:
         problems.append(f"missing path parameter(s): {', '.join(missing)}")
     encoded: bytes | None = None
-    if body or tool.sends_body:
-        encoded, content_type = encode_body(body, tool.body_type)
+    if whole:
+        encoded, headers["Content-Type"] = json_body(whole[0]), "application/json"
+    elif body or tool.sends_body:
+        encoded, content_type = encode_body(body, tool.body_type, styles)
         headers["Content-Type"] = content_type
     return BuiltRequest(with_query(url, query), headers, encoded, problems)
 
@@ -131,9 +136,9 @@ def _q(value: Any) -> str:
 def query_pairs(name: str, value: Any, style: str, explode: bool) -> list[tuple[str, str]]:
     """One query parameter as encoded `(key, value)` pairs, in its style."""
     key = _q(name)
+    if style == "deepObject" and isinstance(value, dict | list):
+        return _deep_pairs(key, value)
     if isinstance(value, dict):
-        if style == "deepObject":
-            return [(f"{key}%5B{_q(k)}%5D", _q(v)) for k, v in value.items()]
         if explode:
             return [(_q(k), _q(v)) for k, v in value.items()]
         return [(key, ",".join(f"{_q(k)},{_q(v)}" for k, v in value.items()))]
@@ -142,6 +147,22 @@ def query_pairs(name: str, value: Any, style: str, explode: bool) -> list[tuple[
             return [(key, _q(item)) for item in value]
         return [(key, _DELIMITERS.get(style, ",").join(_q(item) for item in value))]
     return [(key, _q(value))]
+
+
+def _deep_pairs(key: str, value: Any) -> list[tuple[str, str]]:
+    """`deepObject`, nested as Rails, PHP and Stripe read it: `a[k]=v`, `a[k][k2]=v`, arrays
+    by index (`a[0]=x`, `a[1][k]=y`)."""
+    pairs: list[tuple[str, str]] = []
+    pending: list[tuple[str, Any]] = [(key, value)]
+    while pending:
+        prefix, item = pending.pop()
+        if isinstance(item, dict):
+            pending += [(f"{prefix}%5B{_q(k)}%5D", v) for k, v in reversed(item.items())]
+        elif isinstance(item, list):
+            pending += [(f"{prefix}%5B{i}%5D", v) for i, v in reversed(list(enumerate(item)))]
+        else:
+            pairs.append((prefix, _q(item)))
+    return pairs
 
 
 def with_query(url: str, pairs: list[tuple[str, str]]) -> str:
@@ -175,12 +196,18 @@ def _split_around(url: str) -> tuple[str, str, str] | None:
 _around_query = lru_cache(maxsize=1024)(_split_around)
 
 
-def encode_body(body: dict[str, Any], body_type: str) -> tuple[bytes, str]:
-    """The body's bytes and their Content-Type: JSON, a form, or multipart form data."""
+def encode_body(
+    body: dict[str, Any],
+    body_type: str,
+    styles: dict[str, tuple[str | None, bool | None]] | None = None,
+) -> tuple[bytes, str]:
+    """The body's bytes and their Content-Type: JSON, a form (each member in its style, as its
+    OpenAPI `encoding` says; form and exploded by default), or multipart form data."""
     if body_type == "form":
         pairs: list[tuple[str, str]] = []
         for name, value in body.items():
-            pairs += query_pairs(name, value, "form", True)
+            style, explode = (styles or {}).get(name, (None, None))
+            pairs += query_pairs(name, value, style or "form", explode is not False)
         form = "&".join(f"{key}={value}" for key, value in pairs)
         return form.encode(), "application/x-www-form-urlencoded"
     if body_type == "multipart":

@@ -141,8 +141,8 @@ def test_a_multipart_body_without_files() -> None:
     [
         ({"type": "array", "in": "query", "style": "simple"}, "a query parameter takes form"),
         (
-            {"type": "object", "in": "body", "style": "deepObject"},
-            "a body parameter takes no style",
+            {"type": "object", "in": "path", "style": "deepObject"},
+            "a path parameter takes simple",
         ),
     ],
 )
