@@ -13,8 +13,10 @@ from fastapi.security import HTTPBearer
 
 from app.container import Services
 from app.errors import BadRequestError, ForbiddenError, UnauthorizedError
+from app.forwarded import Origin
 from app.logs import request_context
 from app.services.client_tokens import ClientToken, is_client_token
+from app.services.identity import looks_like_jwt
 
 
 async def get_services(request: Request) -> Services:
@@ -57,17 +59,30 @@ class TenantKeyAuth(HTTPBearer):
 
     def __init__(self, *, client_tokens: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._client_tokens = client_tokens  # /chat and /mcp: client tokens are welcome
+        self._client_tokens = client_tokens  # /chat, invoke and /mcp: end users are welcome
 
     async def __call__(self, request: Request) -> TenantContext:  # type: ignore[override]
         services: Services = request.app.state.services
         return await authenticate(
-            services, presented_bearer(request), client_tokens=self._client_tokens
+            services,
+            presented_bearer(request),
+            client_tokens=self._client_tokens,
+            request=request,
         )
 
 
-async def authenticate(services: Services, presented: str, *, client_tokens: bool) -> TenantContext:
-    """The tenant (and client token) behind a bearer value; 401 or 403 otherwise."""
+async def authenticate(
+    services: Services,
+    presented: str,
+    *,
+    client_tokens: bool,
+    request: Request | None = None,
+    tenant_id: str | None = None,
+) -> TenantContext:
+    """The tenant (and end user) behind a bearer value; 401 or 403 otherwise. An end user is a
+    client token or a JWT of a tenant's identity provider, welcome where `client_tokens`.
+    `tenant_id`: the tenant the endpoint is fixed to (`/mcp/{tenant_id}`): a credential of
+    another is a 401."""
     token = None
     if services.tenants.is_admin_key(presented):
         raise ForbiddenError("The admin key cannot be used on tenant routes; use a tenant API key.")
@@ -78,17 +93,45 @@ async def authenticate(services: Services, presented: str, *, client_tokens: boo
                 "The client token is not valid (unknown, malformed, revoked or expired)."
             )
         if not client_tokens:
-            raise ForbiddenError("Client tokens open /mcp and /chat only; use the tenant API key.")
-        tenant_id = token.tenant_id
+            raise ForbiddenError(END_USERS_ONLY_ON)
+        resolved = token.tenant_id
+    elif looks_like_jwt(presented):
+        if not client_tokens:
+            raise ForbiddenError(END_USERS_ONLY_ON)
+        base_url = public_base_url(request) if request is not None else ""
+        token = await services.identity.verify(presented, tenant_id=tenant_id, base_url=base_url)
+        resolved = token.tenant_id
     else:
         found = await services.tenants.tenant_for_key(presented)
         if found is None:
             raise UnauthorizedError("The API key is not valid (unknown, malformed or rotated).")
-        tenant_id = found
+        resolved = found
+    if tenant_id is not None and resolved != tenant_id:
+        raise UnauthorizedError(
+            f"This credential is not one of tenant '{tenant_id}': /mcp/{tenant_id} takes that "
+            "tenant's key, client tokens and end users' tokens only."
+        )
     log_context = request_context.get()
     if log_context is not None:  # the request's log lines name the tenant from here on
-        log_context["tenant"] = tenant_id
-    return TenantContext(tenant_id, services, token)
+        log_context["tenant"] = resolved
+    return TenantContext(resolved, services, token)
+
+
+END_USERS_ONLY_ON = (
+    "Client tokens and end users' tokens open /mcp, /chat and invoke only; use the tenant API key."
+)
+
+
+def public_base_url(request: Request) -> str:
+    """The service's URL as its client used it (scheme, host and root path): from the request's
+    Host, or from a trusted proxy's forwarded headers (TRUSTED_PROXIES, app/forwarded.py)."""
+    services: Services = request.app.state.services
+    url = request.base_url
+    peer = request.scope.get("client")
+    origin = services.proxies.origin(
+        peer[0] if peer else None, request.headers.getlist, Origin(url.scheme, url.netloc)
+    )
+    return f"{origin}{str(request.scope.get('root_path', '')).rstrip('/')}"
 
 
 class AdminKeyAuth(HTTPBearer):
@@ -110,9 +153,10 @@ class AdminKeyAuth(HTTPBearer):
 # take a client token say so in the same description.
 TENANT_SCHEME = "TenantKey"
 TENANT_SCHEME_DOC = (
-    "A tenant API key (tg_...), from POST /tenants or a key rotation. POST /chat (and /mcp) "
-    "also take a client token (tgc_..., POST /client-tokens) whose bound context and tool "
-    "selection apply."
+    "A tenant API key (tg_...), from POST /tenants or a key rotation. POST /chat, invoke (and "
+    "/mcp) also take an end user's credential: a client token (tgc_..., POST /client-tokens) "
+    "whose bound context and tool selection apply, or a JWT of the tenant's identity provider "
+    "(PUT /identity) whose mapped claims are bound the same way."
 )
 require_tenant = TenantKeyAuth(
     scheme_name=TENANT_SCHEME, auto_error=False, description=TENANT_SCHEME_DOC

@@ -16,6 +16,7 @@ from app.api import (
     chat,
     client_tokens,
     health,
+    identity,
     mcp_metadata,
     mcp_servers,
     model_providers,
@@ -204,7 +205,7 @@ def create_app(
     _finish_openapi(app, settings)
     # /ping first of the routers (matching walks routes in order).
     routers = (health, tools, chat, runs, mcp_servers, model_providers, secrets, client_tokens)
-    for module in (*routers, categories, tenants):
+    for module in (*routers, categories, tenants, identity):
         app.include_router(module.router)
     app.include_router(mcp_metadata.router)
     if settings.docs_served:

@@ -18,6 +18,7 @@ from app.container.heart import (
     build_mcp_hub,
     build_tool_http_client,
 )
+from app.container.identity import build_identity, build_proxies
 from app.container.stores import (
     Stores,
     build_health,
@@ -27,6 +28,7 @@ from app.container.stores import (
     build_secret_service,
     build_stores,
 )
+from app.forwarded import TrustedProxies
 from app.limits import Limits
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub
@@ -40,6 +42,7 @@ from app.services.categories import CategoryService
 from app.services.chat import ChatService
 from app.services.client_tokens import ClientTokenService
 from app.services.health import HealthService
+from app.services.identity import IdentityService
 from app.services.invocations import InvocationService
 from app.services.mcp_gateway import McpGatewayService
 from app.services.mcp_servers import McpServerService
@@ -83,6 +86,8 @@ class Services:
     catalog: ToolCatalog
     importer: ToolImporter
     categories: CategoryService
+    identity: IdentityService  # tenants' identity providers: their end users' JWTs
+    proxies: TrustedProxies  # whose forwarded headers say the URL clients used
 
 
 def build_tenant_service(
@@ -91,6 +96,7 @@ def build_tenant_service(
     seeder: Seeder,
     outbound: TenantOutbound,
     client_tokens: ClientTokenService,
+    identity: IdentityService,
 ) -> TenantService:
     return TenantService(
         tenants=stores.tenants,
@@ -110,6 +116,7 @@ def build_tenant_service(
         publish=stores.publish,
         model_providers=stores.model_providers,
         approvals=stores.approvals,
+        also_drop=(identity,),
     )
 
 
@@ -234,7 +241,8 @@ async def build_services(
         publish=stores.publish,
     )
     stack.push_async_callback(client_tokens.aclose)
-    tenants = build_tenant_service(settings, stores, seeder, run.outbound, client_tokens)
+    identity = build_identity(settings, stores.database, run.outbound, stack)
+    tenants = build_tenant_service(settings, stores, seeder, run.outbound, client_tokens, identity)
     stack.push_async_callback(tenants.aclose)
     tools = ToolService(
         tools=stores.tools,
@@ -290,4 +298,6 @@ async def build_services(
             fence=run.limits.fence,
             publish=stores.publish,
         ),
+        identity=identity,
+        proxies=build_proxies(settings),
     )

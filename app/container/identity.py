@@ -1,0 +1,41 @@
+"""Builders of the identity parts: tenants' identity providers (their JWTs checked) and the
+trusted-proxy rule the public URLs are built with."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+from app.config import Settings
+from app.forwarded import TrustedProxies
+from app.repositories.database import Database
+from app.repositories.identity import IdentityRepository
+from app.services.identity import IdentityService
+from app.services.jwks import IssuerDocuments, JwksCache
+from app.services.outbound import TenantOutbound
+
+
+def build_identity(
+    settings: Settings, database: Database, outbound: TenantOutbound, stack: AsyncExitStack
+) -> IdentityService:
+    documents = IssuerDocuments(
+        outbound=outbound, timeout_s=settings.jwks_timeout_s, max_bytes=settings.jwks_max_bytes
+    )
+    keys = JwksCache(
+        documents,
+        ttl_s=settings.jwks_cache_ttl_s,
+        refresh_interval_s=settings.jwks_refresh_interval_s,
+    )
+    identity = IdentityService(
+        providers=IdentityRepository(database),
+        documents=documents,
+        keys=keys,
+        leeway_s=settings.jwt_leeway_s,
+        cache_ttl_s=settings.auth_cache_ttl_s,
+        stale_if_error_s=settings.cache_stale_if_error_s,
+    )
+    stack.push_async_callback(identity.aclose)
+    return identity
+
+
+def build_proxies(settings: Settings) -> TrustedProxies:
+    return TrustedProxies(settings.trusted_proxies)
