@@ -181,7 +181,7 @@ def create_app(
     gateway = McpGateway()
     # Innermost: `/mcp` and the plain invoke and chat answered ahead of the exception layer and
     # FastAPI's routing (app/api/hot_routes.py), with the app's exception handlers.
-    hot = (InvokeRoute(), ChatRoute(), Route("/mcp", gateway))
+    hot = (InvokeRoute(), ChatRoute(), Route("/mcp", gateway), Route("/mcp/{tenant_id}", gateway))
     app.add_middleware(HotLane, routes=hot, handlers=app.exception_handlers)
     app.add_middleware(
         BodySizeLimitMiddleware,
