@@ -17,6 +17,7 @@ from app.forwarded import Origin
 from app.logs import request_context
 from app.services.client_tokens import ClientToken, is_client_token
 from app.services.identity import looks_like_jwt
+from app.services.oauth_server import is_access_token
 
 
 async def get_services(request: Request) -> Services:
@@ -95,6 +96,15 @@ async def authenticate(
         if not client_tokens:
             raise ForbiddenError(END_USERS_ONLY_ON)
         resolved = token.tenant_id
+    elif is_access_token(presented):  # toolgate's own OAuth server's, for /mcp/{tenant_id}
+        if not client_tokens:
+            raise ForbiddenError(END_USERS_ONLY_ON)
+        token = await services.oauth_server.verify_access(presented)
+        resolved = token.tenant_id
+        if tenant_id is None:
+            raise UnauthorizedError(
+                f"This access token is for /mcp/{resolved} only (its RFC 8707 resource)."
+            )
     elif looks_like_jwt(presented):
         if not client_tokens:
             raise ForbiddenError(END_USERS_ONLY_ON)

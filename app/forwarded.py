@@ -96,20 +96,43 @@ class TrustedProxies:
             host = default.host
         return Origin(chosen_scheme, _without_default_port(host, chosen_scheme))
 
-    def _from_forwarded(self, values: list[str]) -> tuple[str | None, str | None]:
+    def client(self, peer: str | None, headers: GetList) -> str | None:
+        """The address of the client (what a trusted proxy says it saw; else the peer)."""
+        if not self.enabled or not self.trusts(peer):
+            return peer
+        forwarded = headers("forwarded")
+        if forwarded:
+            address = _node_address(self._chosen(forwarded).get("for"))
+        else:
+            chain = _listed(headers("x-forwarded-for"))[-MAX_ELEMENTS:]
+            address = _pick(chain, self._hops(headers))
+        return address or peer
+
+    def _chosen(self, values: list[str]) -> dict[str, str]:
+        """The element the last trusted hop wrote (about the first untrusted one)."""
         elements = [e for value in values for e in _split_elements(value)][-MAX_ELEMENTS:]
         chosen: dict[str, str] = {}
         for element in reversed(elements):
             chosen = element
             if not self.trusts(_node_address(element.get("for"))):
                 break
+        return chosen
+
+    def _from_forwarded(self, values: list[str]) -> tuple[str | None, str | None]:
+        chosen = self._chosen(values)
         return chosen.get("proto"), chosen.get("host")
 
-    def _from_x_forwarded(self, headers: GetList) -> tuple[str | None, str | None]:
+    def _hops(self, headers: GetList) -> int:
+        """How far from the right of X-Forwarded-For the client is: the first untrusted entry
+        (1: the entry our trusted peer wrote)."""
         chain = _listed(headers("x-forwarded-for"))[-MAX_ELEMENTS:]
-        hops = 1  # counted from the right: the entry our trusted peer wrote
+        hops = 1
         while hops < len(chain) and self.trusts(chain[-hops]):
             hops += 1
+        return hops
+
+    def _from_x_forwarded(self, headers: GetList) -> tuple[str | None, str | None]:
+        hops = self._hops(headers)
         scheme = _pick(_listed(headers("x-forwarded-proto")), hops)
         host = _pick(_listed(headers("x-forwarded-host")), hops)
         port = _pick(_listed(headers("x-forwarded-port")), hops)

@@ -20,6 +20,7 @@ from app.api import (
     mcp_metadata,
     mcp_servers,
     model_providers,
+    oauth,
     runs,
     secrets,
     tenants,
@@ -28,7 +29,7 @@ from app.api import (
 from app.api.console import install_console
 from app.api.docs import install_docs, install_openapi
 from app.api.hot_routes import ChatRoute, HotLane, InvokeRoute
-from app.api.mcp_endpoint import McpGateway
+from app.api.mcp_endpoint import TENANT_MCP, McpGateway, McpRoute
 from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from app.api.problems import PROBLEM_MEDIA_TYPE, install_error_handlers
 from app.config import Settings, get_settings
@@ -181,7 +182,7 @@ def create_app(
     gateway = McpGateway()
     # Innermost: `/mcp` and the plain invoke and chat answered ahead of the exception layer and
     # FastAPI's routing (app/api/hot_routes.py), with the app's exception handlers.
-    hot = (InvokeRoute(), ChatRoute(), Route("/mcp", gateway), Route("/mcp/{tenant_id}", gateway))
+    hot = (InvokeRoute(), ChatRoute(), Route("/mcp", gateway), McpRoute(TENANT_MCP, gateway))
     app.add_middleware(HotLane, routes=hot, handlers=app.exception_handlers)
     app.add_middleware(
         BodySizeLimitMiddleware,
@@ -207,6 +208,8 @@ def create_app(
     routers = (health, tools, chat, runs, mcp_servers, model_providers, secrets, client_tokens)
     for module in (*routers, categories, tenants, identity):
         app.include_router(module.router)
+    app.include_router(oauth.router)  # its metadata route before /mcp's catch-all 404s
+    app.router.routes.extend(oauth.routes())
     app.include_router(mcp_metadata.router)
     if settings.docs_served:
         install_openapi(app, openapi_url=OPENAPI_URL)

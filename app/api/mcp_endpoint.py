@@ -31,6 +31,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from app.api.hot_routes import send_json
@@ -50,9 +51,21 @@ REQUEST_CANCELLED = -32800  # the SDK's answer to a cancelled request on the 202
 # A call still running this long gets a task that watches for its client leaving; a client
 # that leaves a call is noticed at most this late.
 WATCH_AFTER_S = 0.02
+TENANT_MCP = "/mcp/{tenant_id}"  # the same endpoint, the tenant fixed by the path
 CALLER = "toolgate.caller"  # the scope key the handlers read the authenticated caller from
 MCP_METHOD = "mcp_method"  # the request state key the access log and metrics read
 _TENANT_ID = re.compile(TENANT_ID_PATTERN)
+
+
+class McpRoute(Route):
+    """`/mcp/{tenant_id}`: a route that names itself in the scope, so the access log and the
+    metrics label it by its template (never by the tenant's id)."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        if match is not Match.NONE:
+            child["route"] = self
+        return match, child
 
 
 @dataclass(frozen=True, slots=True)

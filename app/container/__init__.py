@@ -18,7 +18,7 @@ from app.container.heart import (
     build_mcp_hub,
     build_tool_http_client,
 )
-from app.container.identity import build_identity, build_proxies
+from app.container.identity import build_identity, build_oauth_server, build_proxies
 from app.container.stores import (
     Stores,
     build_health,
@@ -47,11 +47,12 @@ from app.services.invocations import InvocationService
 from app.services.mcp_gateway import McpGatewayService
 from app.services.mcp_servers import McpServerService
 from app.services.model_providers import ModelProviderService
+from app.services.oauth_server import OAuthServer
 from app.services.outbound import TenantOutbound
 from app.services.runs import RunRecorder, RunService
 from app.services.secrets import SecretService
 from app.services.seeding import Seeder
-from app.services.tenants import TenantService
+from app.services.tenants import TenantData, TenantService
 from app.services.tool_import import ToolImporter
 from app.services.toolbox import Toolbox
 from app.services.tools import ToolService
@@ -87,6 +88,7 @@ class Services:
     importer: ToolImporter
     categories: CategoryService
     identity: IdentityService  # tenants' identity providers: their end users' JWTs
+    oauth_server: OAuthServer  # toolgate's own, for tenants without one (connect links)
     proxies: TrustedProxies  # whose forwarded headers say the URL clients used
 
 
@@ -96,7 +98,7 @@ def build_tenant_service(
     seeder: Seeder,
     outbound: TenantOutbound,
     client_tokens: ClientTokenService,
-    identity: IdentityService,
+    also_drop: tuple[TenantData, ...] = (),
 ) -> TenantService:
     return TenantService(
         tenants=stores.tenants,
@@ -116,7 +118,7 @@ def build_tenant_service(
         publish=stores.publish,
         model_providers=stores.model_providers,
         approvals=stores.approvals,
-        also_drop=(identity,),
+        also_drop=also_drop,
     )
 
 
@@ -242,7 +244,10 @@ async def build_services(
     )
     stack.push_async_callback(client_tokens.aclose)
     identity = build_identity(settings, stores.database, run.outbound, stack)
-    tenants = build_tenant_service(settings, stores, seeder, run.outbound, client_tokens, identity)
+    oauth = build_oauth_server(settings, stores.database, client_tokens, identity, stack)
+    tenants = build_tenant_service(
+        settings, stores, seeder, run.outbound, client_tokens, (identity, oauth)
+    )
     stack.push_async_callback(tenants.aclose)
     tools = ToolService(
         tools=stores.tools,
@@ -299,5 +304,6 @@ async def build_services(
             publish=stores.publish,
         ),
         identity=identity,
+        oauth_server=oauth,
         proxies=build_proxies(settings),
     )

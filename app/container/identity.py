@@ -1,5 +1,5 @@
-"""Builders of the identity parts: tenants' identity providers (their JWTs checked) and the
-trusted-proxy rule the public URLs are built with."""
+"""Builders of the identity parts: tenants' identity providers (their JWTs checked), toolgate's
+own OAuth server, and the trusted-proxy rule the public URLs are built with."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ from contextlib import AsyncExitStack
 
 from app.config import Settings
 from app.forwarded import TrustedProxies
+from app.limits import RateLimiter
 from app.repositories.database import Database
 from app.repositories.identity import IdentityRepository
+from app.repositories.oauth import OAuthRepository
+from app.services.client_tokens import ClientTokenService
 from app.services.identity import IdentityService
 from app.services.jwks import IssuerDocuments, JwksCache
+from app.services.oauth_server import Lifetimes, OAuthServer
 from app.services.outbound import TenantOutbound
 
 
@@ -39,3 +43,31 @@ def build_identity(
 
 def build_proxies(settings: Settings) -> TrustedProxies:
     return TrustedProxies(settings.trusted_proxies)
+
+
+def build_oauth_server(
+    settings: Settings,
+    database: Database,
+    client_tokens: ClientTokenService,
+    identity: IdentityService,
+    stack: AsyncExitStack,
+) -> OAuthServer:
+    server = OAuthServer(
+        grants=OAuthRepository(database),
+        client_tokens=client_tokens,
+        documents=identity.documents,
+        key_secret=settings.effective_api_key_secret,
+        lifetimes=Lifetimes(
+            access_s=settings.oauth_access_token_ttl_s,
+            refresh_s=settings.oauth_refresh_token_ttl_s,
+            link_s=settings.connect_link_ttl_s,
+        ),
+        cache_ttl_s=settings.auth_cache_ttl_s,
+        rate=RateLimiter(
+            settings.oauth_rate_limit_per_minute,
+            what="OAuth requests",
+            per="this client address",
+        ),
+    )
+    stack.push_async_callback(server.aclose)
+    return server

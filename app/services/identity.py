@@ -112,6 +112,7 @@ class IdentityService:
     ) -> None:
         self._providers = providers
         self._documents = documents
+        self.documents = documents  # shared with the OAuth server (client metadata documents)
         self._keys = keys
         self._leeway_s = leeway_s
         self._by_tenant: LoadingCache[str, TrustedIssuer | None] = LoadingCache(

@@ -28,7 +28,7 @@ from jwt import PyJWK
 from jwt.exceptions import PyJWTError
 
 from app.services.outbound import TenantOutbound
-from app.tools.netguard import OutboundBlockedError, url_problems
+from app.tools.netguard import OutboundBlockedError, OutboundPolicy, url_problems
 from app.tools.outbound_client import OutboundError, OutboundTimeoutError
 
 MAX_KEY_SETS = 10_000  # (tenant, URL) pairs kept; the least recently used is dropped first
@@ -56,8 +56,8 @@ class KeyChoice:
 
 
 class IssuerDocuments:
-    """JSON documents of an identity provider (discovery, JWKS), fetched under the tenant's
-    outbound policy with one deadline and a size cap."""
+    """JSON documents of an identity provider (discovery, JWKS) or of an OAuth client (its Client
+    ID Metadata Document), fetched under an outbound policy with one deadline and a size cap."""
 
     def __init__(self, *, outbound: TenantOutbound, timeout_s: float, max_bytes: int) -> None:
         self._outbound = outbound
@@ -69,8 +69,14 @@ class IssuerDocuments:
         return url_problems(url, await self._outbound.policy(tenant_id))
 
     async def fetch(self, url: str, *, tenant_id: str) -> dict[str, Any]:
-        """The JSON object at `url`; IssuerFetchError saying why not."""
-        policy = await self._outbound.policy(tenant_id)
+        """The JSON object at `url`, under the tenant's policy; IssuerFetchError saying why not."""
+        return await self.fetch_under(url, await self._outbound.policy(tenant_id))
+
+    async def fetch_public(self, url: str) -> dict[str, Any]:
+        """`fetch` under the operator's policy alone (a document no tenant named yet)."""
+        return await self.fetch_under(url, self._outbound.base)
+
+    async def fetch_under(self, url: str, policy: OutboundPolicy) -> dict[str, Any]:
         problems = url_problems(url, policy)
         if problems:
             raise IssuerFetchError(f"its URL is not allowed: {'; '.join(problems)}")

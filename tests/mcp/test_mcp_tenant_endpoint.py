@@ -214,3 +214,13 @@ async def test_the_endpoint_answers_posts_only(identity: IdentityApp) -> None:
         headers={**identity.acme.headers, "Content-Type": "application/json"},
     )
     assert unknown.status_code in (200, 400)
+
+
+async def test_metrics_label_the_endpoint_by_its_template(identity: IdentityApp) -> None:
+    await identity.http.post("/mcp/acme", json=LIST)
+    await identity.http.post("/mcp/acme", json=LIST, headers=identity.acme.headers)
+    text = (await identity.http.get("/metrics")).text
+    route = 'toolgate_http_requests_total{method="POST",route="/mcp/{tenant_id}",status='
+    assert f'{route}"401"}}' in text and f'{route}"200"}}' in text
+    assert 'toolgate_mcp_requests_total{method="tools/list",status="200"}' in text
+    assert "acme" not in text
