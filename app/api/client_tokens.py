@@ -1,4 +1,5 @@
-"""Client tokens (tenant key): what a frontend gives one end user's agent for /mcp and /chat."""
+"""Client tokens (tenant key): what a frontend gives one end user's agent for /mcp, /chat and
+invoke, and connect links that bind an MCP client connecting by URL to one."""
 
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ async def create_client_token(
     body: Annotated[ClientTokenCreate, Body(openapi_examples=examples.CLIENT_TOKEN)],
     tenant: TenantDep,
 ) -> ClientTokenCreated:
-    """Issue a client token: it opens `/mcp` and `/chat` with its context values bound and only
-    its tools visible. The token is in this response only."""
+    """Issue a client token: it opens `/mcp`, `/chat` and invoke with its context values bound
+    and only its tools visible. The token is in this response only."""
     return await tenant.services.client_tokens.create(body, tenant_id=tenant.id)
 
 

@@ -1,9 +1,10 @@
 """Client tokens: random, shown once, stored as HMAC-SHA256 like tenant keys, with their
 context values sealed (AES-GCM, app/crypto.py) and their tool selection.
 
-A token opens `/mcp` and `/chat` for its tenant: its context values are bound server-side and it
-sees only its selected tools. The context contract (`app/services/toolbox.py`): with a token,
-hidden values come from the token, but for the names it lists as `settable_context`. Revoking
+A token opens `/mcp`, `/chat` and invoke for its tenant: its context values are bound
+server-side and it sees only its selected tools. The context contract
+(`app/services/toolbox.py`): with a token, hidden values come from the token, but for the names
+it lists as `settable_context`. Revoking
 applies at once on this replica and within AUTH_CACHE_TTL_S on the others; an expired token is
 refused at once everywhere.
 """

@@ -367,7 +367,7 @@ class OAuthServer:
         )
         return ConnectLink(
             token_id=token_id,
-            url=f"{base_url}/console/#/connect?link={link}",
+            url=f"{base_url}/console/#/connect/link/{link}",
             resource=f"{base_url}/mcp/{tenant_id}",
             expires_at=expires_at,
         )

@@ -31,6 +31,7 @@ from tests.support.oauth_clients import (
     oauth_client,
     oauth_session,
     pkce,
+    served_app,
 )
 from tests.support.proxy import host_rewriting_proxy
 from tests.support.servers import ThreadedServer
@@ -50,16 +51,11 @@ class Service:
 
 @pytest.fixture
 async def service() -> AsyncIterator[Service]:
-    settings = make_settings(None, outbound_allow=["127.0.0.1"], auth_cache_ttl_s=0)
-    app = create_app(settings, registry=functions.registry)
-    server = ThreadedServer(app, lifespan="on").start()
-    try:
-        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+    with served_app() as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
             acme = await create_tenant(http, "acme")
             globex = await create_tenant(http, "globex")
-            yield Service(server.url, http, acme, globex)
-    finally:
-        server.stop()
+            yield Service(url, http, acme, globex)
 
 
 async def test_a_connect_link_lets_the_sdk_client_in_as_the_token(service: Service) -> None:
@@ -69,7 +65,7 @@ async def test_a_connect_link_lets_the_sdk_client_in_as_the_token(service: Servi
         tool_ids=["profile", "rolldice"],
     )
     resource = f"{service.url}/mcp/acme"
-    assert link["resource"] == resource and "#/connect?link=tgl_" in link["url"]
+    assert link["resource"] == resource and "/console/#/connect/link/tgl_" in link["url"]
     consent = HttpConsent(service.http, link["url"])
     storage = MemoryStorage()
     auth = oauth_client(resource, storage, consent.redirect, consent.callback)
@@ -140,25 +136,20 @@ async def test_behind_a_host_rewriting_proxy(service: Service) -> None:
 
 
 async def test_behind_a_trusted_host_rewriting_proxy() -> None:
-    settings = make_settings(
-        None, outbound_allow=["127.0.0.1"], auth_cache_ttl_s=0, trusted_proxies=["127.0.0.1"]
-    )
-    server = ThreadedServer(create_app(settings, registry=functions.registry), lifespan="on")
-    server.start()
-    proxy = host_rewriting_proxy(server.url)
-    try:
-        async with httpx.AsyncClient(base_url=proxy.url, timeout=30) as http:
-            service = Service(proxy.url, http, await create_tenant(http, "acme"), None)  # type: ignore[arg-type]
-            link = await service.token_and_link(service.acme)
-            resource = f"{proxy.url}/mcp/acme"
-            assert link["resource"] == resource
-            consent = HttpConsent(http, link["url"])
-            auth = oauth_client(resource, MemoryStorage(), consent.redirect, consent.callback)
-            async with oauth_session(resource, auth) as session:
-                assert (await session.list_tools()).tools
-    finally:
-        proxy.stop()
-        server.stop()
+    with served_app(trusted_proxies=["127.0.0.1"]) as url:
+        proxy = host_rewriting_proxy(url)
+        try:
+            async with httpx.AsyncClient(base_url=proxy.url, timeout=30) as http:
+                acme = await create_tenant(http, "acme")
+                link = await connect_link(http, acme.headers)
+                resource = f"{proxy.url}/mcp/acme"
+                assert link["resource"] == resource
+                consent = HttpConsent(http, link["url"])
+                auth = oauth_client(resource, MemoryStorage(), consent.redirect, consent.callback)
+                async with oauth_session(resource, auth) as session:
+                    assert (await session.list_tools()).tools
+        finally:
+            proxy.stop()
 
 
 @dataclass
@@ -202,20 +193,10 @@ def client_documents(tmp_path: Path) -> Iterator[ClientDocuments]:
 
 @pytest.fixture
 async def cimd_service(client_documents: ClientDocuments) -> AsyncIterator[Service]:
-    settings = make_settings(
-        None,
-        outbound_allow=["127.0.0.1"],
-        outbound_ca_bundle=client_documents.ca,
-        auth_cache_ttl_s=0,
-    )
-    server = ThreadedServer(create_app(settings, registry=functions.registry), lifespan="on")
-    server.start()
-    try:
-        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+    with served_app(outbound_ca_bundle=client_documents.ca) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
             acme = await create_tenant(http, "acme")
-            yield Service(server.url, http, acme, acme)
-    finally:
-        server.stop()
+            yield Service(url, http, acme, acme)
 
 
 async def test_a_client_id_metadata_document_client(

@@ -51,22 +51,32 @@ class NpmTools:
         return [self.node, str(self.root / index), "stdio"]
 
 
-def cache_dir() -> Path:
+def cache_dir(packages: tuple[str, ...] = PACKAGES) -> Path:
     given = os.environ.get("TOOLGATE_NPM_TOOLS")
-    if given:
+    if given and packages == PACKAGES:
         return Path(given)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    key = hashlib.sha256("\n".join(PACKAGES).encode()).hexdigest()[:12]
+    key = hashlib.sha256("\n".join(packages).encode()).hexdigest()[:12]
     return base / "toolgate-test-tools" / f"npm-{key}"
 
 
 def npm_tools() -> NpmTools:
-    """The installed tools, installing them first when the cache lacks them (under a lock: other
-    checkouts' test runs may want them at the same time)."""
-    root = cache_dir()
+    """The installed tools, installing them first when the cache lacks them."""
+    root, install_s = npm_install(PACKAGES)
+    tools = NpmTools(root, install_s)
+    if not Path(tools.node).exists():
+        pytest.fail(f"npm install {' '.join(PACKAGES)} left no node 22 in {root}")
+    return tools
+
+
+def npm_install(packages: tuple[str, ...]) -> tuple[Path, float]:
+    """The npm prefix holding `packages` (and what installing them cost this session: 0 when
+    cached), installed first when the cache lacks them (under a lock: other checkouts' test runs
+    may want them at the same time)."""
+    root = cache_dir(packages)
     done = root / ".installed"
-    if done.exists():  # node 22 is in the cache: no node or npm of the machine's is needed
-        return NpmTools(root, 0.0)
+    if done.exists():  # everything is in the cache: no node or npm of the machine's is needed
+        return root, 0.0
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
         pytest.skip("node and npm are not installed (apt-get install nodejs npm)")
@@ -74,17 +84,17 @@ def npm_tools() -> NpmTools:
     with (root / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if done.exists():
-            return NpmTools(root, 0.0)
+            return root, 0.0
         started = time.perf_counter()
         result = subprocess.run(
-            [npm, "install", "--prefix", str(root), "--no-audit", "--no-fund", *PACKAGES],
+            [npm, "install", "--prefix", str(root), "--no-audit", "--no-fund", *packages],
             capture_output=True,
             text=True,
             timeout=INSTALL_TIMEOUT_S,
             check=False,
         )
-        tools = NpmTools(root, time.perf_counter() - started)
-        if result.returncode != 0 or not Path(tools.node).exists():
-            pytest.fail(f"npm install {' '.join(PACKAGES)} failed:\n{result.stderr[-3000:]}")
-        done.write_text(f"{tools.install_s:.1f} s\n")
-        return tools
+        install_s = time.perf_counter() - started
+        if result.returncode != 0:
+            pytest.fail(f"npm install {' '.join(packages)} failed:\n{result.stderr[-3000:]}")
+        done.write_text(f"{install_s:.1f} s\n")
+        return root, install_s

@@ -8,7 +8,7 @@ import base64
 import contextlib
 import hashlib
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urljoin, urlsplit
@@ -24,6 +24,12 @@ from mcp.shared.auth import (
     OAuthClientMetadata,
     OAuthToken,
 )
+
+from app.main import create_app
+from tests.support import functions
+from tests.support.apps import make_settings
+from tests.support.servers import ThreadedServer
+from tests.support.waiting import within
 
 CALLBACK = "http://127.0.0.1:9/callback"  # never reached: the test reads the redirect itself
 
@@ -198,3 +204,25 @@ async def connect_link(
     made = await http.post(f"/client-tokens/{token_id}/connect-link", headers=headers)
     assert made.status_code == 201, made.text
     return {**made.json(), "token": created.json()["token"]}
+
+
+@contextlib.contextmanager
+def served_app(**settings: Any) -> Iterator[str]:
+    """The service (the test function dictionary, loopback reachable) on a real port, run on a
+    thread of its own; its URL."""
+    config = make_settings(None, outbound_allow=["127.0.0.1"], auth_cache_ttl_s=0, **settings)
+    server = ThreadedServer(create_app(config, registry=functions.registry), lifespan="on")
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+async def callback_in(cut: list[str]) -> AuthorizationCodeResult:
+    """The authorization response of the browser's redirect to the client's callback, which the
+    browser tab cut (tests/support/browser.py): the client's side of the redirect."""
+    await within(lambda: any(url.startswith(CALLBACK) for url in cut), 20)
+    url = next(url for url in cut if url.startswith(CALLBACK))
+    cut.remove(url)
+    return answer_of(url)

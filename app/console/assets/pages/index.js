@@ -1,12 +1,15 @@
 // Every page of the console, in navigation order. A page is
 //   {id, title, hash, roles, render(main, params, ctx), nav?, probe?}
-// `roles`: which credentials see it ("tenant", "client", "admin"). `probe`: a GET path; the page
+// `roles`: which credentials see it ("tenant", "client", "admin"); `public`: shown without signing
+// in (its link is its credential). `probe`: a GET path; the page
 // is listed only when the service has that route, so a page for a feature a newer service adds
 // can ship before the service does, and stays hidden until then.
 import { categoriesPage } from "./categories.js";
 import { chatPage } from "./chat.js";
 import { collectionPage } from "./collection.js";
+import { connectPage } from "./connect.js";
 import { editorPage } from "./editor.js";
+import { identityPage } from "./identity.js";
 import { importPage } from "./import.js";
 import { invokePage } from "./invoke.js";
 import { providersPage } from "./providers.js";
@@ -24,11 +27,13 @@ export const pages = [
   chatPage,
   runsPage,
   tokensPage,
+  identityPage,
   secretsPage,
   collectionPage({ id: "mcp-servers", title: "MCP servers", path: "/mcp-servers" }),
   categoriesPage,
   providersPage,
   tenantsPage,
+  connectPage,
 ];
 
 /** For a later page: `registerPage({...})` before the first route is drawn. */
