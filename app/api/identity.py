@@ -50,7 +50,7 @@ async def get_identity(tenant: TenantDep) -> IdentityConfig:
 )
 async def delete_identity(tenant: TenantDep) -> Response:
     """Stop trusting the provider: its tokens are refused at once here, within
-    AUTH_CACHE_TTL_S on other replicas."""
+    CACHE_SYNC_INTERVAL_S on other replicas."""
     await tenant.services.identity.delete(tenant_id=tenant.id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 

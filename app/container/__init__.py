@@ -243,7 +243,7 @@ async def build_services(
         publish=stores.publish,
     )
     stack.push_async_callback(client_tokens.aclose)
-    identity = build_identity(settings, stores.database, run.outbound, stack)
+    identity = build_identity(settings, stores.database, run.outbound, stack, stores.publish)
     oauth = build_oauth_server(settings, stores.database, client_tokens, identity, stack)
     tenants = build_tenant_service(
         settings, stores, seeder, run.outbound, client_tokens, (identity, oauth)

@@ -11,6 +11,7 @@ from app.limits import RateLimiter
 from app.repositories.database import Database
 from app.repositories.identity import IdentityRepository
 from app.repositories.oauth import OAuthRepository
+from app.services.changes import Publish
 from app.services.client_tokens import ClientTokenService
 from app.services.identity import IdentityService
 from app.services.jwks import IssuerDocuments, JwksCache
@@ -19,7 +20,11 @@ from app.services.outbound import TenantOutbound
 
 
 def build_identity(
-    settings: Settings, database: Database, outbound: TenantOutbound, stack: AsyncExitStack
+    settings: Settings,
+    database: Database,
+    outbound: TenantOutbound,
+    stack: AsyncExitStack,
+    publish: Publish,
 ) -> IdentityService:
     documents = IssuerDocuments(
         outbound=outbound, timeout_s=settings.jwks_timeout_s, max_bytes=settings.jwks_max_bytes
@@ -36,6 +41,7 @@ def build_identity(
         leeway_s=settings.jwt_leeway_s,
         cache_ttl_s=settings.auth_cache_ttl_s,
         stale_if_error_s=settings.cache_stale_if_error_s,
+        publish=publish,
     )
     stack.push_async_callback(identity.aclose)
     return identity

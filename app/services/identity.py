@@ -43,6 +43,7 @@ from app.errors import NotFoundError, UnauthorizedError, UnprocessableError, fie
 from app.repositories.database import Document, utc_now
 from app.repositories.identity import IdentityRepository
 from app.schemas.identity import IdentityConfig, IdentityPut, TokenTest
+from app.services.changes import Publish, unpublished
 from app.services.client_tokens import ClientToken
 from app.services.jwks import IssuerDocuments, IssuerFetchError, JwksCache
 
@@ -109,7 +110,9 @@ class IdentityService:
         leeway_s: float,
         cache_ttl_s: float,
         stale_if_error_s: float = 0.0,
+        publish: Publish = unpublished,
     ) -> None:
+        self._publish = publish  # other replicas forget the tenant's provider at once
         self._providers = providers
         self._documents = documents
         self.documents = documents  # shared with the OAuth server (client metadata documents)
@@ -177,6 +180,7 @@ class IdentityService:
         }
         stored = await self._providers.put(doc, tenant_id=tenant_id)
         self.forget_tenant(tenant_id)
+        await self._publish(tenant_id)
         return IdentityConfig.model_validate(stored)
 
     async def _discover(self, issuer: str, tenant_id: str) -> str:
@@ -198,6 +202,7 @@ class IdentityService:
         if not await self._providers.delete(tenant_id=tenant_id):
             raise NotFoundError("This tenant trusts no identity provider (PUT /identity).")
         self.forget_tenant(tenant_id)
+        await self._publish(tenant_id)
 
     async def drop_all(self, *, tenant_id: str) -> None:
         """The tenant is deleted: its provider goes (its issuer and audience are free again)."""

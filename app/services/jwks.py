@@ -16,6 +16,7 @@ tenant's outbound policy and kept in memory.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from app.services.outbound import TenantOutbound
 from app.tools.netguard import OutboundBlockedError, OutboundPolicy, url_problems
 from app.tools.outbound_client import OutboundError, OutboundTimeoutError
 
+logger = logging.getLogger(__name__)
 MAX_KEY_SETS = 10_000  # (tenant, URL) pairs kept; the least recently used is dropped first
 MAX_KEYS = 100  # keys of one set that are read; a set of more is refused
 MAX_STALE_S = 3600.0  # a set that cannot be fetched again is still used this long past its TTL
@@ -205,6 +207,14 @@ class JwksCache:
             if len(self._failed) >= MAX_KEY_SETS:
                 self._failed.clear()
             self._failed[slot] = str(exc)
+            # At most once per set and interval: what the tenant's users' 401s say, for the
+            # operator too.
+            logger.warning(
+                "tenant %s: its identity provider's keys (%s) cannot be fetched: %s",
+                slot[0],
+                slot[1],
+                exc,
+            )
             raise
         self._failed.pop(slot, None)
         self._keep(slot, held)

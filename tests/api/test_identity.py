@@ -368,6 +368,13 @@ async def test_a_jwks_that_is_huge(identity: IdentityApp, issuer: Issuer) -> Non
     assert "larger than 65536 bytes (JWKS_MAX_BYTES)" in detail
 
 
+async def test_a_jwks_that_drops_the_connection(identity: IdentityApp, issuer: Issuer) -> None:
+    await identity.trust(issuer, identity.acme)
+    issuer.mode = "dropped"
+    detail = await refused(identity, issuer.token(identity.resource("acme")))
+    assert "cannot be fetched: it cannot be reached" in detail
+
+
 async def test_a_jwks_that_fails(identity: IdentityApp, issuer: Issuer) -> None:
     await identity.trust(issuer, identity.acme)
     issuer.mode = "broken"

@@ -280,3 +280,85 @@ async def test_anonymous_requests_are_limited_per_client_address(identity: Ident
     limited = await identity.http.post("/oauth/register", json={"redirect_uris": [CALLBACK]})
     assert "this client address" in limited.json()["detail"]
     assert "Retry-After" in limited.headers
+
+
+@pytest.mark.parametrize(
+    "decision",
+    [
+        {"request": "tgoq_x", "link": "tgl_" + "a" * 5000, "allow": True},  # oversized
+        {"request": "x" * 500, "link": "", "allow": False},
+        {"request": "tgoq_x", "link": "", "allow": "yes"},  # type-confused
+        {"request": {"nested": {"deep": ["tgoq_x"]}}, "link": "", "allow": True},
+        {"request": "tgoq_x", "allow": True, "tenant_id": "globex"},  # no tenant selector
+        {"link": "tgl_x", "allow": True},
+        [],
+    ],
+)
+async def test_bad_consent_decisions_are_422(identity: IdentityApp, decision: Any) -> None:
+    answer = await identity.http.post("/oauth/consent", json=decision)
+    assert answer.status_code == 422, answer.text
+
+
+async def test_a_consent_for_no_sign_in_is_404(identity: IdentityApp) -> None:
+    link = await link_for(identity, identity.acme)
+    for request_id in ("tgoq_" + "a" * 43, "anything"):
+        answer = await identity.http.post(
+            "/oauth/consent", json={"request": request_id, "link": link["url"], "allow": True}
+        )
+        assert answer.status_code == 404
+        assert "start again from your MCP client" in answer.json()["detail"]
+    # The link was not spent by those.
+    flow = HandFlow(identity.http)
+    await flow.register()
+    assert (await flow.consent(await flow.sign_in(None), link["url"])).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        {},
+        {"grant_type": "password", "username": "a", "password": "b"},
+        {"grant_type": "authorization_code", "code": "tgoc_x"},
+        {"grant_type": "refresh_token", "refresh_token": "x" * 10_000},
+        {"grant_type": "client_credentials"},
+    ],
+)
+async def test_bad_token_requests_are_oauth_errors(
+    identity: IdentityApp, form: dict[str, str]
+) -> None:
+    flow = HandFlow(identity.http)
+    await flow.register()
+    answer = await flow.token(**form)
+    assert answer.status_code in (400, 401), answer.text
+    assert answer.json()["error"] in (
+        "invalid_request",
+        "unsupported_grant_type",
+        "invalid_grant",
+        "invalid_client",
+    )
+
+
+async def test_a_sign_in_without_a_resource_takes_the_links_tenant(identity: IdentityApp) -> None:
+    """Clients that send no RFC 8707 resource are bound to the link's tenant's endpoint."""
+    link = await link_for(identity, identity.globex)
+    flow = HandFlow(identity.http)
+    await flow.register()
+    tokens = await flow.tokens(None, link["url"])
+    access = bearer(tokens["access_token"])
+    assert (await identity.http.post("/mcp/globex", json=LIST, headers=access)).status_code == 200
+    assert (await identity.http.post("/mcp/acme", json=LIST, headers=access)).status_code == 401
+
+
+async def test_a_sign_in_for_something_else_than_an_mcp_endpoint(identity: IdentityApp) -> None:
+    flow = HandFlow(identity.http)
+    await flow.register()
+    query = {
+        "response_type": "code",
+        "client_id": flow.client_id,
+        "redirect_uri": CALLBACK,
+        "code_challenge": "x" * 43,
+        "state": "s",
+        "resource": "https://elsewhere.example/api",
+    }
+    sent = await identity.http.get("/oauth/authorize", params=query, follow_redirects=False)
+    assert sent.status_code == 302 and "error=invalid_target" in sent.headers["location"]

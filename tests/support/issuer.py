@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from tests.support.servers import ThreadedServer
 
-Mode = Literal["normal", "slow", "huge", "broken"]
+Mode = Literal["normal", "slow", "huge", "broken", "dropped"]
 PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
 
 
@@ -118,6 +118,8 @@ class Issuer:
                 return JSONResponse({"keys": self.jwks()["keys"], "padding": padding})
             if self.mode == "broken":
                 return Response("<html>oops</html>", status_code=500)
+            if self.mode == "dropped":
+                return StreamingResponse(_cut_short(), media_type="application/json")
             return JSONResponse(self.jwks())
 
         return Starlette(
@@ -140,3 +142,9 @@ async def _never_finished() -> Any:
     """A body that starts and never ends: the client's deadline ends it (or the server's stop)."""
     yield b'{"keys": ['
     await asyncio.Event().wait()
+
+
+async def _cut_short() -> Any:
+    """A body that starts, then the server drops the connection (an error mid-answer)."""
+    yield b'{"keys": ['
+    raise ConnectionResetError("the issuer went away mid-answer")
