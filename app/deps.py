@@ -84,32 +84,10 @@ async def authenticate(
     client token or a JWT of a tenant's identity provider, welcome where `client_tokens`.
     `tenant_id`: the tenant the endpoint is fixed to (`/mcp/{tenant_id}`): a credential of
     another is a 401."""
-    token = None
     if services.tenants.is_admin_key(presented):
         raise ForbiddenError("The admin key cannot be used on tenant routes; use a tenant API key.")
-    if is_client_token(presented):
-        token = await services.client_tokens.verify(presented)
-        if token is None:
-            raise UnauthorizedError(
-                "The client token is not valid (unknown, malformed, revoked or expired)."
-            )
-        if not client_tokens:
-            raise ForbiddenError(END_USERS_ONLY_ON)
-        resolved = token.tenant_id
-    elif is_access_token(presented):  # toolgate's own OAuth server's, for /mcp/{tenant_id}
-        if not client_tokens:
-            raise ForbiddenError(END_USERS_ONLY_ON)
-        token = await services.oauth_server.verify_access(presented)
-        resolved = token.tenant_id
-        if tenant_id is None:
-            raise UnauthorizedError(
-                f"This access token is for /mcp/{resolved} only (its RFC 8707 resource)."
-            )
-    elif looks_like_jwt(presented):
-        if not client_tokens:
-            raise ForbiddenError(END_USERS_ONLY_ON)
-        base_url = public_base_url(request) if request is not None else ""
-        token = await services.identity.verify(presented, tenant_id=tenant_id, base_url=base_url)
+    token = await _end_user(services, presented, client_tokens, request, tenant_id)
+    if token is not None:
         resolved = token.tenant_id
     else:
         found = await services.tenants.tenant_for_key(presented)
@@ -125,6 +103,40 @@ async def authenticate(
     if log_context is not None:  # the request's log lines name the tenant from here on
         log_context["tenant"] = resolved
     return TenantContext(resolved, services, token)
+
+
+async def _end_user(
+    services: Services,
+    presented: str,
+    welcome: bool,
+    request: Request | None,
+    tenant_id: str | None,
+) -> ClientToken | None:
+    """The end user a client token, an access token of toolgate's OAuth server or a JWT stands
+    for (401 when it is not valid, 403 where end users are not `welcome`); None for anything
+    else (a tenant key)."""
+    if is_client_token(presented):
+        token = await services.client_tokens.verify(presented)
+        if token is None:
+            raise UnauthorizedError(
+                "The client token is not valid (unknown, malformed, revoked or expired)."
+            )
+        if not welcome:
+            raise ForbiddenError(END_USERS_ONLY_ON)
+        return token
+    if not (is_access_token(presented) or looks_like_jwt(presented)):
+        return None
+    if not welcome:  # nothing to check: refused whatever it is
+        raise ForbiddenError(END_USERS_ONLY_ON)
+    if is_access_token(presented):  # for its tenant's /mcp/{tenant_id} only
+        token = await services.oauth_server.verify_access(presented)
+        if tenant_id is None:
+            raise UnauthorizedError(
+                f"This access token is for /mcp/{token.tenant_id} only (its RFC 8707 resource)."
+            )
+        return token
+    base_url = public_base_url(request) if request is not None else ""
+    return await services.identity.verify(presented, tenant_id=tenant_id, base_url=base_url)
 
 
 END_USERS_ONLY_ON = (
