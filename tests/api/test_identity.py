@@ -129,6 +129,7 @@ async def test_the_tenant_is_the_one_whose_issuer_and_audience_the_token_carries
     assert "no tenant trusts the issuer" in unknown
 
 
+@pytest.mark.all_stores
 async def test_a_pair_belongs_to_one_tenant(identity: IdentityApp, issuer: Issuer) -> None:
     await identity.trust(issuer, identity.acme, audience="api://shared")
     body = {"issuer": issuer.issuer, "jwks_uri": issuer.jwks_uri, "audience": "api://shared"}
@@ -147,6 +148,7 @@ async def test_a_pair_belongs_to_one_tenant(identity: IdentityApp, issuer: Issue
     assert freed.status_code == 200, freed.text
 
 
+@pytest.mark.all_stores
 async def test_put_get_delete(identity: IdentityApp, issuer: Issuer) -> None:
     headers = identity.acme.headers
     assert (await identity.http.get("/identity", headers=headers)).status_code == 404

@@ -103,6 +103,7 @@ async def test_a_key_rotation_ends_the_grants_of_the_tokens_it_revokes(
     assert refreshed.status_code == 400
 
 
+@pytest.mark.all_stores
 async def test_refresh_tokens_rotate_and_a_replay_ends_the_grant(identity: IdentityApp) -> None:
     flow, _, tokens = await flow_with_tokens(identity)
     first = await flow.token(grant_type="refresh_token", refresh_token=tokens["refresh_token"])
@@ -245,6 +246,7 @@ async def test_a_connect_link_is_the_tenants_own(identity: IdentityApp) -> None:
     assert by_token.status_code == 403
 
 
+@pytest.mark.all_stores
 async def test_a_tenant_deleted_takes_its_grants(identity: IdentityApp) -> None:
     _, _, tokens = await flow_with_tokens(identity)
     assert (await identity.http.delete("/tenants/acme", headers=ADMIN)).status_code == 204
