@@ -55,7 +55,7 @@ async def delete_identity(tenant: TenantDep) -> Response:
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.post("/test", response_model=TokenTest, responses=problem_responses(413, 422))
+@router.post("/test", response_model=TokenTest, responses=problem_responses(400, 413, 422))
 async def test_token(
     body: Annotated[TokenTestRequest, Body(openapi_examples=examples.TOKEN_TEST)],
     tenant: TenantDep,
