@@ -10,6 +10,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.crypto import parse_key
+from app.forwarded import parse_proxies
 from app.outbound import DEFAULT_BLOCKED_PORTS, DEFAULT_PORTS, parse_ports
 
 # Documented development fall-backs (docs/settings.md, .env.example). Never accepted in production.
@@ -193,6 +194,24 @@ class Settings(BaseSettings):
     outbound_ca_bundle: str | None = None
 
     cors_allow_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Peers (addresses, CIDR ranges, or *) whose Forwarded / X-Forwarded-* headers say which
+    # URL clients used (app/forwarded.py); from any other peer they are ignored.
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Tenants' identity providers (docs/security.md, "End users' own tokens"): how long their
+    # signing keys are kept, how often a token naming an unknown key may fetch them again, the
+    # bounds of one fetch, and the clock leeway of `exp` and `nbf`.
+    jwks_cache_ttl_s: float = Field(default=600.0, ge=1, le=86_400)
+    jwks_refresh_interval_s: float = Field(default=30.0, ge=0, le=3600)
+    jwks_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    jwks_max_bytes: int = Field(default=262_144, ge=1024, le=4 * 1_048_576)
+    jwt_leeway_s: float = Field(default=30.0, ge=0, le=300)
+    # toolgate's own OAuth server for /mcp/{tenant_id} (docs/mcp.md, "Connect by URL"): token
+    # and connect-link lifetimes, and the requests per minute one client address may make to
+    # its routes that need no credential (registration, sign-in, consent; 0: no limit).
+    oauth_access_token_ttl_s: int = Field(default=3600, ge=60, le=86_400)
+    oauth_refresh_token_ttl_s: int = Field(default=30 * 86_400, ge=300, le=366 * 86_400)
+    connect_link_ttl_s: int = Field(default=86_400, ge=60, le=30 * 86_400)
+    oauth_rate_limit_per_minute: int = Field(default=120, ge=0, le=1_000_000)
     # /docs, /redoc and /openapi.json; unset: served in development, not in production.
     docs_enabled: bool | None = None
 
@@ -277,7 +296,13 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("outbound_allow", "cors_allow_origins", mode="before")
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_entries(cls, value: list[str]) -> list[str]:
+        parse_proxies(value)  # TrustedProxiesError (a ValueError) naming the bad entry
+        return value
+
+    @field_validator("outbound_allow", "cors_allow_origins", "trusted_proxies", mode="before")
     @classmethod
     def _split_allow_list(cls, value: object) -> object:
         if isinstance(value, str):

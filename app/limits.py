@@ -39,8 +39,14 @@ class RateLimiter:
     """A token bucket per key: `per_minute` requests a minute, bursts up to `per_minute`."""
 
     def __init__(
-        self, per_minute: int, *, clock: Callable[[], float] = time.monotonic, what: str
+        self,
+        per_minute: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        what: str,
+        per: str = "this tenant",
     ) -> None:
+        self._per = per  # whose limit it is, as the 429 says
         self._capacity = float(per_minute)
         self._refill_per_s = per_minute / 60.0
         self._clock = clock
@@ -70,7 +76,7 @@ class RateLimiter:
             bucket.tokens -= 1
             return
         raise TooManyRequestsError(
-            f"Too many {self._what} for this tenant: the limit is {int(self._capacity)} "
+            f"Too many {self._what} for {self._per}: the limit is {int(self._capacity)} "
             "a minute. Retry after the time in Retry-After.",
             retry_after_s=(1 - bucket.tokens) / self._refill_per_s,
         )

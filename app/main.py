@@ -16,9 +16,11 @@ from app.api import (
     chat,
     client_tokens,
     health,
+    identity,
     mcp_metadata,
     mcp_servers,
     model_providers,
+    oauth,
     openai_compat,
     runs,
     secrets,
@@ -29,7 +31,7 @@ from app.api import (
 from app.api.console import install_console
 from app.api.docs import install_docs, install_openapi
 from app.api.hot_routes import ChatRoute, HotLane, InvokeRoute
-from app.api.mcp_endpoint import McpGateway
+from app.api.mcp_endpoint import TENANT_MCP, McpGateway, McpRoute
 from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from app.api.problems import PROBLEM_MEDIA_TYPE, install_error_handlers
 from app.api.tracing import TracingMiddleware
@@ -195,7 +197,7 @@ def create_app(
     gateway = McpGateway()
     # Innermost: `/mcp` and the plain invoke and chat answered ahead of the exception layer and
     # FastAPI's routing (app/api/hot_routes.py), with the app's exception handlers.
-    hot = (InvokeRoute(), ChatRoute(), Route("/mcp", gateway))
+    hot = (InvokeRoute(), ChatRoute(), Route("/mcp", gateway), McpRoute(TENANT_MCP, gateway))
     app.add_middleware(HotLane, routes=hot, handlers=app.exception_handlers)
     app.add_middleware(
         BodySizeLimitMiddleware,
@@ -221,8 +223,10 @@ def create_app(
     _finish_openapi(app, settings)
     # /ping first of the routers (matching walks routes in order).
     routers = (health, tools, chat, runs, mcp_servers, model_providers, secrets, client_tokens)
-    for module in (*routers, usage, categories, tenants):
+    for module in (*routers, usage, categories, tenants, identity):
         app.include_router(module.router)
+    app.include_router(oauth.router)  # its metadata route before /mcp's catch-all 404s
+    app.router.routes.extend(oauth.routes())
     app.include_router(mcp_metadata.router)
     app.include_router(openai_compat.router)  # /v1: OpenAI's API over the tool loop
     if settings.docs_served:

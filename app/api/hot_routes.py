@@ -57,7 +57,7 @@ async def invoke_json(tenant: TenantContext, tool_id: str, request: Request) -> 
     """The plain invoke, both routes: the body checked, the tool run, the `ToolRun` as JSON."""
     body = await parsed_body(request, InvokeRequest)
     result = await tenant.services.invocations.invoke(
-        tool_id, body.arguments, body.context_arguments, tenant_id=tenant.id
+        tool_id, body.arguments, body.context_arguments, tenant_id=tenant.id, token=tenant.token
     )
     return orjson.dumps(result)  # a dataclass
 
@@ -133,7 +133,9 @@ class InvokeRoute(_HotRoute):
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         services: Services = scope["app"].state.services
         request = Request(scope, receive)
-        tenant = await authenticate(services, presented_bearer(request), client_tokens=False)
+        tenant = await authenticate(
+            services, presented_bearer(request), client_tokens=True, request=request
+        )
         payload = await invoke_json(tenant, scope["path_params"]["tool_id"], request)
         await send_json(send, payload)
 
@@ -174,7 +176,9 @@ class ChatRoute(_HotRoute):
         request = Request(scope, receive)
         raw = await whole_body(receive)
         data = json_body(raw) if raw else None
-        tenant = await authenticate(services, presented_bearer(request), client_tokens=True)
+        tenant = await authenticate(
+            services, presented_bearer(request), client_tokens=True, request=request
+        )
         if not raw:
             missing = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
             raise RequestValidationError([missing])

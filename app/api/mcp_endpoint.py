@@ -1,7 +1,10 @@
 """`/mcp`: each tenant's tools served over MCP (streamable HTTP) with the `mcp` SDK's server.
 
-Stateless: every request carries its bearer (tenant key or client token), no session lives in
-a process, so any replica answers any request. Responses are JSON, not SSE streams.
+Stateless: every request carries its bearer (tenant key, client token or an end user's JWT), no
+session lives in a process, so any replica answers any request. Responses are JSON, not SSE
+streams. `/mcp/{tenant_id}` is this same endpoint with the tenant fixed by the path: a
+credential of another tenant is a 401, and the 401 names that tenant's metadata (RFC 9728), so
+a client that adds the server by URL finds its authorization server (`app/api/mcp_metadata.py`).
 
 Protocol work only: authenticate, answer the two hot requests directly (or hand the request to
 the SDK), and translate between JSON-RPC and the gateway service (`app/services/mcp_gateway.py`),
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import partial
@@ -27,6 +31,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from app.api.hot_routes import send_json
@@ -37,6 +42,7 @@ from app.api.mcp_progress import answer_with_progress, progress_token
 from app.api.problems import problem_response
 from app.deps import TenantContext, authenticate, presented_bearer
 from app.errors import AppError, NotFoundError, UnauthorizedError, UnprocessableError
+from app.schemas.tenants import TENANT_ID_PATTERN
 from app.services.mcp_gateway import InvalidCursorError
 from app.telemetry import mcp_server_span
 
@@ -47,8 +53,21 @@ REQUEST_CANCELLED = -32800  # the SDK's answer to a cancelled request on the 202
 # A call still running this long gets a task that watches for its client leaving; a client
 # that leaves a call is noticed at most this late.
 WATCH_AFTER_S = 0.02
+TENANT_MCP = "/mcp/{tenant_id}"  # the same endpoint, the tenant fixed by the path
 CALLER = "toolgate.caller"  # the scope key the handlers read the authenticated caller from
 MCP_METHOD = "mcp_method"  # the request state key the access log and metrics read
+_TENANT_ID = re.compile(TENANT_ID_PATTERN)
+
+
+class McpRoute(Route):
+    """`/mcp/{tenant_id}`: a route that names itself in the scope, so the access log and the
+    metrics label it by its template (never by the tenant's id)."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        if match is not Match.NONE:
+            child["route"] = self
+        return match, child
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,14 +234,21 @@ class McpGateway:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         services: Services = scope["app"].state.services
         request = Request(scope)
+        fixed = scope.get("path_params", {}).get("tenant_id")  # `/mcp/{tenant_id}`
         try:
+            if fixed is not None and not _TENANT_ID.fullmatch(fixed):
+                raise NotFoundError("No MCP endpoint here: /mcp/{tenant_id} names a tenant.")
             presented = presented_bearer(request)
-            scope[CALLER] = await authenticate(services, presented, client_tokens=True)
+            scope[CALLER] = await authenticate(
+                services, presented, client_tokens=True, request=request, tenant_id=fixed
+            )
         except AppError as exc:
             headers = {}
             if isinstance(exc, UnauthorizedError):  # RFC 9728: where to read how to get a token
                 sent = bool(request.headers.get("authorization", "").partition(" ")[2].strip())
-                headers["WWW-Authenticate"] = www_authenticate(request, token_presented=sent)
+                headers["WWW-Authenticate"] = www_authenticate(
+                    request, token_presented=sent, tenant_id=fixed
+                )
             response = problem_response(exc.status_code, exc.message, headers=headers)
             await response(scope, receive, send)
             return

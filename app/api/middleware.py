@@ -250,7 +250,8 @@ class RequestContextMiddleware:
         method = scope["method"]
         self.metrics.request_done(method, template, status, duration_s)
         # `/mcp`: the JSON-RPC method it carried (a bounded label, set by the endpoint).
-        rpc = scope.get("state", {}).get("mcp_method") if template == "/mcp" else None
+        served = template in ("/mcp", "/mcp/{tenant_id}")
+        rpc = scope.get("state", {}).get("mcp_method") if served else None
         if rpc is not None:
             self.metrics.mcp_request_done(rpc, status)
         if self.access_log and access_logger.isEnabledFor(logging.INFO):

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 from app.api.hot_routes import invoke_json, wants_stream
 from app.api.routing import StrictJSONRoute, parsed_body
 from app.api.sse import INVOKE_STREAM_DOC, event_stream
-from app.deps import TenantDep, WriteLimit
+from app.deps import CallerDep, TenantDep, WriteLimit
 from app.schemas import examples
 from app.schemas.fields import NAME_PATTERN, TAG_PATTERN, Provider
 from app.schemas.invocations import InvokeRequest, InvokeResult
@@ -56,13 +56,15 @@ ToolIdPath = Annotated[str, Path(pattern=NAME_PATTERN, description="The tool's i
         }
     },
 )
-async def invoke_tool(tool_id: ToolIdPath, tenant: TenantDep, request: Request) -> Response:
-    """Run one tool as a model would, without a model; disabled tools run too (test before
-    enabling). Tool failures are answered 200 with `status: "error"`; every call is a run."""
+async def invoke_tool(tool_id: ToolIdPath, tenant: CallerDep, request: Request) -> Response:
+    """Run one tool as a model would, without a model; with the tenant key disabled tools run
+    too (test before enabling), with an end user's credential (client token, JWT) only the
+    tools it may use, its context bound. Tool failures are answered 200 with `status:
+    "error"`; every call is a run."""
     if wants_stream(request.headers.get("accept", "")):  # progress, then the result
         body = await parsed_body(request, InvokeRequest)
         prepared = await tenant.services.invocations.prepare_invoke(
-            tool_id, body.arguments, body.context_arguments, tenant_id=tenant.id
+            tool_id, body.arguments, body.context_arguments, tenant_id=tenant.id, token=tenant.token
         )  # every 4xx before the stream starts
         keepalive_s = tenant.services.settings.chat_stream_keepalive_s
         return event_stream(prepared.events(keepalive_s=keepalive_s), run_id=prepared.run_id)

@@ -18,6 +18,7 @@ from app.container.heart import (
     build_mcp_hub,
     build_tool_http_client,
 )
+from app.container.identity import build_identity, build_oauth_server, build_proxies
 from app.container.stores import (
     Stores,
     build_health,
@@ -27,6 +28,7 @@ from app.container.stores import (
     build_secret_service,
     build_stores,
 )
+from app.forwarded import TrustedProxies
 from app.limits import Limits
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub
@@ -41,15 +43,17 @@ from app.services.chat import ChatService
 from app.services.chat_search import SearchSettings
 from app.services.client_tokens import ClientTokenService
 from app.services.health import HealthService
+from app.services.identity import IdentityService
 from app.services.invocations import InvocationService
 from app.services.mcp_gateway import McpGatewayService
 from app.services.mcp_servers import McpServerService
 from app.services.model_providers import ModelProviderService
+from app.services.oauth_server import OAuthServer
 from app.services.outbound import TenantOutbound
 from app.services.runs import RunRecorder, RunService
 from app.services.secrets import SecretService
 from app.services.seeding import Seeder
-from app.services.tenants import TenantService
+from app.services.tenants import TenantData, TenantService
 from app.services.tool_import import ToolImporter
 from app.services.toolbox import Toolbox
 from app.services.tools import ToolService
@@ -84,6 +88,9 @@ class Services:
     catalog: ToolCatalog
     importer: ToolImporter
     categories: CategoryService
+    identity: IdentityService  # tenants' identity providers: their end users' JWTs
+    oauth_server: OAuthServer  # toolgate's own, for tenants without one (connect links)
+    proxies: TrustedProxies  # whose forwarded headers say the URL clients used
 
 
 def build_tenant_service(
@@ -92,6 +99,7 @@ def build_tenant_service(
     seeder: Seeder,
     outbound: TenantOutbound,
     client_tokens: ClientTokenService,
+    also_drop: tuple[TenantData, ...] = (),
 ) -> TenantService:
     return TenantService(
         tenants=stores.tenants,
@@ -111,6 +119,7 @@ def build_tenant_service(
         publish=stores.publish,
         model_providers=stores.model_providers,
         approvals=stores.approvals,
+        also_drop=also_drop,
     )
 
 
@@ -241,7 +250,11 @@ async def build_services(
         publish=stores.publish,
     )
     stack.push_async_callback(client_tokens.aclose)
-    tenants = build_tenant_service(settings, stores, seeder, run.outbound, client_tokens)
+    identity = build_identity(settings, stores.database, run.outbound, stack, stores.publish)
+    oauth = build_oauth_server(settings, stores.database, client_tokens, identity, stack)
+    tenants = build_tenant_service(
+        settings, stores, seeder, run.outbound, client_tokens, (identity, oauth)
+    )
     stack.push_async_callback(tenants.aclose)
     tools = ToolService(
         tools=stores.tools,
@@ -305,4 +318,7 @@ async def build_services(
             fence=run.limits.fence,
             publish=stores.publish,
         ),
+        identity=identity,
+        oauth_server=oauth,
+        proxies=build_proxies(settings),
     )

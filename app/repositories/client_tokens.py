@@ -33,6 +33,12 @@ class ClientTokenRepository:
         )
         return found
 
+    async def find_by_id(self, token_id: str, *, tenant_id: str) -> Document | None:
+        found: Document | None = await self._collection.find_one(
+            {"tenant_id": tenant_id, "token_id": token_id}, {"_id": 0, "key_hash": 0}
+        )
+        return found
+
     async def count(self, *, tenant_id: str) -> int:
         return int(await self._collection.count_documents({"tenant_id": tenant_id}))
 

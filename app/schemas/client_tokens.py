@@ -16,7 +16,7 @@ MAX_LIFETIME_S = 366 * 86_400
 
 
 class ClientTokenCreate(ClientModel):
-    """A token that opens `/mcp` and `/chat` (never the CRUD routes) for one client."""
+    """A token that opens `/mcp`, `/chat` and invoke (never the CRUD routes) for one client."""
 
     name: TokenName = Field(description="Who it is for, as you will recognise it in the list.")
     context_arguments: ContextArguments = Field(

@@ -263,3 +263,27 @@ CATEGORY_TOGGLE: Examples = {
         "value": {"enabled": {"charts": False, "default": True}},
     },
 }
+
+IDENTITY: Examples = {
+    "okta": {
+        "summary": "An Okta org's tokens: the user's id and organization bound as context",
+        "value": {
+            "issuer": "https://acme.okta.com",
+            "jwks_uri": "https://acme.okta.com/oauth2/v1/keys",
+            "audience": "api://toolgate",
+            "claims": {"user_id": "sub", "org": "org_id"},
+            "required_claims": ["org_id"],
+            "algorithms": ["RS256"],
+        },
+    },
+}
+
+TOKEN_TEST: Examples = {
+    "token": {
+        "summary": "A token pasted from a client (refused until PUT /identity, saying why)",
+        "value": {
+            "token": "eyJhbGciOiJSUzI1NiIsImtpZCI6ImsxIn0.eyJpc3MiOiJodHRwczovL2FjbWUub2t0YS5jb2"
+            "0iLCJzdWIiOiJ1LTQyIn0.c2lnbmF0dXJl"
+        },
+    },
+}

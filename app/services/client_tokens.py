@@ -1,9 +1,10 @@
 """Client tokens: random, shown once, stored as HMAC-SHA256 like tenant keys, with their
 context values sealed (AES-GCM, app/crypto.py) and their tool selection.
 
-A token opens `/mcp` and `/chat` for its tenant: its context values are bound server-side and it
-sees only its selected tools. The context contract (`app/services/toolbox.py`): with a token,
-hidden values come from the token, but for the names it lists as `settable_context`. Revoking
+A token opens `/mcp`, `/chat` and invoke for its tenant: its context values are bound
+server-side and it sees only its selected tools. The context contract
+(`app/services/toolbox.py`): with a token, hidden values come from the token, but for the names
+it lists as `settable_context`. Revoking
 applies at once on this replica and within AUTH_CACHE_TTL_S on the others; an expired token is
 refused at once everywhere.
 """
@@ -105,14 +106,29 @@ class ClientTokenService:
             name="client tokens",
             keep=lambda token: token is not None,
         )
+        # (tenant, token id) -> token: what an OAuth grant made from a connect link stands for
+        # (app/services/oauth_server.py); revoking the token ends it at once here too.
+        self._by_id: LoadingCache[tuple[str, str], ClientToken | None] = LoadingCache(
+            self._read_by_id,
+            ttl_s=cache_ttl_s,
+            stale_if_error_s=stale_if_error_s,
+            max_entries=MAX_CACHED_TOKENS,
+            name="client tokens by id",
+            keep=lambda token: token is not None,
+        )
 
     def _hash(self, token: str) -> str:
         return key_hash(self._key_secret, token)
 
     async def _read(self, key_hash: str) -> ClientToken | None:
         doc = await self._tokens.find_by_key_hash(key_hash)
-        if doc is None:
-            return None
+        return None if doc is None else self._token_of(doc)
+
+    async def _read_by_id(self, key: tuple[str, str]) -> ClientToken | None:
+        doc = await self._tokens.find_by_id(key[1], tenant_id=key[0])
+        return None if doc is None else self._token_of(doc)
+
+    def _token_of(self, doc: Document) -> ClientToken:
         try:
             context = orjson.loads(
                 self._box.open(doc["sealed_context"], _aad(doc["tenant_id"], doc["token_id"]))
@@ -141,6 +157,13 @@ class ClientTokenService:
         if not _TOKEN_SHAPE.match(presented):
             return None
         token = await self._cache.get(self._hash(presented))
+        if token is None or token.expired(datetime.now(UTC)):
+            return None
+        return token
+
+    async def by_id(self, token_id: str, *, tenant_id: str) -> ClientToken | None:
+        """The tenant's token `token_id`, or None when it was revoked (or has expired)."""
+        token = await self._by_id.get((tenant_id, token_id))
         if token is None or token.expired(datetime.now(UTC)):
             return None
         return token
@@ -186,6 +209,7 @@ class ClientTokenService:
         if key_hash is None:
             raise NotFoundError(f"client token '{token_id}' does not exist")
         self._cache.invalidate(key_hash)
+        self._by_id.invalidate((tenant_id, token_id))
         await self._publish(tenant_id)
 
     async def drop_all(self, *, tenant_id: str) -> int:
@@ -200,12 +224,14 @@ class ClientTokenService:
 
     def forget_tenant(self, tenant_id: str) -> None:
         """Forget the tenant's cached tokens (a change published elsewhere)."""
-        self._cache.invalidate_values(
-            lambda token: token is not None and token.tenant_id == tenant_id
-        )
+        for cache in (self._cache, self._by_id):
+            cache.invalidate_values(
+                lambda token: token is not None and token.tenant_id == tenant_id
+            )
 
     async def aclose(self) -> None:
         await self._cache.aclose()
+        await self._by_id.aclose()
 
 
 def _shown(doc: Document) -> ShownToken:

@@ -105,8 +105,9 @@ class InvocationService:
         token: ClientToken | None = None,
     ) -> PreparedRun:
         """`invoke`, every 4xx raised here and the run left to `PreparedRun.run` (a streamed
-        invoke answers its errors before the stream starts)."""
-        selection = Selection(tool_ids=[tool_id], admin=True, strict=True)
+        invoke answers its errors before the stream starts). The tenant key runs any readable
+        tool, disabled ones too; an end user (`token`) only the enabled tools it may use."""
+        selection = Selection(tool_ids=[tool_id], admin=token is None, strict=True)
         return await self._prepare(selection, arguments, context, tenant_id, token, "invoke")
 
     async def call_by_name(

@@ -6,9 +6,9 @@ import hmac
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from app.cache import LoadingCache
 from app.crypto import key_hash
@@ -30,6 +30,15 @@ from app.services.seeding import Seeder
 KEY_PREFIX = "tg_"
 _KEY_SHAPE = re.compile(r"^tg_[A-Za-z0-9_-]{43}$")
 MAX_CACHED_KEYS = 100_000
+
+
+class TenantData(Protocol):
+    """What another service keeps of a tenant (its identity provider, ...): dropped with the
+    tenant, and forgotten from caches when another replica changed the tenant."""
+
+    async def drop_all(self, *, tenant_id: str) -> None: ...
+
+    def forget_tenant(self, tenant_id: str) -> None: ...
 
 
 @dataclass(slots=True)
@@ -67,10 +76,10 @@ class TenantService:
         clock: Callable[[], float] = time.monotonic,
         model_providers: ModelProviderRepository | None = None,
         approvals: ApprovalRepository | None = None,
+        also_drop: Sequence[TenantData] = (),
     ) -> None:
-        self._approvals = approvals
-        self._outbound = outbound
-        self._publish = publish
+        self._approvals, self._also = approvals, tuple(also_drop)
+        self._outbound, self._publish = outbound, publish
         self._client_tokens = client_tokens
         self._tenants = tenants
         self._tools = tools
@@ -128,6 +137,8 @@ class TenantService:
         self._forget_cached(tenant_id)
         if self._client_tokens is not None:
             self._client_tokens.forget_tenant(tenant_id)
+        for data in self._also:
+            data.forget_tenant(tenant_id)
 
     async def aclose(self) -> None:
         await self._auth_cache.aclose()
@@ -197,3 +208,5 @@ class TenantService:
             await self._model_providers.drop_all(tenant_id=tenant_id)
         if self._approvals is not None:
             await self._approvals.drop_all(tenant_id=tenant_id)
+        for data in self._also:
+            await data.drop_all(tenant_id=tenant_id)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.support.apps import TenantCredentials
+from tests.support.apps import ADMIN, TenantCredentials
 from tests.support.documents import external_tool
+from tests.support.issuer import Issuer
 from tests.support.waiting import runs_recorded
 
 pytestmark = pytest.mark.all_stores
@@ -104,3 +105,33 @@ async def test_mcp_server_changes_tests_and_usage_are_the_tenants_own(
     assert theirs["totals"]["calls"] == 0 and theirs["keys"] == []
     mine = (await client.get("/usage", headers=acme.headers)).json()
     assert mine["totals"]["calls"] == 1
+
+
+async def test_the_tenant_mcp_endpoint_and_identity_are_the_tenants_own(
+    client: httpx.AsyncClient, acme: TenantCredentials, globex: TenantCredentials, issuer: Issuer
+) -> None:
+    """`/mcp/{tenant_id}` takes that tenant's credentials only (every kind of B's is a 401 on
+    A's), and B reaches nothing of A's identity provider."""
+    opened = {"allow": ["127.0.0.1"], "force": True}  # the issuer runs on loopback
+    assert (
+        await client.put("/tenants/acme/outbound", json=opened, headers=ADMIN)
+    ).status_code == 200
+    provider = {"issuer": issuer.issuer, "jwks_uri": issuer.jwks_uri, "claims": {"user_id": "sub"}}
+    assert (await client.put("/identity", json=provider, headers=acme.headers)).status_code == 200
+    created = await client.post("/client-tokens", json={"name": "b"}, headers=globex.headers)
+    own = {"acme": acme.api_key, "jwt": issuer.token("http://test/mcp/acme")}
+    theirs = {"globex": globex.api_key, "token": created.json()["token"]}
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    for credential in own.values():
+        headers = {"Authorization": f"Bearer {credential}"}
+        assert (await client.post("/mcp/acme", json=listing, headers=headers)).status_code == 200
+        assert (await client.post("/mcp/globex", json=listing, headers=headers)).status_code == 401
+    for credential in theirs.values():
+        headers = {"Authorization": f"Bearer {credential}"}
+        assert (await client.post("/mcp/acme", json=listing, headers=headers)).status_code == 401
+    b = globex.headers
+    assert (await client.get("/identity", headers=b)).status_code == 404
+    assert (await client.delete("/identity", headers=b)).status_code == 404
+    tested = await client.post("/identity/test", json={"token": own["jwt"]}, headers=b)
+    assert tested.json()["accepted"] is False  # A's token binds nothing on B
+    assert (await client.get("/identity", headers=acme.headers)).json()["issuer"] == issuer.issuer

@@ -21,7 +21,7 @@ from tests.support import functions
 from tests.support.apps import ADMIN, make_settings
 from tests.support.documents import external
 from tests.support.fake_model import FakeModel
-from tests.support.npm_tools import installed
+from tests.support.npm_tools import npm_install
 from tests.support.servers import ThreadedServer
 from tests.support.upstream import RECEIVED
 
@@ -217,7 +217,7 @@ async def test_the_agents_sdk_over_both_apis(served: Served) -> None:
 def test_the_js_sdk_from_npm(served: Served, tmp_path: Path) -> None:
     """The official JS SDK (npm `openai`, run by the machine's node): whole, streamed and
     Responses, changing only baseURL and apiKey."""
-    root, _ = installed(JS_SDK)
+    root, _ = npm_install(JS_SDK)
     script_path = tmp_path / "client.cjs"
     script_path.write_text(JS_CLIENT)
     steps = [script.tool_calls(("weather", {"city": "Paris"})), script.text(ANSWER)]

@@ -54,6 +54,8 @@ CROSS_FIELD_RULES = (
     " is optional but ",  # ...and makes required exactly the ones without a default
     # An imported document is free-form JSON in the schema; being OpenAPI 3.x is checked after.
     "not an OpenAPI 3.0 or 3.1 document",
+    # Without a `jwks_uri`, the issuer must publish OIDC discovery (read when it is written).
+    "OIDC discovery at ",
 )
 
 

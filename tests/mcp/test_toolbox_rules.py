@@ -62,11 +62,12 @@ async def test_a_token_holder_cannot_set_a_hidden_value_the_token_does_not_bind(
     assert chat.json()["errors"] == [
         {"path": "$.context_arguments.role", "message": "not settable with this client token"}
     ]
-    # invoke is the tenant key's: a token cannot reach it at all
+    # invoke takes end users' credentials under the same contract: refused the same way
     invoked = await mcp_chat.http.post(
         "/tools/who/invoke", json={"arguments": {}, "context_arguments": ESCALATION}, headers=bearer
     )
-    assert invoked.status_code == 403
+    assert invoked.status_code == 422, invoked.text
+    assert invoked.json()["errors"] == chat.json()["errors"]
     # /mcp: the only channel is the arguments, and hidden names there are never taken: the
     # token binds no role, so the tool cannot run
     called = await _rpc(mcp_chat, bearer, "tools/call", name="who", arguments={"role": "admin"})

@@ -26,10 +26,12 @@ CHROMIUM_ARGS = [
 
 
 class Tab:
-    """A browser page that may reach only the service: anything else is recorded and cut."""
+    """A browser page that may reach only the service (and the origins in `also`): anything
+    else is recorded and cut."""
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, also: tuple[str, ...] = ()) -> None:
         self.base = urlsplit(base).netloc
+        self.origins = {self.base, *(urlsplit(url).netloc for url in also)}
         self.cut: list[str] = []
         self.errors: list[str] = []
         self.requests: list[str] = []
@@ -37,7 +39,7 @@ class Tab:
     async def route(self, route: Route) -> None:
         url = route.request.url
         self.requests.append(f"{route.request.method} {url}")
-        if urlsplit(url).netloc == self.base or url.startswith("data:"):
+        if urlsplit(url).netloc in self.origins or url.startswith("data:"):
             await route.continue_()
         else:
             self.cut.append(url)
@@ -50,7 +52,7 @@ class Tab:
 
 @asynccontextmanager
 async def browser_tab(
-    base: str, *, width: int = 1400, height: int = 1800
+    base: str, *, width: int = 1400, height: int = 1800, also: tuple[str, ...] = ()
 ) -> AsyncIterator[tuple[Page, Tab]]:
     if CHROMIUM is None:
         if os.environ.get("TOOLGATE_REQUIRE_BROWSER"):  # CI installs it: missing is a failure
@@ -60,7 +62,7 @@ async def browser_tab(
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             context = await browser.new_context(viewport={"width": width, "height": height})
-            tab = Tab(base)
+            tab = Tab(base, also)
             await context.route("**/*", tab.route)
             page = await context.new_page()
             page.on("console", tab.console)

@@ -61,21 +61,21 @@ def cache_dir(packages: tuple[str, ...] = PACKAGES) -> Path:
 
 
 def npm_tools() -> NpmTools:
-    """The installed tools, installing them first when the cache lacks them (under a lock: other
-    checkouts' test runs may want them at the same time)."""
-    root, install_s = installed(PACKAGES)
+    """The installed tools, installing them first when the cache lacks them."""
+    root, install_s = npm_install(PACKAGES)
     tools = NpmTools(root, install_s)
     if not Path(tools.node).exists():
         pytest.fail(f"npm install {' '.join(PACKAGES)} left no node 22 in {root}")
     return tools
 
 
-def installed(packages: tuple[str, ...]) -> tuple[Path, float]:
-    """The npm prefix holding `packages` (pinned), installed on first use; and what the
-    install cost this session (0 when cached). Skips only where node and npm are missing."""
+def npm_install(packages: tuple[str, ...]) -> tuple[Path, float]:
+    """The npm prefix holding `packages` (and what installing them cost this session: 0 when
+    cached), installed first when the cache lacks them (under a lock: other checkouts' test runs
+    may want them at the same time)."""
     root = cache_dir(packages)
     done = root / ".installed"
-    if done.exists():
+    if done.exists():  # everything is in the cache: no node or npm of the machine's is needed
         return root, 0.0
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:

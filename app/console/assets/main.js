@@ -139,17 +139,19 @@ async function route() {
   if (!carried) show("", false);
   carried = false;
   const credential = session.get();
-  if (!credential) {
+  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  // A public page (the OAuth consent page) needs no sign-in: its link is its credential.
+  const open = pages.find((p) => p.public && p.hash === parts[0]);
+  if (!credential && !open) {
     clear(nav);
     clear(who);
     document.title = "Sign in - toolgate console";
     signInPage();
     return;
   }
-  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
-  let page = pages.find((p) => p.hash === parts[0] && p.roles.includes(credential.role));
+  let page = open || pages.find((p) => p.hash === parts[0] && p.roles.includes(credential.role));
   if (!page) page = pages.find((p) => p.roles.includes(credential.role) && p.nav !== false);
-  await renderNav(page, credential.role);
+  if (credential) await renderNav(page, credential.role);
   if (mine !== generation) return; // the user moved on while the navigation was drawn
   document.title = `${page.title} - toolgate console`;
   // The page draws into a view of its own: what an earlier page adds late lands in its own

@@ -1,11 +1,14 @@
 // Every page of the console, in navigation order. A page is
 //   {id, title, hash, roles, render(main, params, ctx), nav?, probe?}
-// `roles`: which credentials see it ("tenant", "client", "admin"). `probe`: a GET path; the page
+// `roles`: which credentials see it ("tenant", "client", "admin"); `public`: shown without signing
+// in (its link is its credential). `probe`: a GET path; the page
 // is listed only when the service has that route, so a page for a feature a newer service adds
 // can ship before the service does, and stays hidden until then.
 import { categoriesPage } from "./categories.js";
 import { chatPage } from "./chat.js";
+import { connectPage } from "./connect.js";
 import { editorPage } from "./editor.js";
+import { identityPage } from "./identity.js";
 import { importPage } from "./import.js";
 import { invokePage } from "./invoke.js";
 import { mcpServersPage } from "./mcp-servers.js";
@@ -26,11 +29,13 @@ export const pages = [
   runsPage,
   usagePage,
   tokensPage,
+  identityPage,
   secretsPage,
   mcpServersPage,
   categoriesPage,
   providersPage,
   tenantsPage,
+  connectPage,
 ];
 
 /** For a later page: `registerPage({...})` before the first route is drawn. */
