@@ -22,11 +22,13 @@ from typing import Any
 import orjson
 
 from app.chat.model import (
+    CHAT_COMPLETIONS_IDS,
     ModelAPI,
     ModelError,
     ModelToolCall,
     ModelTurn,
     StreamAssembler,
+    ToolChoice,
     TurnAssembler,
     Usage,
     credentials_rejected,
@@ -39,6 +41,7 @@ from app.chat.model import (
     tool_options,
     unreachable,
     upstream_status,
+    with_call_ids,
 )
 from app.hidden import HiddenValues
 from app.wire import Connector, WireError, WirePool, server_sent_events
@@ -78,8 +81,9 @@ class ChatCompletionsAPI:
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
         stream: bool,
+        tool_choice: ToolChoice = "auto",
     ) -> bytes:
-        payload = _payload(model, messages, tools, parallel_tool_calls)
+        payload = _payload(model, messages, tools, parallel_tool_calls, tool_choice)
         if stream:
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True}
@@ -129,6 +133,7 @@ class HTTPModelClient:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
+        tool_choice: ToolChoice = "auto",
     ) -> ModelTurn:
         body = self._api.body(
             model=model,
@@ -136,6 +141,7 @@ class HTTPModelClient:
             tools=tools,
             parallel_tool_calls=parallel_tool_calls,
             stream=False,
+            tool_choice=tool_choice,
         )
         try:
             for attempt in range(self._max_retries + 1):
@@ -182,6 +188,7 @@ class HTTPModelClient:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
+        tool_choice: ToolChoice = "auto",
     ) -> AsyncIterator[str | ModelTurn]:
         """Content deltas as they arrive, then the assembled turn. Failures before the first
         byte of content are retried like `complete`; later ones end the stream with the error."""
@@ -191,6 +198,7 @@ class HTTPModelClient:
             tools=tools,
             parallel_tool_calls=parallel_tool_calls,
             stream=True,
+            tool_choice=tool_choice,
         )
         try:
             for attempt in range(self._max_retries + 1):
@@ -244,8 +252,13 @@ def _payload(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
     parallel_tool_calls: bool,
+    tool_choice: ToolChoice,
 ) -> dict[str, Any]:
-    return {"model": model, "messages": messages, **tool_options(tools, parallel_tool_calls)}
+    return {
+        "model": model,
+        "messages": with_call_ids(messages, CHAT_COMPLETIONS_IDS),
+        **tool_options(tools, parallel_tool_calls, tool_choice),
+    }
 
 
 def _chunk(data: str) -> dict[str, Any]:

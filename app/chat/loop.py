@@ -19,6 +19,7 @@ from app.chat.model import (
     ModelTimeoutError,
     ModelToolCall,
     ModelTurn,
+    ToolChoice,
     Usage,
     malformed_answer,
 )
@@ -29,7 +30,9 @@ from app.tools.invocation import Invocation, ToolInvoker
 from app.tools.progress import Progress, ProgressSink
 from app.tools.typed import TypedTool
 
-StopReason = Literal["completed", "max_iterations", "token_budget", "approval_required"]
+StopReason = Literal[
+    "completed", "max_iterations", "token_budget", "approval_required", "no_answer"
+]
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,9 @@ class ChatLoop:
                 await events("iteration", {"n": iteration})
             started = time.perf_counter()
             try:
-                turn = await self._call_model(run, messages, None if last else schemas)
+                # The last turn keeps the tools (a tool-use history without them is refused by
+                # Anthropic) and forbids calling one: the model must answer.
+                turn = await self._call_model(run, messages, schemas, "none" if last else "auto")
             finally:
                 self._metrics.model_seconds.observe(time.perf_counter() - started)
             result.iterations, result.usage = iteration, result.usage + turn.usage
@@ -167,10 +172,9 @@ class ChatLoop:
             over_budget = 0 < self._limits.token_budget < result.usage.total_tokens
             if last or not turn.tool_calls or over_budget:
                 result.message = {"role": "assistant", "content": turn.content or ""}
-                if last:
-                    result.stop_reason = "max_iterations" if schemas else "completed"
-                else:  # the answer, or tool calls the budget no longer pays for
-                    result.stop_reason = "token_budget" if turn.tool_calls else "completed"
+                result.stop_reason = _stop_reason(turn, last=last and bool(schemas))
+                if over_budget and turn.tool_calls and not last:
+                    result.stop_reason = "token_budget"  # calls the budget no longer pays for
                 messages.append(result.message)
                 return result
             messages.append(_assistant_tool_message(turn.content, turn.tool_calls))
@@ -217,18 +221,25 @@ class ChatLoop:
         return result
 
     async def _call_model(
-        self, run: _Run, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+        self,
+        run: _Run,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        choice: ToolChoice,
     ) -> ModelTurn:
-        model, parallel = run.chat.model, run.chat.parallel_tool_calls
         client = run.chat.client or self._model
+        request: dict[str, Any] = {
+            "model": run.chat.model,
+            "messages": messages,
+            "tools": tools,
+            "parallel_tool_calls": run.chat.parallel_tool_calls,
+        }
+        if choice != "auto":  # only when it says something: a client may predate the field
+            request["tool_choice"] = choice
         if run.emit is None:
-            return await client.complete(
-                model=model, messages=messages, tools=tools, parallel_tool_calls=parallel
-            )
+            return await client.complete(**request)
         turn = None
-        stream = client.stream(
-            model=model, messages=messages, tools=tools, parallel_tool_calls=parallel
-        )
+        stream = client.stream(**request)
         async for item in stream:
             if isinstance(item, str):
                 await run.emit("message.delta", {"content": item})
@@ -290,6 +301,14 @@ class ChatLoop:
                 },
             )
         return record, content
+
+
+def _stop_reason(turn: ModelTurn, *, last: bool) -> StopReason:
+    """Why a chat ends on `turn`, the model's answer: `no_answer` when it carries no text (at
+    the iteration cap, a model that still asked for tools; its calls are not run)."""
+    if not turn.content:
+        return "no_answer"
+    return "max_iterations" if last else "completed"
 
 
 def _recorded(

@@ -27,6 +27,7 @@ from app.chat.model import (
     ModelToolCall,
     ModelTurn,
     StreamAssembler,
+    ToolChoice,
     Usage,
     finished,
     malformed_answer,
@@ -102,6 +103,7 @@ class ResponsesAPI:
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
         stream: bool,
+        tool_choice: ToolChoice = "auto",
     ) -> bytes:
         previous, items = self._input(messages)
         payload: dict[str, Any] = {"model": model, "input": items}
@@ -111,8 +113,8 @@ class ResponsesAPI:
             payload["max_output_tokens"] = self._max_output_tokens
         if tools:
             payload["tools"] = self._tools(tools)
-            payload["tool_choice"] = "auto"
-            if not parallel_tool_calls:
+            payload["tool_choice"] = tool_choice
+            if not parallel_tool_calls and tool_choice == "auto":
                 payload["parallel_tool_calls"] = False
         if stream:
             payload["stream"] = True

@@ -151,13 +151,17 @@ class ChatResponse(BaseModel):
     run_id: str
     message: dict[str, Any]
     messages: list[dict[str, Any]]
-    stop_reason: Literal["completed", "max_iterations", "token_budget", "approval_required"] = (
-        Field(
-            description="`token_budget`: the model's reported usage passed CHAT_TOKEN_BUDGET, so "
-            "the tool calls of its last turn were not run. `approval_required`: the model called "
-            "a tool that waits for a person's approval; none of that turn's calls ran "
-            "(`pending_approvals`); continue with `approvals`."
-        )
+    stop_reason: Literal[
+        "completed", "max_iterations", "token_budget", "approval_required", "no_answer"
+    ] = Field(
+        description="`max_iterations`: the chat made its `max_iterations` model calls; the "
+        "last one offered the tools but allowed no call, and `message` is its answer. "
+        "`token_budget`: the model's reported usage passed CHAT_TOKEN_BUDGET, so "
+        "the tool calls of its last turn were not run. `approval_required`: the model called "
+        "a tool that waits for a person's approval; none of that turn's calls ran "
+        "(`pending_approvals`); continue with `approvals`. `no_answer`: the model's last turn "
+        "carried no text (`message.content` is empty): it answered nothing, or, on the last "
+        "turn, still asked for tools (`finish_reason` says so; those calls were not run)."
     )
     iterations: int
     tool_calls: list[ToolCallResult]
