@@ -78,7 +78,9 @@ async def authenticate(services: Services, presented: str, *, client_tokens: boo
                 "The client token is not valid (unknown, malformed, revoked or expired)."
             )
         if not client_tokens:
-            raise ForbiddenError("Client tokens open /mcp and /chat only; use the tenant API key.")
+            raise ForbiddenError(
+                "Client tokens open /mcp, /chat and GET /approvals only; use the tenant API key."
+            )
         tenant_id = token.tenant_id
     else:
         found = await services.tenants.tenant_for_key(presented)

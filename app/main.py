@@ -12,6 +12,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from app.api import (
+    approvals,
     categories,
     chat,
     client_tokens,
@@ -204,7 +205,7 @@ def create_app(
     _finish_openapi(app, settings)
     # /ping first of the routers (matching walks routes in order).
     routers = (health, tools, chat, runs, mcp_servers, model_providers, secrets, client_tokens)
-    for module in (*routers, categories, tenants):
+    for module in (*routers, categories, approvals, tenants):
         app.include_router(module.router)
     app.include_router(mcp_metadata.router)
     if settings.docs_served:

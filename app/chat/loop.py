@@ -24,7 +24,8 @@ from app.chat.model import (
     malformed_answer,
 )
 from app.metrics import Metrics
-from app.tools.approval import ApprovalPolicy
+from app.schemas.tools import ApprovalMode
+from app.tools.approval import ApprovalPolicy, CategoryApprovals
 from app.tools.executors import CallScope
 from app.tools.invocation import Invocation, ToolInvoker
 from app.tools.progress import Progress, ProgressSink
@@ -89,6 +90,10 @@ class ChatRun:
     decisions: dict[str, Decision] = field(default_factory=dict)
     # Keeps the calls a chat stops for until a person decides them (before anyone hears).
     hold: Callable[[list[PendingCall]], Awaitable[None]] | None = None
+    # The tenant's categories' approval settings, and whether a client token started the chat
+    # (an `operator` approval is then the tenant key's decision).
+    category_approvals: CategoryApprovals = field(default_factory=dict)
+    by_token: bool = False
 
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -121,11 +126,24 @@ class ChatLoop:
         self._approvals = approvals or ApprovalPolicy()
 
     def waiting(
-        self, calls: list[ModelToolCall], tools: list[TypedTool] | dict[str, TypedTool]
+        self,
+        calls: list[ModelToolCall],
+        tools: list[TypedTool] | dict[str, TypedTool],
+        categories: CategoryApprovals | None = None,
+        *,
+        by_token: bool = False,
     ) -> list[PendingCall]:
         """The calls among `calls` that wait for a person's approval before they run."""
         by_name = tools if isinstance(tools, dict) else {tool.name: tool for tool in tools}
-        return waiting_calls(calls, by_name, self._approvals.requires)
+
+        def mode(tool: TypedTool) -> ApprovalMode:
+            return self._approvals.mode(tool, categories)
+
+        return waiting_calls(calls, by_name, mode, by_token=by_token)
+
+    def _waiting(self, calls: list[ModelToolCall], run: _Run) -> list[PendingCall]:
+        chat = run.chat
+        return self.waiting(calls, run.by_name, chat.category_approvals, by_token=chat.by_token)
 
     async def run(
         self,
@@ -178,7 +196,7 @@ class ChatLoop:
                 messages.append(result.message)
                 return result
             messages.append(_assistant_tool_message(turn.content, turn.tool_calls))
-            pending = self.waiting(turn.tool_calls, run.by_name)
+            pending = self._waiting(turn.tool_calls, run)
             if pending:  # none of the turn's calls runs before a person decides
                 return await self._stop_for_approval(run, result, pending)
             await self._answer_calls(turn.tool_calls, run, result, {})
@@ -199,7 +217,7 @@ class ChatLoop:
     async def _resume(self, run: _Run, result: ChatResult) -> None:
         """Run the unanswered calls of the conversation sent back, as the person decided."""
         calls, decisions = list(run.chat.resume), run.chat.decisions
-        for pending in self.waiting(calls, run.by_name):
+        for pending in self._waiting(calls, run):
             decision = decisions[pending.id]  # the service refused a conversation without it
             verdict = "approved" if decision.approved else "refused"
             result.approvals.append(

@@ -52,6 +52,7 @@ from app.services.tenants import TenantService
 from app.services.tool_import import ToolImporter
 from app.services.toolbox import Toolbox
 from app.services.tools import ToolService
+from app.tools.approval import ApprovalPolicy
 from app.tools.invocation import ToolInvoker
 from app.tools.netguard import OutboundPolicy
 from app.tools.registry import FunctionRegistry
@@ -83,6 +84,7 @@ class Services:
     catalog: ToolCatalog
     importer: ToolImporter
     categories: CategoryService
+    approvals: ApprovalBook  # what waits for a person (GET /approvals), and operators' decisions
 
 
 def build_tenant_service(
@@ -264,7 +266,11 @@ async def build_services(
         tools=tools,
         chat=build_chat_service(settings, run, stack),
         invocations=invocations,
-        mcp_gateway=McpGatewayService(toolbox=run.toolbox, invocations=invocations),
+        mcp_gateway=McpGatewayService(
+            toolbox=run.toolbox,
+            invocations=invocations,
+            approvals=ApprovalPolicy(risky_default=settings.risky_tool_approval),
+        ),
         mcp_hub=run.hub,
         runs=RunService(runs=stores.runs),
         mcp_servers=run.mcp,
@@ -290,4 +296,5 @@ async def build_services(
             fence=run.limits.fence,
             publish=stores.publish,
         ),
+        approvals=ApprovalBook(run.approvals, wait_s=settings.approval_wait_s),
     )

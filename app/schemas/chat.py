@@ -140,6 +140,12 @@ class PendingApproval(BaseModel):
     id: str
     tool: str
     arguments: Any = Field(description="As the model sent them (context values never shown).")
+    decided_by: Literal["caller", "operator"] = Field(
+        default="caller",
+        description="`caller`: decide it in `approvals` when sending the conversation back; "
+        "`operator`: the tenant key decides it (`POST /approvals/{approval_id}/decisions`), "
+        "then the conversation is sent back without a decision for it.",
+    )
 
 
 class SkippedServer(BaseModel):

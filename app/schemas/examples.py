@@ -252,3 +252,13 @@ CATEGORY_TOGGLE: Examples = {
         "value": {"enabled": {"charts": False, "default": True}},
     },
 }
+
+OPERATOR_DECISIONS: Examples = {
+    "approve": {
+        "summary": "Approve the call a client token's chat stopped for (its tool's `approval` is "
+        "`operator`; the ids from GET /approvals)",
+        "value": {
+            "decisions": [{"call_id": "call_7", "approved": True, "reason": "checked by Ada"}]
+        },
+    },
+}

@@ -34,11 +34,13 @@ ScalarValue = Annotated[str, StringConstraints(max_length=256)] | bool | int | f
 ParameterType = Literal["string", "integer", "number", "boolean", "array"]
 SchemaType = Literal["string", "integer", "number", "boolean", "array", "object", "null"]
 ToolType = Literal["function", "external"]
-ApprovalMode = Literal["always", "never"]
+ApprovalMode = Literal["always", "never", "operator"]
 APPROVAL_DOC = (
     "Chats: `always` stops the chat for a person's approval before each call of this tool "
-    "(`stop_reason: approval_required`); `never` runs it at once. Unset: `always` for tools "
-    "marked `destructive_hint` and external `DELETE` tools (the operator's "
+    "(`stop_reason: approval_required`); `operator` stops it too, and the decision is the "
+    "tenant key's (`POST /approvals/{approval_id}/decisions`), not a client token's whose "
+    "chat stopped; `never` runs it at once. Unset: the category's `approval`, else `always` "
+    "for tools marked `destructive_hint` and external `DELETE` tools (the operator's "
     "RISKY_TOOL_APPROVAL changes that), `never` for the others."
 )
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]

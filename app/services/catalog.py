@@ -21,12 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, get_args
 
 from app.cache import LoadingCache
 from app.repositories.categories import CategoryRepository
 from app.repositories.tools import ToolRepository
-from app.schemas.tools import StoredTool, Tool, UnreadableTool
+from app.schemas.tools import ApprovalMode, StoredTool, Tool, UnreadableTool
 from app.tools.registry import FunctionRegistry
 from app.tools.typed import (
     DefaultsOf,
@@ -70,6 +70,7 @@ class CategoryState:
     usage_hints: str = ""
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    approval: ApprovalMode | None = None  # its tools' approval, where they set none
 
     @classmethod
     def of(cls, doc: dict[str, Any]) -> CategoryState | None:
@@ -81,6 +82,7 @@ class CategoryState:
         if not (isinstance(enabled, bool) and isinstance(hints, str)):
             return None
         made, changed = doc.get("created_at"), doc.get("updated_at")
+        approval = doc.get("approval")
         return cls(
             name,
             description,
@@ -88,7 +90,19 @@ class CategoryState:
             hints,
             made if isinstance(made, datetime) else None,
             changed if isinstance(changed, datetime) else None,
+            _approval(approval),
         )
+
+
+def _approval(value: Any) -> ApprovalMode | None:
+    """A stored category's approval; one this version cannot read waits for a person (the safe
+    reading), rather than letting its tools run unasked."""
+    if value is None:
+        return None
+    for mode in get_args(ApprovalMode):
+        if value == mode:
+            return mode  # type: ignore[no-any-return]
+    return "always"
 
 
 @dataclass(frozen=True)

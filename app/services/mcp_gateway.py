@@ -19,13 +19,21 @@ from app.mcp.tools import served_tool
 from app.services.client_tokens import ClientToken
 from app.services.invocations import InvocationService, McpToolRun
 from app.services.toolbox import Selection, Toolbox
+from app.tools.approval import ApprovalPolicy
 from app.tools.progress import ProgressSink
 
 
 class McpGatewayService:
-    def __init__(self, *, toolbox: Toolbox, invocations: InvocationService) -> None:
+    def __init__(
+        self,
+        *,
+        toolbox: Toolbox,
+        invocations: InvocationService,
+        approvals: ApprovalPolicy | None = None,
+    ) -> None:
         self._toolbox = toolbox
         self._invocations = invocations
+        self._approvals = approvals or ApprovalPolicy()
 
     async def list_tools(
         self, *, tenant_id: str, token: ClientToken | None
@@ -34,7 +42,11 @@ class McpGatewayService:
         two of them would share."""
         selection = Selection(every_server=True)
         async with await self._toolbox.open(tenant_id, selection, token=token) as toolset:
-            return [served_tool(tool) for tool in toolset.tools]
+            categories = toolset.category_approvals
+            return [
+                served_tool(tool, waits=self._approvals.requires(tool, categories))
+                for tool in toolset.tools
+            ]
 
     async def input_schema(
         self, name: str, *, tenant_id: str, token: ClientToken | None

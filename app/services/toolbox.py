@@ -46,6 +46,7 @@ from app.mcp.hub import McpHub
 from app.mcp.sessions import McpSessions
 from app.mcp.tools import mcp_server_tool
 from app.schemas.categories import DEFAULT_CATEGORY
+from app.schemas.tools import ApprovalMode
 from app.services.catalog import CatalogEntry, CategoryState, ToolCatalog
 from app.services.client_tokens import ClientToken
 from app.services.mcp_servers import McpServerService
@@ -137,6 +138,11 @@ class Toolset:
         self, tools: Sequence[TypedTool], categories: Mapping[str, CategoryState]
     ) -> None:
         self._hinted, self._hints = (tools, categories), None
+
+    @property
+    def category_approvals(self) -> dict[str, ApprovalMode]:
+        """The approval setting of each of the tenant's categories that has one."""
+        return {name: s.approval for name, s in self._hinted[1].items() if s.approval is not None}
 
     def only(self) -> TypedTool:
         """The one tool of a one-tool selection."""
