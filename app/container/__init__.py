@@ -43,6 +43,7 @@ from app.services.health import HealthService
 from app.services.invocations import InvocationService
 from app.services.mcp_gateway import McpGatewayService
 from app.services.mcp_servers import McpServerService
+from app.services.mcp_tool_settings import McpToolSettingsService
 from app.services.model_providers import ModelProviderService
 from app.services.outbound import TenantOutbound
 from app.services.runs import RunRecorder, RunService
@@ -85,6 +86,7 @@ class Services:
     importer: ToolImporter
     categories: CategoryService
     approvals: ApprovalBook  # what waits for a person (GET /approvals), and operators' decisions
+    mcp_tool_settings: McpToolSettingsService  # MCP tools' settings by `{server}__{tool}` id
 
 
 def build_tenant_service(
@@ -112,6 +114,7 @@ def build_tenant_service(
         publish=stores.publish,
         model_providers=stores.model_providers,
         approvals=stores.approvals,
+        mcp_tool_settings=stores.mcp_tool_settings,
     )
 
 
@@ -182,7 +185,14 @@ def build_runtime(
     recorder.start()
     stack.push_async_callback(recorder.close)  # closed before the database: records flushed
     invoker = build_invoker(settings, registry, policy, metrics, stack)
-    toolbox = Toolbox(catalog=stores.catalog, mcp=mcp, hub=hub, secrets=secrets, outbound=outbound)
+    toolbox = Toolbox(
+        catalog=stores.catalog,
+        mcp=mcp,
+        hub=hub,
+        secrets=secrets,
+        outbound=outbound,
+        mcp_settings=stores.mcp_tool_settings,
+    )
     providers = ModelProviderService(
         providers=stores.model_providers,
         secrets=secrets,
@@ -297,4 +307,9 @@ async def build_services(
             publish=stores.publish,
         ),
         approvals=ApprovalBook(run.approvals, wait_s=settings.approval_wait_s),
+        mcp_tool_settings=McpToolSettingsService(
+            settings=stores.mcp_tool_settings,
+            toolbox=run.toolbox,
+            tools=tools,
+        ),
     )

@@ -7,12 +7,15 @@ providers that cannot take it as it is named.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import mcp_types
 
 from app.mcp.config import McpServer, exposed_tool_name
 from app.tools.providers import provider_problems
+from app.tools.rules import compiled_select
 from app.tools.typed import ContextSlot, ExternalTool, McpServerTool, TypedTool
 
 _ANNOTATIONS = {
@@ -57,6 +60,44 @@ def mcp_server_tool(server: McpServer, tool: mcp_types.Tool) -> McpServerTool:
         execution=tool.execution.model_dump(by_alias=True, exclude_none=True)
         if tool.execution
         else None,
+    )
+
+
+def with_settings(tool: McpServerTool, settings: Mapping[str, Any] | None) -> McpServerTool:
+    """The tool with the tenant's stored settings for it (`PUT /tools/{server}__{tool}`):
+    category, enabled, timeout, output shaping, approval, and presets (arguments set here,
+    hidden from the model as context parameters are). A preset for an argument the server no
+    longer lists is not sent (the settings' write checked it against the list of then)."""
+    if not settings:
+        return tool
+    properties = dict(tool.json_parameters.get("properties") or {})
+    presets = {k: v for k, v in (settings.get("presets") or {}).items() if k in properties}
+    visible = {
+        **tool.json_parameters,
+        "properties": {k: v for k, v in properties.items() if k not in presets},
+    }
+    required = [r for r in tool.json_parameters.get("required") or [] if r not in presets]
+    if required:
+        visible["required"] = required
+    else:
+        visible.pop("required", None)
+    output = settings.get("output") or {}
+    return dataclasses.replace(
+        tool,
+        json_parameters=visible,
+        context=(
+            *tool.context,
+            *(
+                ContextSlot(name, name, required=False, preset=value)
+                for name, value in presets.items()
+            ),
+        ),
+        category=str(settings.get("category") or tool.category),
+        enabled=bool(settings.get("enabled", True)),
+        timeout_s=settings.get("timeout_s"),
+        output_select=compiled_select(output["select"]) if output.get("select") else None,
+        output_max_chars=output.get("max_chars"),
+        approval=settings.get("approval"),
     )
 
 

@@ -432,3 +432,45 @@ class ToolImport(ClientModel):
             if name in self.model_fields_set and getattr(self, name) is None:
                 raise ValueError(f"'{name}' may not be null: leave it out")
         return self
+
+
+MAX_PRESETS = 32
+
+
+class McpToolSettings(ClientModel):
+    """The settings of an MCP server's tool, stored by its `{server}__{tool}` id: what a stored
+    tool's document says of itself, for a tool whose definition its server keeps."""
+
+    type: Literal["mcp"]
+    category: Name = Field(
+        default="default",
+        description="The tool's category (`/categories`): offered to chats while it is enabled.",
+    )
+    enabled: bool = True
+    output: ToolOutput | None = None
+    timeout_s: Annotated[float, Field(gt=0, le=MAX_TOOL_TIMEOUT_S)] | None = Field(
+        default=None, description="This tool's timeout (at most TOOL_TIMEOUT_S, the default)."
+    )
+    approval: ApprovalMode | None = Field(default=None, description=APPROVAL_DOC)
+    presets: dict[Name, PresetValue] = Field(
+        default_factory=dict,
+        max_length=MAX_PRESETS,
+        description="Arguments of the tool set here, on every call: the model never sees them "
+        "(nor a caller's context_arguments) and the server's value for them is this one.",
+    )
+
+
+class McpToolSettingsView(BaseModel):
+    """An MCP tool's stored settings, as returned to admins."""
+
+    tool_id: str
+    type: Literal["mcp"] = "mcp"
+    server: str
+    mcp_tool: str
+    category: str
+    enabled: bool
+    output: ToolOutput | None = None
+    timeout_s: float | None = None
+    approval: ApprovalMode | None = None
+    presets: dict[str, Any]
+    updated_at: datetime

@@ -16,6 +16,7 @@ from app.errors import NotFoundError
 from app.repositories.approvals import ApprovalRepository
 from app.repositories.categories import CategoryRepository
 from app.repositories.mcp_servers import McpServerRepository
+from app.repositories.mcp_tool_settings import McpToolSettingsRepository
 from app.repositories.model_providers import ModelProviderRepository
 from app.repositories.runs import RunStore
 from app.repositories.secrets import SecretRepository
@@ -67,17 +68,17 @@ class TenantService:
         clock: Callable[[], float] = time.monotonic,
         model_providers: ModelProviderRepository | None = None,
         approvals: ApprovalRepository | None = None,
+        mcp_tool_settings: McpToolSettingsRepository | None = None,
     ) -> None:
         self._approvals = approvals
+        self._mcp_tool_settings = mcp_tool_settings  # MCP tools' settings, dropped with it
         self._outbound = outbound
         self._publish = publish
         self._client_tokens = client_tokens
-        self._tenants = tenants
-        self._tools = tools
+        self._tenants, self._tools = tenants, tools
         self._categories = categories
         self._seeder = seeder
-        self._catalog = catalog
-        self._runs = runs
+        self._catalog, self._runs = catalog, runs
         self._mcp_servers = mcp_servers
         self._model_providers = model_providers
         self._secrets = secrets
@@ -197,3 +198,5 @@ class TenantService:
             await self._model_providers.drop_all(tenant_id=tenant_id)
         if self._approvals is not None:
             await self._approvals.drop_all(tenant_id=tenant_id)
+        if self._mcp_tool_settings is not None:
+            await self._mcp_tool_settings.drop_all(tenant_id=tenant_id)

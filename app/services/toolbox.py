@@ -40,11 +40,19 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from app.errors import AppError, ConflictError, ForbiddenError, UnprocessableError, field_error
+from app.errors import (
+    AppError,
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    UnprocessableError,
+    field_error,
+)
 from app.mcp.config import McpServer, server_of
 from app.mcp.hub import McpHub
 from app.mcp.sessions import McpSessions
-from app.mcp.tools import mcp_server_tool
+from app.mcp.tools import mcp_server_tool, with_settings
+from app.repositories.mcp_tool_settings import McpToolSettingsRepository
 from app.schemas.categories import DEFAULT_CATEGORY
 from app.schemas.tools import ApprovalMode
 from app.services.catalog import CatalogEntry, CategoryState, ToolCatalog
@@ -54,7 +62,7 @@ from app.services.outbound import TenantOutbound
 from app.services.secrets import SecretService
 from app.tools.executors import CallScope
 from app.tools.scrub import NOTHING_HIDDEN, Scrubber
-from app.tools.typed import TypedTool
+from app.tools.typed import McpServerTool, TypedTool
 
 CONTEXT_PATH = "$.context_arguments"
 
@@ -211,12 +219,14 @@ class Toolbox:
         hub: McpHub,
         secrets: SecretService,
         outbound: TenantOutbound,
+        mcp_settings: McpToolSettingsRepository | None = None,
     ) -> None:
         self._catalog = catalog
         self._mcp = mcp
         self._hub = hub
         self._secrets = secrets
         self._outbound = outbound
+        self._mcp_settings = mcp_settings
 
     async def open(
         self,
@@ -238,6 +248,7 @@ class Toolbox:
             found, skipped = await self._server_tools(
                 tenant_id, servers, picked, merged, selection, token
             )
+            found = await self._set_up(tenant_id, found, picked, selection, categories)
             tools = [*stored, *found]
         else:  # stored tools only (a call of one, most chats): no server to ask
             servers, skipped, tools = [], {}, stored
@@ -359,6 +370,49 @@ class Toolbox:
                 tools = [t for t in tools if t.tool_id in wanted]
             found += tools
         return found, {name: error.message for name, error in failures.items()}
+
+    async def _set_up(
+        self,
+        tenant_id: str,
+        tools: list[TypedTool],
+        picked: Mapping[str, set[str]],
+        selection: Selection,
+        categories: Mapping[str, CategoryState],
+    ) -> list[TypedTool]:
+        """MCP tools with the tenant's stored settings (`with_settings`); for a run that is no
+        admin's, those disabled, or of a disabled category, are left out (a picked one is then
+        unavailable, as a disabled stored tool is)."""
+        if not tools or self._mcp_settings is None:
+            return tools
+        stored = {doc["tool_id"]: doc for doc in await self._mcp_settings.all(tenant_id=tenant_id)}
+        if not stored:
+            return tools
+        offered: list[TypedTool] = []
+        for tool in tools:
+            if isinstance(tool, McpServerTool):
+                tool = with_settings(tool, stored.get(tool.tool_id))
+            if selection.admin or (tool.enabled and category_on(tool.category, categories)):
+                offered.append(tool)
+        left_out = {t.tool_id for t in tools} - {t.tool_id for t in offered}
+        missing = sorted(left_out & set().union(*picked.values())) if picked else []
+        if missing:
+            raise UnavailableToolsError.of(missing)
+        return offered
+
+    async def mcp_tool(self, tenant_id: str, tool_id: str) -> McpServerTool:
+        """An MCP server's tool as its server lists it now (no stored settings applied): 404
+        for a server the tenant cannot use, or one that lists no such tool."""
+        server_name = server_of(tool_id)
+        usable = {s.name: s for s in await self._mcp.usable(tenant_id=tenant_id)}
+        if server_name is None or server_name not in usable:
+            raise NotFoundError(f"tool '{tool_id}' does not exist (no MCP server '{server_name}')")
+        server = usable[server_name]
+        listed = await self._hub.server_tools(server, {}, tenant_id=tenant_id)
+        for item in listed:
+            tool = mcp_server_tool(server, item)
+            if tool.tool_id == tool_id:
+                return tool
+        raise NotFoundError(f"MCP server '{server_name}' lists no tool '{tool_id}'")
 
     async def _check_served_names(
         self,

@@ -13,7 +13,7 @@ from app.repositories.categories import CategoryRepository
 from app.repositories.tools import ToolRepository
 from app.schemas.categories import DEFAULT_CATEGORY
 from app.schemas.fields import Provider
-from app.schemas.tools import Tool, ToolCreate, ToolFields, ToolUpdate
+from app.schemas.tools import McpToolSettings, Tool, ToolCreate, ToolFields, ToolUpdate
 from app.services.catalog import CatalogEntry, ToolCatalog, shown_tool, tools_stamp
 from app.services.changes import Publish, unpublished
 from app.services.outbound import TenantOutbound
@@ -90,7 +90,7 @@ class ToolService:
                 )
             ]
         problems = definition_problems(tool, policy=policy)
-        problems += self._bound_problems(tool)
+        problems += self.bound_problems(tool)
         if tool.type == "function":
             entry = self._registry.get(tool.function.name)
             if entry is None:
@@ -114,9 +114,9 @@ class ToolService:
             return []
         return [("$.category", f"the tenant has no category '{name}' (POST /categories)")]
 
-    def _bound_problems(self, tool: ToolFields) -> list[Problem]:
+    def bound_problems(self, tool: ToolFields | McpToolSettings) -> list[Problem]:
         """A tool's own bounds stay under the operator's (TOOL_TIMEOUT_S,
-        TOOL_OUTPUT_MAX_CHARS)."""
+        TOOL_OUTPUT_MAX_CHARS); an MCP tool's settings' too."""
         problems: list[Problem] = []
         if tool.timeout_s is not None and tool.timeout_s > self._max_timeout_s:
             problems.append(("$.timeout_s", f"at most {self._max_timeout_s:g} s (TOOL_TIMEOUT_S)"))
@@ -187,6 +187,18 @@ class ToolService:
                 self._catalog.mark_stale(tenant_id)
         await self._publish(tools_stamp(tenant_id))
         return stored
+
+    async def has(self, tool_id: str, *, tenant_id: str) -> bool:
+        """Whether the tenant has a stored tool of this id (readable or not)."""
+        snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
+        return tool_id in snapshot.by_id
+
+    async def refuse_stored(self, tool_id: str, *, tenant_id: str) -> None:
+        """409 when a stored tool has this id: an MCP tool's settings cannot take it."""
+        if await self.has(tool_id, tenant_id=tenant_id):
+            raise ConflictError(
+                f"a stored tool has the id '{tool_id}': replace it with a tool definition"
+            )
 
     async def entry(self, tool_id: str, *, tenant_id: str) -> CatalogEntry:
         """One stored tool, readable or not; 404 if the tenant has none with this id."""
