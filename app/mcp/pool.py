@@ -131,11 +131,12 @@ class SessionPool:
         """Whether an open entry may be lent: in use, used lately or still opening, or it
         answers a ping (one ping for every caller that asks meanwhile)."""
         idle = entry.leases == 0 and self._clock() - entry.last_used >= PING_AFTER_IDLE_S
-        if not idle or not entry.ready.done() or entry.ready.exception() is not None:
-            return True
+        ready = entry.ready
+        if not idle or not ready.done() or ready.cancelled() or ready.exception() is not None:
+            return True  # in use, or not open (yet): nothing to ping
         if entry.check is None or (entry.check.done() and entry.checked_at != entry.last_used):
             entry.checked_at = entry.last_used
-            entry.check = asyncio.ensure_future(_answers_ping(entry.ready.result()))
+            entry.check = asyncio.ensure_future(_answers_ping(ready.result()))
         return await asyncio.shield(entry.check)
 
     def release(self, entry: PooledSession) -> None:
