@@ -8,6 +8,7 @@ RUN pip install --no-cache-dir --prefix=/install .
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 COPY --from=build /install /usr/local
+COPY LICENSE /usr/share/licenses/toolgate/LICENSE
 RUN useradd --system --uid 10001 --no-create-home toolgate \
     && mkdir -p /var/lib/toolgate/run-journal && chown toolgate /var/lib/toolgate/run-journal
 # Run records wait here until the database has them (docs/operating.md, "Run records"); mount a

@@ -140,8 +140,8 @@ async def _end_user(
 
 
 END_USERS_ONLY_ON = (
-    "Client tokens and end users' tokens open /mcp, /chat, /v1 and invoke only; use the tenant "
-    "API key."
+    "Client tokens and end users' tokens open /mcp, /chat, /v1, invoke and GET /approvals only; "
+    "use the tenant API key."
 )
 
 

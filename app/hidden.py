@@ -2,12 +2,13 @@
 upstream wrote, whatever escapes it put on them.
 
 An upstream that received a value may echo it back escaped: JSON (`\\u002B`, `\\u0026`, `\\/`),
-HTML (`&#47;`, `&#x2F;`, `&apos;`), percent-encoded (each byte, twice, lower-case hex), or a JSON
-body inside a JSON string. Rather than list every encoding of every value, `HiddenValues`
-decodes the text (`app/unescape.py`), searches the decoded layers as well as the text itself,
-and replaces the span of the original text each match came from. Two encodings cannot be undone
-without knowing the value, so they are searched for: base64 (the value's three alignments, so
-it is found at any offset of a longer blob, also with MIME line breaks) and hex.
+HTML (`&#47;`, `&#x2F;`, `&apos;`), percent-encoded (each byte, twice, lower-case hex), a JSON
+body inside a JSON string, or with its UTF-8 misread as Latin-1 (a header echoed by a server
+that decodes headers so: `José` as `JosÃ©`). Rather than list every encoding of every value,
+`HiddenValues` decodes the text (`app/unescape.py`), searches the decoded texts as well as the
+text itself, and replaces the span of the original text each match came from. Two encodings
+cannot be undone without knowing the value, so they are searched for: base64 (the value's three
+alignments, so it is found at any offset of a longer blob, also with MIME line breaks) and hex.
 
 Limits (docs/security.md, "Redaction"): a value is found only whole; values shorter than
 MIN_HIDDEN_LENGTH are not searched for, since they would match ordinary text.
@@ -20,7 +21,7 @@ import binascii
 from collections.abc import Iterable
 from typing import Any
 
-from app.unescape import Layer, decoded_layers, original_span, without_line_breaks
+from app.unescape import Layer, decoded_views, original_span, without_line_breaks
 
 MIN_HIDDEN_LENGTH = 4
 REDACTED = "[redacted]"
@@ -112,9 +113,8 @@ class HiddenValues:
         if until is not None and len(text) > until + self.reach:
             text = text[: until + self.reach]
         spans = self._found(text)
-        layers = decoded_layers(text)
-        for depth, layer in enumerate(layers, start=1):
-            spans += [original_span(layers[:depth], *span) for span in self._found(layer.text)]
+        for layers in decoded_views(text):
+            spans += [original_span(layers, *span) for span in self._found(layers[-1].text)]
         return _replaced(text, spans, len(text) if until is None else until)
 
     def _found(self, text: str) -> list[tuple[int, int]]:

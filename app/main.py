@@ -12,6 +12,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from app.api import (
+    approvals,
     categories,
     chat,
     client_tokens,
@@ -223,7 +224,7 @@ def create_app(
     _finish_openapi(app, settings)
     # /ping first of the routers (matching walks routes in order).
     routers = (health, tools, chat, runs, mcp_servers, model_providers, secrets, client_tokens)
-    for module in (*routers, usage, categories, tenants, identity):
+    for module in (*routers, usage, categories, approvals, tenants, identity):
         app.include_router(module.router)
     app.include_router(oauth.router)  # its metadata route before /mcp's catch-all 404s
     app.router.routes.extend(oauth.routes())

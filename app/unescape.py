@@ -11,7 +11,12 @@ produces another family's marker (`\\u0026` gives `&`, `&#92;` and `%5C` give `\
 nothing else is left, so that layers come off outermost first.
 
 Each pass is one regular-expression scan that starts only at its marker character, and a text
-without any marker is not scanned at all: work is linear in the text. The map from a layer back
+without any marker is not scanned at all: work is linear in the text.
+
+A fourth family has no marker: UTF-8 read by a single-byte code page (Latin-1, windows-1252),
+as servers that decode headers so echo them (`José` sent, `JosÃ©` echoed). `misread_undone`
+reads such runs back as UTF-8; `decoded_views` gives it beside each escape layer. An ASCII text
+is not scanned for it. The map from a layer back
 to its source is built only when asked (a match was found), since most texts hide nothing.
 """
 
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 MAX_LAYERS = 8
+MAX_MISREADS = 3
 # Short decoded runs kept per family and mode: most texts repeat a few (`\\"`, `\\n`, `%20`).
 _CACHED_RUNS = 4096
 _CACHED_LENGTH = 64
@@ -306,6 +312,29 @@ class Layer:
         )
 
 
+def decoded_views(text: str) -> list[list[Layer]]:
+    """Every text a reader gets back from `text`, each as the layers that lead to it (the last
+    is the view): the escape passes' layers (`decoded_layers`) and, from `text` and from each
+    of them, its single-byte misreadings read back as UTF-8 (`misread_undone`), again while
+    that changes (at most MAX_MISREADS: a value read as Latin-1 by two servers in turn). A
+    misreading is searched beside every layer rather than taking a layer of its own, since
+    escapes and misreadings come in any order and a layer undoes one family at a time."""
+    views: list[list[Layer]] = []
+    chain: list[Layer] = []
+    for layer in [None, *decoded_layers(text)]:
+        if layer is not None:
+            chain = [*chain, layer]
+            views.append(chain)
+        branch = chain
+        for _ in range(MAX_MISREADS):
+            misread = misread_undone(branch[-1].text if branch else text)
+            if misread is None:
+                break
+            branch = [*branch, misread]
+            views.append(branch)
+    return views
+
+
 def decoded_layers(text: str) -> list[Layer]:
     """`text` after each pass that changed it, in order (at most MAX_LAYERS); empty when there
     is nothing to decode."""
@@ -334,6 +363,70 @@ def _next_layer(source: str) -> Layer | None:
                 if layer is not None:
                     return layer
     return None
+
+
+def _cp1252_char(byte: int) -> str:
+    try:
+        return bytes([byte]).decode("cp1252")
+    except UnicodeDecodeError:  # undefined: no character of its own
+        return ""
+
+
+# The characters windows-1252 gives for 0x80-0x9F instead of Latin-1's C1 controls (it leaves
+# five bytes undefined, which the WHATWG decoder reads as C1 controls, as Latin-1 does), mapped
+# to the byte they stand for: then every character of a misreading is one byte, U+0000-U+00FF.
+_AS_BYTES = str.maketrans(
+    {char: chr(byte) for byte in range(0x80, 0xA0) for char in _cp1252_char(byte)}
+)
+# One well-formed UTF-8 sequence of 2-4 bytes (RFC 3629: no overlong form, no surrogate), written
+# as the Latin-1 characters of its bytes.
+_UTF8_SEQUENCE = (
+    "[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}"
+    "|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}"
+    "|\xf4[\x80-\x8f][\x80-\xbf]{2}"
+)
+_UTF8_RUN = re.compile(f"(?:{_UTF8_SEQUENCE})+")
+_CP1252_OWN = re.compile(f"[{''.join(chr(key) for key in _AS_BYTES)}]")
+# A misreading always holds a continuation byte's character (0x80-0xBF): text without one (most
+# text in any language) is passed over by one quick scan.
+_CONTINUATION = re.compile(f"[\x80-\xbf{_CP1252_OWN.pattern[1:-1]}]")
+_UTF8_ONE = re.compile(_UTF8_SEQUENCE)
+
+
+def misread_undone(source: str) -> Layer | None:
+    """`source` with each run of characters that a single-byte code page (Latin-1,
+    windows-1252) made of well-formed UTF-8 read back as UTF-8: a header that a server decoded
+    as Latin-1 and echoed (`José` sent, `JosÃ©` echoed); None when there is none. Anything
+    else stays as it is (`café` in Latin-1: `é` alone is no UTF-8). Found by one scan in C,
+    and only in a text with a character outside ASCII."""
+    if source.isascii() or _CONTINUATION.search(source) is None:
+        return None
+    # One character for one, so positions hold; most texts have none of windows-1252's own.
+    as_bytes = source.translate(_AS_BYTES) if _CP1252_OWN.search(source) else source
+    spans = [match.span() for match in _UTF8_RUN.finditer(as_bytes)]
+    if not spans:
+        return None
+    parts, kept = [], 0
+    for start, end in spans:
+        parts += [source[kept:start], as_bytes[start:end].encode("latin-1").decode("utf-8")]
+        kept = end
+    parts.append(source[kept:])
+
+    def changes() -> Changes:
+        found = Changes(_misread_pieces)
+        for (start, end), decoded in zip(spans, parts[1::2], strict=False):
+            found.record(start, end, len(decoded))
+        return found
+
+    return Layer("".join(parts), source, changes)
+
+
+def _misread_pieces(run: str) -> Pieces:
+    """A misread run's characters, each with the 2-4 source characters of its bytes."""
+    pieces = Pieces()
+    for match in _UTF8_ONE.finditer(run.translate(_AS_BYTES)):
+        pieces.add(1, match.start(), match.end())
+    return pieces
 
 
 def without_line_breaks(text: str) -> Layer | None:

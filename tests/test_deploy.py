@@ -110,3 +110,17 @@ def test_the_run_journal_is_on_a_volume_that_outlives_the_container() -> None:
     volume = mounts[named["RUN_JOURNAL_DIR"]]
     volumes = load("deployment.yaml")["spec"]["template"]["spec"]["volumes"]
     assert "emptyDir" in next(v for v in volumes if v["name"] == volume)
+
+
+def test_the_image_is_a_placeholder_the_docs_build_and_push() -> None:
+    """Issue 43: the Deployment named an image nobody publishes, and no page said how to build
+    and push one. The manifest names a placeholder that kustomize replaces with the operator's
+    own image, and docs/replicas.md builds, pushes and sets exactly that image."""
+    image = container()["image"]
+    assert "/" not in image and ":" not in image  # no registry, no tag: a name to replace
+    [entry] = load("kustomization.yaml")["images"]
+    assert entry["name"] == image and entry["newName"].startswith("registry.example.com/")
+    pushed = f"{entry['newName']}:{entry['newTag']}"
+    docs = (ROOT / "docs" / "replicas.md").read_text()
+    assert f"docker build -t {pushed} ." in docs and f"docker push {pushed}" in docs
+    assert f"kustomize edit set image {image}=" in docs

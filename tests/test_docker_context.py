@@ -87,3 +87,12 @@ def test_the_installed_package_carries_the_consoles_static_files() -> None:
         )
     ]
     assert missing == []
+
+
+def test_the_image_carries_the_license() -> None:
+    """Issue 43: the image had no LICENSE (Apache-2.0 asks that copies carry it)."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    final_stage = dockerfile.rsplit("\nFROM ", 1)[1]
+    assert re.search(r"^COPY LICENSE /usr/share/licenses/toolgate/LICENSE$", final_stage, re.M)
+    assert not excluded("LICENSE", _patterns())  # in the build context
+    assert (ROOT / "LICENSE").read_text().lstrip().startswith("Apache License")

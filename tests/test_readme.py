@@ -48,7 +48,7 @@ def test_readme_first_screen_is_the_two_commands() -> None:
 def test_readme_tour_runs_top_to_bottom(tmp_path: Path) -> None:
     blocks = tour_blocks()
     assert blocks[0].startswith("scripts/run --fake-model > toolgate.log 2>&1 &")
-    assert "kill %1" in blocks[-1]
+    assert 'kill "$TOOLGATE"' in blocks[-1]
     port, model_port = free_port(), free_port()
     script = "\n".join(
         [
@@ -63,7 +63,7 @@ def test_readme_tour_runs_top_to_bottom(tmp_path: Path) -> None:
                 )
                 for block in blocks
             ),
-            "wait",  # the service stops on `kill %1`
+            "wait",  # the service stops on `kill "$TOOLGATE"`
         ]
     )
     env = service_env(
@@ -121,7 +121,7 @@ def test_readme_tour_runs_top_to_bottom(tmp_path: Path) -> None:
     assert mcp["result"]["isError"] is False and 1 <= int(mcp["result"]["content"][0]["text"]) <= 6
     assert any(line.startswith('{"items":') and "next_cursor" in line for line in lines)  # runs
     assert lines[-2] == "204" and '"api_key":"tg_' in lines[-1]  # tool deleted, key rotated
-    # no process of the tour is left: `kill %1` stopped the service and the fake model
+    # no process of the tour is left: `kill "$TOOLGATE"` stopped the service and the model
     leftovers = subprocess.run(
         ["pgrep", "-f", f"--port {port}"], capture_output=True, text=True
     ).stdout
@@ -130,14 +130,17 @@ def test_readme_tour_runs_top_to_bottom(tmp_path: Path) -> None:
 
 def test_the_tours_wait_shows_why_a_service_cannot_start(tmp_path: Path) -> None:
     """Something already on the port (the first screen's `scripts/run`, say): the wait ends
-    with the log's bind error on the terminal, rather than waiting on the other service."""
+    with the log's bind error on the terminal, rather than waiting on the other service. Pasted
+    into a script (no job control: `kill -0 %1` never failed there, and the wait never ended)."""
     port, model_port = free_port(), free_port()
     first = tour_blocks()[0].replace("127.0.0.1:8000", f"127.0.0.1:{port}")
     first = first.replace("scripts/run ", f"{ROOT}/scripts/run ")
     env = service_env(PORT=str(port), FAKE_MODEL_PORT=str(model_port), TOOLGATE_VENV=sys.prefix)
+    script = tmp_path / "tour.sh"
+    script.write_text(f"set -euo pipefail\n{first}\nwait || true\n")
     with socket.create_server(("127.0.0.1", port)):
         completed = subprocess.run(
-            ["bash", "-c", f"set -euo pipefail\n{first}\nwait || true"],
+            ["bash", str(script)],
             cwd=tmp_path,
             env=env,
             capture_output=True,

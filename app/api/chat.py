@@ -32,4 +32,4 @@ async def chat(
 ) -> Any:
     """Run the model with the tenant's tools until it answers; returns every step taken."""
     # Usually answered by `ChatRoute` (app/api/hot_routes.py), with the same function.
-    return await chat_response(tenant, body, request.headers.get("accept", ""))
+    return await chat_response(tenant, body, request)

@@ -32,6 +32,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, NoMatchFound
 from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
 
+from app.api.leaving import CLIENT_CLOSED_REQUEST, unless_client_leaves
 from app.api.routing import json_body, parsed_body, validated_body, whole_body
 from app.api.sse import event_stream
 from app.deps import TenantContext, authenticate, presented_bearer
@@ -140,15 +141,17 @@ class InvokeRoute(_HotRoute):
         await send_json(send, payload)
 
 
-async def chat_response(tenant: TenantContext, body: ChatRequest, accept: str) -> Response:
+async def chat_response(tenant: TenantContext, body: ChatRequest, request: Request) -> Response:
     """`POST /chat`, both routes: the chat started (every 4xx before the answer), then answered
-    whole or streamed."""
+    whole or streamed; a whole chat whose client leaves stops (`app/api/leaving.py`)."""
     services = tenant.services
     started = await services.chat.start(body, tenant_id=tenant.id, token=tenant.token)
-    if body.stream or wants_stream(accept):
+    if body.stream or wants_stream(request.headers.get("accept", "")):
         keepalive_s = services.settings.chat_stream_keepalive_s
         return event_stream(started.events(keepalive_s=keepalive_s), run_id=started.run_id)
-    answer = await started.result()
+    answer = await unless_client_leaves(request.scope, request.receive, started.result())
+    if answer is None:  # nobody is there to read it
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
     # Validated when it was built: serialized once here, with no second validation.
     return Response(
         answer.model_dump_json(),
@@ -183,7 +186,7 @@ class ChatRoute(_HotRoute):
             missing = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
             raise RequestValidationError([missing])
         body = validated_body(data, ChatRequest)
-        response = await chat_response(tenant, body, request.headers.get("accept", ""))
+        response = await chat_response(tenant, body, request)
         await response(scope, receive, send)
 
 

@@ -35,6 +35,7 @@ from starlette.routing import Match, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from app.api.hot_routes import send_json
+from app.api.leaving import note_client_left
 from app.api.mcp_messages import answer_batch, batch_allowed, method_label
 from app.api.mcp_metadata import www_authenticate
 from app.api.mcp_modern import ModernAnswers, TextResult, listing_params, modern_version
@@ -316,7 +317,8 @@ class McpGateway:
             for watcher in watchers:
                 watcher.cancel()
             self._forget(key, call)
-        if call.why == "gone":  # the client left: nobody is there to answer
+        if call.why == "gone":  # the client left: nobody is there to answer (a 499, not a 500)
+            note_client_left(scope)
             return True
         error = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}  # as the SDK does
         payload = {"jsonrpc": "2.0", "id": message["id"], "error": error}

@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.console import CONSOLE_ASSETS_URL
 from app.api.docs import ASSETS_URL
+from app.api.leaving import CLIENT_CLOSED_REQUEST, client_left
 from app.api.problems import problem_response
 from app.crypto import random_hex
 from app.logs import request_context
@@ -216,7 +217,7 @@ class RequestContextMiddleware:
         scope.setdefault("state", {})["request_id"] = request_id
         context = {"request_id": request_id}
         token = request_context.set(context)
-        status = 500  # if the app fails before it answers, the server answers 500
+        status = 0  # none yet: if the app ends without answering, 500 (or 499, see below)
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -229,6 +230,8 @@ class RequestContextMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            if not status:  # the server answers 500, unless the client left and was let go
+                status = CLIENT_CLOSED_REQUEST if client_left(scope) else 500
             self._done(scope, status, time.perf_counter() - started)
             request_context.reset(token)
 

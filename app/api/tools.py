@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Body, Path, Query, Request, Response, status
+from starlette.convertors import Convertor, register_url_convertor
 
 from app.api.hot_routes import invoke_json, wants_stream
 from app.api.routing import StrictJSONRoute, parsed_body
@@ -18,6 +19,8 @@ from app.schemas.problems import problem_responses
 from app.schemas.runs import IsoDateTime, ToolStats
 from app.schemas.tools import (
     ImportResult,
+    McpToolSettings,
+    McpToolSettingsView,
     Tool,
     ToolCreate,
     ToolId,
@@ -70,6 +73,60 @@ async def invoke_tool(tool_id: ToolIdPath, tenant: CallerDep, request: Request) 
         return event_stream(prepared.events(keepalive_s=keepalive_s), run_id=prepared.run_id)
     # Usually answered by `InvokeRoute` (app/api/hot_routes.py), with the same function.
     return Response(await invoke_json(tenant, tool_id, request), media_type="application/json")
+
+
+class McpToolIdConvertor(Convertor[str]):
+    """`{server}__{tool}`: an MCP server's tool (a server name has no double underscore)."""
+
+    regex = "[a-zA-Z0-9-]+(?:_[a-zA-Z0-9-]+)*__[a-zA-Z0-9_-]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("mcp_tool_id", McpToolIdConvertor())
+MCP_TOOL_PATH = "/{tool_id:mcp_tool_id}"
+# An MCP server's tool takes stored settings by its id; a stored tool whose id has the same
+# shape stays a stored tool (these routes serve it as the general ones do). Documented with
+# the general routes (`PUT /tools/{tool_id}` says so), so the schema has one route per path.
+
+
+@router.put(MCP_TOOL_PATH, include_in_schema=False, dependencies=[WriteLimit])
+async def put_mcp_tool(
+    tool_id: str,
+    body: Annotated[ToolUpdate | McpToolSettings, Body(discriminator="type")],
+    tenant: TenantDep,
+) -> Any:
+    """Store an MCP tool's settings (or replace a stored tool of this id)."""
+    if isinstance(body, ToolUpdate):
+        return await tenant.services.tools.replace(tool_id, body, tenant_id=tenant.id)
+    await tenant.services.tools.refuse_stored(tool_id, tenant_id=tenant.id)
+    return await tenant.services.mcp_tool_settings.put(tool_id, body, tenant_id=tenant.id)
+
+
+@router.get(MCP_TOOL_PATH, include_in_schema=False)
+async def get_mcp_tool(tool_id: str, tenant: TenantDep) -> Any:
+    """An MCP tool's stored settings (or the stored tool of this id)."""
+    if await tenant.services.tools.has(tool_id, tenant_id=tenant.id):
+        stored = await tenant.services.tools.get_json(tool_id, tenant_id=tenant.id)
+        return Response(stored, media_type="application/json")
+    view: McpToolSettingsView = await tenant.services.mcp_tool_settings.get(
+        tool_id, tenant_id=tenant.id
+    )
+    return view
+
+
+@router.delete(MCP_TOOL_PATH, include_in_schema=False, dependencies=[WriteLimit])
+async def delete_mcp_tool(tool_id: str, tenant: TenantDep) -> Response:
+    """Forget an MCP tool's settings (or delete the stored tool of this id)."""
+    if await tenant.services.tools.has(tool_id, tenant_id=tenant.id):
+        await tenant.services.tools.delete(tool_id, tenant_id=tenant.id)
+    else:
+        await tenant.services.mcp_tool_settings.delete(tool_id, tenant_id=tenant.id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.post(
@@ -212,7 +269,10 @@ async def replace_tool(
     body: Annotated[ToolUpdate, Body(openapi_examples=examples.TOOL_UPDATE)],
     tenant: TenantDep,
 ) -> Tool:
-    """Replace a tool's whole definition; its tool_id cannot change."""
+    """Replace a tool's whole definition; its tool_id cannot change. An MCP server's tool
+    (`{server}__{tool}`) takes its settings instead: `{"type": "mcp", "category",
+    "timeout_s", "output", "approval", "enabled", "presets"}` (GET and DELETE read and forget
+    them)."""
     return await tenant.services.tools.replace(tool_id, body, tenant_id=tenant.id)
 
 

@@ -3,7 +3,10 @@
 - system and developer messages -> the `system` field; assistant tool calls -> `tool_use`
   blocks; tool messages -> `tool_result` blocks (with `is_error`) in one user turn.
 - Tools -> `input_schema`, the last one marked for prompt caching; `max_tokens` is required;
-  `parallel_tool_calls: false` -> `disable_parallel_tool_use`.
+  `parallel_tool_calls: false` -> `disable_parallel_tool_use`; a turn that may call no tool
+  keeps them (a history of tool use without `tools` is refused) with `tool_choice` `none`.
+- Tool-use ids from the conversation (another model's) outside `[a-zA-Z0-9_-]` are sent as
+  stand-ins (`ANTHROPIC_IDS`), the same for a call and its result.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ import orjson
 
 from app.chat.model import (
     TOOL_ERROR_PREFIX,
+    CallIds,
     ConvertedTools,
     ModelToolCall,
     ModelTurn,
     NativeSearch,
     StreamAssembler,
+    ToolChoice,
     Usage,
     finished,
     malformed_answer,
@@ -33,6 +38,8 @@ logger = logging.getLogger(__name__)
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 _MALFORMED = (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError, ValueError)
+# The Messages API's tool-use ids: `^[a-zA-Z0-9_-]+$` (its own are about 30 characters long).
+ANTHROPIC_IDS = CallIds("a-zA-Z0-9_-", 64)
 
 
 class AnthropicMessagesAPI:
@@ -55,6 +62,7 @@ class AnthropicMessagesAPI:
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
         stream: bool,
+        tool_choice: ToolChoice = "auto",
     ) -> bytes:
         native = native_search(tools)
         system, turns = anthropic_messages(messages, native)
@@ -64,8 +72,8 @@ class AnthropicMessagesAPI:
         payload["messages"] = turns
         if tools:
             payload["tools"] = self._tools(tools) if native is None else _deferring(tools, native)
-            choice: dict[str, Any] = {"type": "auto"}
-            if not parallel_tool_calls:
+            choice: dict[str, Any] = {"type": tool_choice}
+            if not parallel_tool_calls and tool_choice == "auto":
                 choice["disable_parallel_tool_use"] = True
             payload["tool_choice"] = choice
         if stream:
@@ -185,20 +193,15 @@ def _blocks(message: dict[str, Any], native: NativeSearch | None = None) -> list
     content = message.get("content")
     if message["role"] == "tool":
         text = _text(content)
+        call_id = ANTHROPIC_IDS(str(message["tool_call_id"]))
         found = native.revealed.get(message["tool_call_id"]) if native is not None else None
         if found:  # a search's result: references to the tools it found
             references = [
                 {"type": "tool_reference", "tool_name": schema["function"]["name"]}
                 for schema in found
             ]
-            return [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": message["tool_call_id"],
-                    "content": references,
-                }
-            ]
-        block = {"type": "tool_result", "tool_use_id": message["tool_call_id"], "content": text}
+            return [{"type": "tool_result", "tool_use_id": call_id, "content": references}]
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id, "content": text}
         if text.startswith(TOOL_ERROR_PREFIX):
             block["is_error"] = True
         return [block]
@@ -211,7 +214,7 @@ def _blocks(message: dict[str, Any], native: NativeSearch | None = None) -> list
         blocks.append(
             {
                 "type": "tool_use",
-                "id": call["id"],
+                "id": ANTHROPIC_IDS(str(call["id"])),
                 "name": function["name"],
                 "input": _input(function.get("arguments")),
             }

@@ -19,20 +19,29 @@ import orjson
 from app.chat.model import ModelToolCall
 from app.schemas.chat import ApprovalDecision
 from app.schemas.fields import arguments_problem
+from app.schemas.tools import ApprovalMode
 from app.tools.invocation import visible_arguments
 from app.tools.typed import TypedTool
 
 
 @dataclass(frozen=True, slots=True)
 class PendingCall:
-    """A call that waits for a person: its arguments as the model sent them (visible ones)."""
+    """A call that waits for a person: its arguments as the model sent them (visible ones), and
+    whether an operator (the tenant key) decides it rather than the caller (`operator`
+    approval, in a chat a client token started)."""
 
     id: str
     tool: str
     arguments: dict[str, Any]
+    operator: bool = False
 
     def shown(self) -> dict[str, Any]:
-        return {"id": self.id, "tool": self.tool, "arguments": self.arguments}
+        return {
+            "id": self.id,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "decided_by": "operator" if self.operator else "caller",
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,18 +73,24 @@ def parsed_arguments(
 def waiting_calls(
     calls: Sequence[ModelToolCall],
     by_name: Mapping[str, TypedTool],
-    requires: Callable[[TypedTool], bool],
+    mode: Callable[[TypedTool], ApprovalMode],
+    *,
+    by_token: bool = False,
 ) -> list[PendingCall]:
     """The calls that wait for a person: of a tool that requires approval, with usable
-    arguments (a call that cannot run goes to the model as its error, with nothing to approve)."""
+    arguments (a call that cannot run goes to the model as its error, with nothing to approve).
+    In a chat of a client token (`by_token`), an `operator` tool's call is the operator's to
+    decide; the tenant key decides its own chat's calls."""
     waiting = []
     for call in calls:
         tool = by_name.get(call.name)
-        if tool is None or not requires(tool):
+        needed = mode(tool) if tool is not None else "never"
+        if tool is None or needed == "never":
             continue
         arguments, problem = parsed_arguments(call, tool)
         if problem is None:
-            waiting.append(PendingCall(call.id, call.name, arguments))
+            operator = by_token and needed == "operator"
+            waiting.append(PendingCall(call.id, call.name, arguments, operator))
     return waiting
 
 
@@ -101,7 +116,8 @@ def decision_problems(
     decisions: Sequence[ApprovalDecision], pending: Sequence[PendingCall]
 ) -> list[tuple[str, str]]:
     """(path, message) for each decision that matches no waiting call of the conversation
-    (id, tool and arguments), each decision given twice and each waiting call left undecided."""
+    (id, tool and arguments) or decides an operator's call, each decision given twice and each
+    waiting call of the caller's left undecided."""
     waiting = {call.id: call for call in pending}
     problems: list[tuple[str, str]] = []
     seen: set[str] = set()
@@ -110,6 +126,14 @@ def decision_problems(
         call = waiting.get(decision.call_id)
         if decision.call_id in seen:
             problems.append((f"{path}.call_id", "a second decision on the same call"))
+        elif call is not None and call.operator:
+            problems.append(
+                (
+                    f"{path}.call_id",
+                    "an operator decides this call (the tenant key: GET /approvals, then "
+                    "POST /approvals/{approval_id}/decisions), not this client token",
+                )
+            )
         elif call is None:
             known = ", ".join(sorted(waiting)) or "none"
             problems.append(
@@ -125,7 +149,7 @@ def decision_problems(
     problems += [
         ("$.approvals", f"call '{call.id}' ({call.tool}) waits for a decision")
         for call in pending
-        if call.id not in seen
+        if call.id not in seen and not call.operator
     ]
     return problems
 

@@ -22,12 +22,14 @@ from typing import Any
 import orjson
 
 from app.chat.model import (
+    CHAT_COMPLETIONS_IDS,
     ModelAPI,
     ModelError,
     ModelToolCall,
     ModelTurn,
     PreparedTools,
     StreamAssembler,
+    ToolChoice,
     TurnAssembler,
     Usage,
     credentials_rejected,
@@ -40,6 +42,7 @@ from app.chat.model import (
     tool_options,
     unreachable,
     upstream_status,
+    with_call_ids,
 )
 from app.hidden import HiddenValues
 from app.telemetry import describe_model_call
@@ -80,9 +83,12 @@ class ChatCompletionsAPI:
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
         stream: bool,
+        tool_choice: ToolChoice = "auto",
     ) -> bytes:
         prepared = isinstance(tools, PreparedTools) and bool(tools)
-        payload = _payload(model, messages, None if prepared else tools, parallel_tool_calls)
+        payload = _payload(
+            model, messages, None if prepared else tools, parallel_tool_calls, tool_choice
+        )
         if stream:
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True}
@@ -91,8 +97,8 @@ class ChatCompletionsAPI:
             return body
         assert isinstance(tools, PreparedTools)
         # The tool options' bytes joined in (the same fields `tool_options` would add).
-        options = b',"tools":' + tools.json + b',"tool_choice":"auto"'
-        if not parallel_tool_calls:
+        options = b',"tools":' + tools.json + b',"tool_choice":' + orjson.dumps(tool_choice)
+        if not parallel_tool_calls and tool_choice == "auto":
             options += b',"parallel_tool_calls":false'
         return body[:-1] + options + b"}"
 
@@ -140,6 +146,7 @@ class HTTPModelClient:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
+        tool_choice: ToolChoice = "auto",
     ) -> ModelTurn:
         describe_model_call(api=self._api.name, host=self._pool.host, port=self._pool.port)
         body = self._api.body(
@@ -148,6 +155,7 @@ class HTTPModelClient:
             tools=tools,
             parallel_tool_calls=parallel_tool_calls,
             stream=False,
+            tool_choice=tool_choice,
         )
         try:
             for attempt in range(self._max_retries + 1):
@@ -194,6 +202,7 @@ class HTTPModelClient:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
+        tool_choice: ToolChoice = "auto",
     ) -> AsyncIterator[str | ModelTurn]:
         """Content deltas as they arrive, then the assembled turn. Failures before the first
         byte of content are retried like `complete`; later ones end the stream with the error."""
@@ -204,6 +213,7 @@ class HTTPModelClient:
             tools=tools,
             parallel_tool_calls=parallel_tool_calls,
             stream=True,
+            tool_choice=tool_choice,
         )
         try:
             for attempt in range(self._max_retries + 1):
@@ -257,8 +267,13 @@ def _payload(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
     parallel_tool_calls: bool,
+    tool_choice: ToolChoice,
 ) -> dict[str, Any]:
-    return {"model": model, "messages": messages, **tool_options(tools, parallel_tool_calls)}
+    return {
+        "model": model,
+        "messages": with_call_ids(messages, CHAT_COMPLETIONS_IDS),
+        **tool_options(tools, parallel_tool_calls, tool_choice),
+    }
 
 
 def _chunk(data: str) -> dict[str, Any]:

@@ -23,19 +23,23 @@ from app.chat.model import (
     ModelTurn,
     NativeSearch,
     PreparedTools,
+    ToolChoice,
     Usage,
     malformed_answer,
 )
 from app.logs import hiding_forms
 from app.metrics import Metrics
+from app.schemas.tools import ApprovalMode
 from app.telemetry import model_answered, model_span
-from app.tools.approval import ApprovalPolicy
+from app.tools.approval import ApprovalPolicy, CategoryApprovals
 from app.tools.executors import CallScope
 from app.tools.invocation import Invocation, ToolInvoker
 from app.tools.progress import Progress, ProgressSink
 from app.tools.typed import TypedTool
 
-StopReason = Literal["completed", "max_iterations", "token_budget", "approval_required"]
+StopReason = Literal[
+    "completed", "max_iterations", "token_budget", "approval_required", "no_answer"
+]
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,10 @@ class ChatRun:
     decisions: dict[str, Decision] = field(default_factory=dict)
     # Keeps the calls a chat stops for until a person decides them (before anyone hears).
     hold: Callable[[list[PendingCall]], Awaitable[None]] | None = None
+    # The tenant's categories' approval settings, and whether a client token started the chat
+    # (an `operator` approval is then the tenant key's decision).
+    category_approvals: CategoryApprovals = field(default_factory=dict)
+    by_token: bool = False
     # A chat over a large catalog: the model is offered `search.schema` too, and its calls
     # reveal more tools (app/services/chat.py, `ToolFinder`).
     search: ToolSearch | None = None
@@ -163,11 +171,24 @@ class ChatLoop:
         self._approvals = approvals or ApprovalPolicy()
 
     def waiting(
-        self, calls: list[ModelToolCall], tools: list[TypedTool] | dict[str, TypedTool]
+        self,
+        calls: list[ModelToolCall],
+        tools: list[TypedTool] | dict[str, TypedTool],
+        categories: CategoryApprovals | None = None,
+        *,
+        by_token: bool = False,
     ) -> list[PendingCall]:
         """The calls among `calls` that wait for a person's approval before they run."""
         by_name = tools if isinstance(tools, dict) else {tool.name: tool for tool in tools}
-        return waiting_calls(calls, by_name, self._approvals.requires)
+
+        def mode(tool: TypedTool) -> ApprovalMode:
+            return self._approvals.mode(tool, categories)
+
+        return waiting_calls(calls, by_name, mode, by_token=by_token)
+
+    def _waiting(self, calls: list[ModelToolCall], run: _Run) -> list[PendingCall]:
+        chat = run.chat
+        return self.waiting(calls, run.by_name, chat.category_approvals, by_token=chat.by_token)
 
     async def run(
         self,
@@ -207,7 +228,9 @@ class ChatLoop:
             schemas = run.schemas  # searches of the last turn may have added tools
             started, turn = time.perf_counter(), None
             try:
-                turn = await self._call_model(run, messages, None if last else schemas)
+                # The last turn keeps the tools (a tool-use history without them is refused by
+                # Anthropic) and forbids calling one: the model must answer.
+                turn = await self._call_model(run, messages, schemas, "none" if last else "auto")
             finally:
                 self._metrics.model_seconds.observe(time.perf_counter() - started)
                 result.model_calls.append(_model_call(result.started, started, turn))
@@ -217,14 +240,13 @@ class ChatLoop:
             over_budget = 0 < self._limits.token_budget < result.usage.total_tokens
             if last or not turn.tool_calls or over_budget:
                 result.message = {"role": "assistant", "content": turn.content or ""}
-                if last:
-                    result.stop_reason = "max_iterations" if schemas else "completed"
-                else:  # the answer, or tool calls the budget no longer pays for
-                    result.stop_reason = "token_budget" if turn.tool_calls else "completed"
+                result.stop_reason = _stop_reason(turn, last=last and bool(schemas))
+                if over_budget and turn.tool_calls and not last:
+                    result.stop_reason = "token_budget"  # calls the budget no longer pays for
                 messages.append(result.message)
                 return result
             messages.append(_assistant_tool_message(turn.content, turn.tool_calls))
-            pending = self.waiting(turn.tool_calls, run.by_name)
+            pending = self._waiting(turn.tool_calls, run)
             if pending:  # none of the turn's calls runs before a person decides
                 return await self._stop_for_approval(run, result, pending)
             await self._answer_calls(turn.tool_calls, run, result, {})
@@ -245,7 +267,7 @@ class ChatLoop:
     async def _resume(self, run: _Run, result: ChatResult) -> None:
         """Run the unanswered calls of the conversation sent back, as the person decided."""
         calls, decisions = list(run.chat.resume), run.chat.decisions
-        for pending in self.waiting(calls, run.by_name):
+        for pending in self._waiting(calls, run):
             decision = decisions[pending.id]  # the service refused a conversation without it
             verdict = "approved" if decision.approved else "refused"
             result.approvals.append(
@@ -267,29 +289,40 @@ class ChatLoop:
         return result
 
     async def _call_model(
-        self, run: _Run, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+        self,
+        run: _Run,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        choice: ToolChoice,
     ) -> ModelTurn:
         scrub, streamed = run.chat.call.scrub, run.emit is not None
         with model_span(
             model=run.chat.model, stream=streamed, messages=messages, scrub=scrub
         ) as span:
-            turn = await self._model_turn(run, messages, tools)
+            turn = await self._model_turn(run, messages, tools, choice)
             model_answered(span, turn, scrub=scrub)
             return turn
 
     async def _model_turn(
-        self, run: _Run, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+        self,
+        run: _Run,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        choice: ToolChoice,
     ) -> ModelTurn:
-        model, parallel = run.chat.model, run.chat.parallel_tool_calls
         client = run.chat.client or self._model
+        request: dict[str, Any] = {
+            "model": run.chat.model,
+            "messages": messages,
+            "tools": tools,
+            "parallel_tool_calls": run.chat.parallel_tool_calls,
+        }
+        if choice != "auto":  # only when it says something: a client may predate the field
+            request["tool_choice"] = choice
         if run.emit is None:
-            return await client.complete(
-                model=model, messages=messages, tools=tools, parallel_tool_calls=parallel
-            )
+            return await client.complete(**request)
         turn = None
-        stream = client.stream(
-            model=model, messages=messages, tools=tools, parallel_tool_calls=parallel
-        )
+        stream = client.stream(**request)
         async for item in stream:
             if isinstance(item, str):
                 await run.emit("message.delta", {"content": item})
@@ -420,6 +453,14 @@ def _search_query(arguments: str) -> tuple[str, str | None]:
     if not isinstance(query, str) or not query.strip():
         return "", "'query' must be a non-empty string: the service and the action"
     return query.strip(), None
+
+
+def _stop_reason(turn: ModelTurn, *, last: bool) -> StopReason:
+    """Why a chat ends on `turn`, the model's answer: `no_answer` when it carries no text (at
+    the iteration cap, a model that still asked for tools; its calls are not run)."""
+    if not turn.content:
+        return "no_answer"
+    return "max_iterations" if last else "completed"
 
 
 def _recorded(

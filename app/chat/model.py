@@ -5,11 +5,13 @@ Swap the transport by writing another `ModelClient`; the loop does not change.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 import orjson
@@ -18,6 +20,10 @@ from app.errors import AppError
 from app.tools.typed import TypedTool
 
 logger = logging.getLogger(__name__)
+
+# Whether the model may call the tools it is offered this turn: the loop's last turn keeps the
+# tools (Anthropic refuses a tool-use history without them) and forbids calling one.
+ToolChoice = Literal["auto", "none"]
 
 
 @dataclass(frozen=True)
@@ -75,14 +81,63 @@ def finished(reason: object) -> str | None:
     return _FINISHES.get(reason, reason[:64])
 
 
-def tool_options(tools: list[dict[str, Any]] | None, parallel_tool_calls: bool) -> dict[str, Any]:
+def tool_options(
+    tools: list[dict[str, Any]] | None, parallel_tool_calls: bool, tool_choice: ToolChoice = "auto"
+) -> dict[str, Any]:
     """The chat-completions fields that offer tools (none when there are no tools)."""
     if not tools:
         return {}
-    options: dict[str, Any] = {"tools": tools, "tool_choice": "auto"}
-    if not parallel_tool_calls:  # sent only when off: not every server knows the field
-        options["parallel_tool_calls"] = False
+    options: dict[str, Any] = {"tools": tools, "tool_choice": tool_choice}
+    if not parallel_tool_calls and tool_choice == "auto":  # sent only when off: not every
+        options["parallel_tool_calls"] = False  # server knows the field
     return options
+
+
+class CallIds:
+    """Tool-call ids as one API accepts them: an id of the conversation (another model's,
+    a gateway's: `functions.add:0`) outside the API's alphabet or over its length becomes a
+    stand-in made of its allowed characters and a digest of the whole id. The same id always
+    gives the same stand-in, so a call and its result still match in the request, and the
+    caller's messages keep their own ids: nothing needs mapping back."""
+
+    def __init__(self, alphabet: str, max_length: int) -> None:
+        self._fits = re.compile(f"[{alphabet}]{{1,{max_length}}}")
+        self._outside = re.compile(f"[^{alphabet}]")
+        self._max_length = max_length
+
+    def __call__(self, call_id: str) -> str:
+        if self._fits.fullmatch(call_id):
+            return call_id
+        digest = hashlib.blake2b(call_id.encode(), digest_size=8).hexdigest()
+        kept = self._outside.sub("_", call_id)[: self._max_length - len(digest) - 1]
+        return f"{kept}_{digest}"
+
+
+# Chat completions: OpenAI refuses a tool call id over 40 characters (`string_above_max_length`).
+CHAT_COMPLETIONS_IDS = CallIds(r"\x00-\U0010ffff", 40)
+
+
+def with_call_ids(messages: list[dict[str, Any]], ids: CallIds) -> list[dict[str, Any]]:
+    """`messages` with each tool call's id and each tool message's `tool_call_id` as `ids`
+    gives them; the same list when none changes (nearly always)."""
+    if all(_ids_fit(message, ids) for message in messages):
+        return messages
+    return [_with_ids(message, ids) for message in messages]
+
+
+def _ids_fit(message: dict[str, Any], ids: CallIds) -> bool:
+    if message.get("role") == "tool":
+        return ids(str(message.get("tool_call_id", ""))) == message.get("tool_call_id")
+    return all(ids(str(c.get("id", ""))) == c.get("id") for c in message.get("tool_calls") or ())
+
+
+def _with_ids(message: dict[str, Any], ids: CallIds) -> dict[str, Any]:
+    if message.get("role") == "tool":
+        return {**message, "tool_call_id": ids(str(message.get("tool_call_id", "")))}
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    return {**message, "tool_calls": [{**c, "id": ids(str(c.get("id", "")))} for c in calls]}
 
 
 # The loop writes a failed tool's result with this prefix; APIs with an error flag on tool
@@ -189,6 +244,7 @@ class ModelAPI(Protocol):
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
         stream: bool,
+        tool_choice: ToolChoice = "auto",
     ) -> bytes: ...
 
     def parse(self, raw: bytes, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
@@ -207,7 +263,10 @@ class ModelClient(Protocol):
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
-    ) -> ModelTurn: ...
+        tool_choice: ToolChoice = "auto",
+    ) -> ModelTurn:
+        """One turn; `tool_choice="none"`: the tools are offered but none may be called."""
+        ...
 
     def stream(
         self,
@@ -216,6 +275,7 @@ class ModelClient(Protocol):
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
+        tool_choice: ToolChoice = "auto",
     ) -> AsyncIterator[str | ModelTurn]:
         """Content deltas (str) as the model streams them, then the whole turn."""
         ...

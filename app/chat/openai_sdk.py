@@ -10,9 +10,11 @@ import openai
 from openai import AsyncOpenAI
 
 from app.chat.model import (
+    CHAT_COMPLETIONS_IDS,
     ModelError,
     ModelToolCall,
     ModelTurn,
+    ToolChoice,
     TurnAssembler,
     Usage,
     credentials_rejected,
@@ -24,6 +26,7 @@ from app.chat.model import (
     tool_options,
     unreachable,
     upstream_status,
+    with_call_ids,
 )
 from app.telemetry import describe_model_call, outbound_headers
 
@@ -49,13 +52,15 @@ class OpenAISDKClient:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
+        tool_choice: ToolChoice = "auto",
     ) -> ModelTurn:
-        options = tool_options(tools, parallel_tool_calls)
+        options = tool_options(tools, parallel_tool_calls, tool_choice)
+        sent = with_call_ids(messages, CHAT_COMPLETIONS_IDS)
         self._describe()
         try:
             completion = await self._completions.create(
                 model=model,
-                messages=cast(Any, messages),  # already OpenAI-format dicts
+                messages=cast(Any, sent),  # already OpenAI-format dicts
                 extra_headers=outbound_headers({}) or None,  # the trace's traceparent, if on
                 **options,
             )
@@ -72,19 +77,21 @@ class OpenAISDKClient:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
+        tool_choice: ToolChoice = "auto",
     ) -> AsyncIterator[str | ModelTurn]:
         """Content deltas as they arrive, then the assembled turn."""
         options = {
             "stream": True,
             "stream_options": {"include_usage": True},
-            **tool_options(tools, parallel_tool_calls),
+            **tool_options(tools, parallel_tool_calls, tool_choice),
         }
+        sent = with_call_ids(messages, CHAT_COMPLETIONS_IDS)
         assembler = TurnAssembler()
         self._describe()
         try:
             chunks = await self._completions.create(
                 model=model,
-                messages=cast(Any, messages),
+                messages=cast(Any, sent),
                 extra_headers=outbound_headers({}) or None,
                 **options,
             )

@@ -28,6 +28,7 @@ from app.chat.model import (
     ModelTurn,
     NativeSearch,
     StreamAssembler,
+    ToolChoice,
     Usage,
     finished,
     malformed_answer,
@@ -104,6 +105,7 @@ class ResponsesAPI:
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
         stream: bool,
+        tool_choice: ToolChoice = "auto",
     ) -> bytes:
         native = native_search(tools)
         previous, items = self._input(messages, native)
@@ -119,8 +121,8 @@ class ResponsesAPI:
                 payload["parallel_tool_calls"] = False
         elif tools:
             payload["tools"] = self._tools(tools)
-            payload["tool_choice"] = "auto"
-            if not parallel_tool_calls:
+            payload["tool_choice"] = tool_choice
+            if not parallel_tool_calls and tool_choice == "auto":
                 payload["parallel_tool_calls"] = False
         if stream:
             payload["stream"] = True

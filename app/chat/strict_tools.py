@@ -24,6 +24,7 @@ from app.chat.model import (
     ModelTurn,
     PreparedTools,
     StreamAssembler,
+    ToolChoice,
 )
 from app.tools.providers import strict_schema
 
@@ -53,6 +54,7 @@ class StrictToolsAPI:
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
         stream: bool,
+        tool_choice: ToolChoice = "auto",
     ) -> bytes:
         strict = self._strict_lists(tools) if tools else tools
         return self._inner.body(
@@ -61,6 +63,7 @@ class StrictToolsAPI:
             tools=strict,
             parallel_tool_calls=parallel_tool_calls,
             stream=stream,
+            tool_choice=tool_choice,
         )
 
     def parse(self, raw: bytes, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:

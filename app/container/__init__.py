@@ -47,6 +47,7 @@ from app.services.identity import IdentityService
 from app.services.invocations import InvocationService
 from app.services.mcp_gateway import McpGatewayService
 from app.services.mcp_servers import McpServerService
+from app.services.mcp_tool_settings import McpToolSettingsService
 from app.services.model_providers import ModelProviderService
 from app.services.oauth_server import OAuthServer
 from app.services.outbound import TenantOutbound
@@ -57,6 +58,7 @@ from app.services.tenants import TenantData, TenantService
 from app.services.tool_import import ToolImporter
 from app.services.toolbox import Toolbox
 from app.services.tools import ToolService
+from app.tools.approval import ApprovalPolicy
 from app.tools.invocation import ToolInvoker
 from app.tools.netguard import OutboundPolicy
 from app.tools.registry import FunctionRegistry
@@ -91,6 +93,8 @@ class Services:
     identity: IdentityService  # tenants' identity providers: their end users' JWTs
     oauth_server: OAuthServer  # toolgate's own, for tenants without one (connect links)
     proxies: TrustedProxies  # whose forwarded headers say the URL clients used
+    approvals: ApprovalBook  # what waits for a person (GET /approvals), and operators' decisions
+    mcp_tool_settings: McpToolSettingsService  # MCP tools' settings by `{server}__{tool}` id
 
 
 def build_tenant_service(
@@ -119,6 +123,7 @@ def build_tenant_service(
         publish=stores.publish,
         model_providers=stores.model_providers,
         approvals=stores.approvals,
+        mcp_tool_settings=stores.mcp_tool_settings,
         also_drop=also_drop,
     )
 
@@ -196,7 +201,14 @@ def build_runtime(
     recorder.start()
     stack.push_async_callback(recorder.close)  # closed before the database: records flushed
     invoker = build_invoker(settings, registry, policy, metrics, stack)
-    toolbox = Toolbox(catalog=stores.catalog, mcp=mcp, hub=hub, secrets=secrets, outbound=outbound)
+    toolbox = Toolbox(
+        catalog=stores.catalog,
+        mcp=mcp,
+        hub=hub,
+        secrets=secrets,
+        outbound=outbound,
+        mcp_settings=stores.mcp_tool_settings,
+    )
     providers = ModelProviderService(
         providers=stores.model_providers,
         secrets=secrets,
@@ -291,6 +303,7 @@ async def build_services(
             search=settings.mcp_tool_search,
             search_over=settings.tool_search_threshold,
             search_results=settings.tool_search_results,
+            approvals=ApprovalPolicy(risky_default=settings.risky_tool_approval),
         ),
         mcp_hub=run.hub,
         runs=RunService(runs=stores.runs),
@@ -321,4 +334,10 @@ async def build_services(
         identity=identity,
         oauth_server=oauth,
         proxies=build_proxies(settings),
+        approvals=ApprovalBook(run.approvals, wait_s=settings.approval_wait_s),
+        mcp_tool_settings=McpToolSettingsService(
+            settings=stores.mcp_tool_settings,
+            toolbox=run.toolbox,
+            tools=tools,
+        ),
     )

@@ -20,6 +20,7 @@ from app.repositories.changes import ChangeStampRepository
 from app.repositories.database import Database
 from app.repositories.limits import LimitRepository
 from app.repositories.mcp_servers import McpServerRepository
+from app.repositories.mcp_tool_settings import McpToolSettingsRepository
 from app.repositories.model_providers import ModelProviderRepository
 from app.repositories.run_journal import RunJournal
 from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
@@ -54,6 +55,7 @@ class Stores:
     changes: ChangeFeed | None  # None for the in-memory store: one process, nothing to tell
     model_providers: ModelProviderRepository
     approvals: ApprovalRepository
+    mcp_tool_settings: McpToolSettingsRepository
 
     @property
     def publish(self) -> Publish:
@@ -113,6 +115,7 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
         catalog=catalog,
         model_providers=ModelProviderRepository(database),
         approvals=ApprovalRepository(database),
+        mcp_tool_settings=McpToolSettingsRepository(database),
         changes=changes,
     )
 

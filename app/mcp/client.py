@@ -34,6 +34,7 @@ from app.telemetry import inject_headers
 from app.tools.netguard import OutboundBlockedError, OutboundPolicy, guarded_transport
 from app.tools.outcome import ToolOutcome
 
+logger = logging.getLogger(__name__)
 stderr_logger = logging.getLogger("app.mcp.stderr")
 STDERR_DRAIN_S = 2.0
 STDERR_LINE_BYTES = 4096
@@ -92,6 +93,68 @@ class ListingCap(httpx2.AsyncBaseTransport):
             response.status_code, headers=headers, content=content, request=request
         )
 
+
+class _ClosedKeptAlive(Exception):
+    def __init__(self, error: httpx2.TransportError) -> None:
+        self.error = error
+
+
+class ResendingTransport(httpx2.AsyncBaseTransport):
+    """Sends a request again, on another connection, when it met a kept-alive connection the
+    server had closed before any answer came, as browsers do: a server closes an idle
+    connection when its keep-alive timeout passes (uvicorn: 5 s), and a request sent on it just
+    then is never read. The SDK would take the failure for the end of the session.
+
+    Only a connection that served earlier requests counts (httpcore's public `trace`
+    extension tells: no connect before the request went out), and only before the answer's head
+    (the transport returns at the head): a request on a fresh connection that fails is the
+    server's failure and is not sent twice. At most MAX_RESENDS times, each on a connection
+    the pool has not yet found closed."""
+
+    MAX_RESENDS = 8  # the pool's idle connections all closed at once, then a fresh one
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        resendable = isinstance(request.stream, httpx2.ByteStream)  # the body can go again
+        for _ in range(self.MAX_RESENDS):
+            try:
+                return await self._attempt(request)
+            except _ClosedKeptAlive as closed:
+                if not resendable:
+                    raise closed.error from None
+                logger.info(
+                    "MCP request met a kept-alive connection the server had closed (%s): "
+                    "sent again",
+                    type(closed.error).__name__,
+                )
+        return await self._inner.handle_async_request(request)
+
+    async def _attempt(self, request: httpx2.Request) -> httpx2.Response:
+        """One sending; a failure before the answer on a connection that was not opened for
+        it is `_ClosedKeptAlive`."""
+        traced = request.extensions.get("trace")
+        connected = False
+
+        async def trace(name: str, info: dict[str, Any]) -> None:
+            nonlocal connected
+            connected = connected or name.startswith("connection.connect_tcp")
+            if traced is not None:
+                await traced(name, info)
+
+        request.extensions = {**request.extensions, "trace": trace}
+        try:
+            return await self._inner.handle_async_request(request)
+        except (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError) as exc:
+            if connected:
+                raise
+            raise _ClosedKeptAlive(exc) from exc
+        finally:
+            request.extensions = {k: v for k, v in request.extensions.items() if k != "trace"}
+            if traced is not None:
+                request.extensions["trace"] = traced
+
     async def aclose(self) -> None:
         await self._inner.aclose()
 
@@ -123,15 +186,14 @@ def _http_client(
     timeout_s: float,
     max_list_bytes: int | None = None,
 ) -> httpx2.AsyncClient:
-    transport: httpx2.AsyncBaseTransport | None = None
     if policy is not None:  # a tenant's server: every connection is checked where it is made
         limits = httpx2.Limits(max_connections=4, max_keepalive_connections=4)
-        transport = guarded_transport(policy, limits=limits, http=httpx2, core=httpcore2)
+        inner = guarded_transport(policy, limits=limits, http=httpx2, core=httpcore2)
+    else:
+        inner = httpx2.AsyncHTTPTransport(retries=0, verify=_trusted_roots(), trust_env=False)
+    transport: httpx2.AsyncBaseTransport = ResendingTransport(inner)
     if max_list_bytes is not None:
-        inner = transport or httpx2.AsyncHTTPTransport(
-            retries=0, verify=_trusted_roots(), trust_env=False
-        )
-        transport = ListingCap(inner, max_list_bytes)
+        transport = ListingCap(transport, max_list_bytes)
     return httpx2.AsyncClient(
         headers={"User-Agent": "toolgate/0.1", **headers},
         timeout=httpx2.Timeout(timeout_s, read=STREAM_READ_TIMEOUT_S),
@@ -260,6 +322,16 @@ async def list_all_tools(
     return tools
 
 
+_CLOSED_CONNECTION = (
+    httpx2.RemoteProtocolError,
+    httpx2.ReadError,
+    httpx2.WriteError,
+    ConnectionResetError,
+    BrokenPipeError,
+    ConnectionAbortedError,
+)
+
+
 def failure_reason(exc: BaseException) -> str:
     """A short, secret-free reason for a failed connection or call (no URLs, no headers)."""
     for inner in _chain(exc):
@@ -277,7 +349,12 @@ def failure_reason(exc: BaseException) -> str:
             return f"the server answered HTTP {inner.response.status_code}"
         if isinstance(inner, httpx2.TimeoutException | TimeoutError):
             return "the server did not answer in time"
-        if isinstance(inner, httpx2.ConnectError | ConnectionError):
+        if isinstance(inner, httpx2.ConnectError | ConnectionRefusedError):
+            return "the server refused the connection or could not be reached"
+        # A connection that was open and then closed or reset: the server is (or was) there.
+        if isinstance(inner, _CLOSED_CONNECTION):
+            return "the server closed the connection before it answered"
+        if isinstance(inner, ConnectionError):
             return "the server refused the connection or could not be reached"
     first = next(iter(_chain(exc)))
     # URLs may carry credentials in their query: never repeat one.

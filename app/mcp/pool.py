@@ -8,7 +8,9 @@ runs, so a stdio server is started once per idle period rather than once per cal
   every acquire); at most MCP_POOL_PER_TENANT entries per tenant and MCP_POOL_TOTAL in all (the
   least recently used idle entry makes room; with none idle the run opens its own session).
 - A session that dies (its process exits, its connection closes) is dropped; the next acquire
-  opens a new one.
+  opens a new one. One idle for PING_AFTER_IDLE_S or more is pinged before it is lent again
+  (within PING_TIMEOUT_S): a stdio server that died or hung while idle is found then, dropped
+  and started again, once, rather than failing the call (or the listing) it was lent for.
 
 Each session lives in a task of its own: the SDK's transports use anyio scopes that must be
 exited by the task that entered them.
@@ -31,6 +33,8 @@ from app.mcp.config import McpServer
 logger = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT_S = 5.0
+PING_AFTER_IDLE_S = 1.0  # a session used more recently is lent without a ping
+PING_TIMEOUT_S = 2.0
 PoolKey = tuple[str, str, str, str, str]
 # Opens a session and holds it until the event is set (`McpHub._hold`, through `hold`).
 Holder = Callable[
@@ -55,6 +59,8 @@ class PooledSession:
     owner: asyncio.Task[None] | None = None
     leases: int = 0
     dead: bool = field(default=False)
+    check: asyncio.Future[bool] | None = None  # the ping before reuse, shared by its callers
+    checked_at: float | None = None  # `last_used` when it was pinged
 
     @property
     def tenant_id(self) -> str:
@@ -94,6 +100,13 @@ class SessionPool:
         pool is full of sessions in use. Release it with `release`."""
         self.sweep()
         entry = self._entries.get(key)
+        if entry is not None and entry.alive() and not await self._healthy(entry):
+            logger.warning(
+                "MCP server %r: its pooled session did not answer a ping: started again",
+                server.name,
+            )
+            self.discard(entry)
+        entry = self._entries.get(key)  # another caller may have opened one meanwhile
         if entry is None or not entry.alive():
             if entry is not None:
                 self.discard(entry)
@@ -113,6 +126,18 @@ class SessionPool:
                 self.discard(entry)
             raise
         return entry
+
+    async def _healthy(self, entry: PooledSession) -> bool:
+        """Whether an open entry may be lent: in use, used lately or still opening, or it
+        answers a ping (one ping for every caller that asks meanwhile)."""
+        idle = entry.leases == 0 and self._clock() - entry.last_used >= PING_AFTER_IDLE_S
+        ready = entry.ready
+        if not idle or not ready.done() or ready.cancelled() or ready.exception() is not None:
+            return True  # in use, or not open (yet): nothing to ping
+        if entry.check is None or (entry.check.done() and entry.checked_at != entry.last_used):
+            entry.checked_at = entry.last_used
+            entry.check = asyncio.ensure_future(_answers_ping(ready.result()))
+        return await asyncio.shield(entry.check)
 
     def release(self, entry: PooledSession) -> None:
         entry.leases = max(0, entry.leases - 1)
@@ -217,6 +242,16 @@ class SessionPool:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=CLOSE_TIMEOUT_S)
+
+
+async def _answers_ping(session: ClientSession) -> bool:
+    try:
+        async with asyncio.timeout(PING_TIMEOUT_S):
+            await session.send_ping()
+    except Exception as exc:
+        logger.info("pooled MCP session failed its ping: %s", failure_reason(exc))
+        return False
+    return True
 
 
 async def hold(

@@ -7,6 +7,7 @@ import logging
 import time
 from typing import Any
 
+import anyio
 from mcp import ClientSession, MCPError
 from mcp_types import CONNECTION_CLOSED
 
@@ -60,16 +61,47 @@ class McpSessions:
         tool: str,
         arguments: dict[str, Any],
         progress: ProgressSink | None = None,
+        *,
+        read_only: bool = False,
     ) -> ToolOutcome:
         """Call `tool` on the server's session; with `progress`, the server is asked for
-        progress notifications (a progress token) and each is passed on."""
-        try:
-            session = await self._session(server_name)
-        except Exception as exc:
+        progress notifications (a progress token) and each is passed on. A call whose session
+        is lost before its answer fails with that reason; it goes once more, on a new session,
+        when it is safe: the tool is `read_only` (`readOnlyHint`/`idempotentHint`), or the
+        call never left (the session had already ended when it was written)."""
+        for attempt in (1, 2):
+            try:
+                session = await self._session(server_name)
+            except Exception as exc:
+                return ToolOutcome.error(
+                    f"cannot connect to MCP server '{server_name}': {failure_reason(exc)}",
+                    "unreachable",
+                )
+            outcome = await self._call_on(session, server_name, tool, arguments, progress)
+            if not isinstance(outcome, _Lost):
+                return outcome
+            if attempt == 1 and (read_only or outcome.unsent):
+                logger.warning(
+                    "MCP server %r: the session was lost during a call of %r: sent again on "
+                    "a new session (%s)",
+                    server_name,
+                    tool,
+                    "read-only tool" if read_only else "it had not been sent",
+                )
+                continue
             return ToolOutcome.error(
-                f"cannot connect to MCP server '{server_name}': {failure_reason(exc)}",
-                "unreachable",
+                f"MCP server '{server_name}' failed the call: {outcome.reason}", "unreachable"
             )
+        raise AssertionError("unreachable: the second attempt returns")
+
+    async def _call_on(
+        self,
+        session: ClientSession,
+        server_name: str,
+        tool: str,
+        arguments: dict[str, Any],
+        progress: ProgressSink | None,
+    ) -> ToolOutcome | _Lost:
         started = time.perf_counter()
         server = self._servers[server_name]
         try:
@@ -87,9 +119,10 @@ class McpSessions:
             self._hub.call_done(server, time.perf_counter() - started, "failed")
             raise
         except Exception as exc:
+            self._hub.call_done(server, time.perf_counter() - started, "failed")
             if not isinstance(exc, MCPError) or exc.code == CONNECTION_CLOSED:
                 self._retire(server_name)  # the session is gone: the next call reconnects
-            self._hub.call_done(server, time.perf_counter() - started, "failed")
+                return _Lost(server_name, exc)
             return ToolOutcome.error(
                 f"MCP server '{server_name}' failed the call: {failure_reason(exc)}",
                 "unreachable",
@@ -169,6 +202,23 @@ class McpSessions:
                     await asyncio.wait(pending, timeout=CLOSE_TIMEOUT_S)
         finally:
             self._hub.runs.discard(self)
+
+
+class _Lost:
+    """A call whose session ended before its answer: why, and whether it never left (the SDK
+    refused to write it: the session had already ended)."""
+
+    def __init__(self, server_name: str, error: Exception) -> None:
+        self.unsent = isinstance(
+            error.__context__, anyio.ClosedResourceError | anyio.BrokenResourceError
+        )
+        if isinstance(error, MCPError) and error.code == CONNECTION_CLOSED:
+            self.reason = (
+                f"the session with MCP server '{server_name}' ended before its answer (the "
+                "server closed the connection, or its process exited)"
+            )
+        else:
+            self.reason = failure_reason(error)
 
 
 def _forwarding(sink: ProgressSink, done: list[bool]) -> Any:

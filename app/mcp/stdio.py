@@ -71,6 +71,12 @@ async def stdio_transport(params: StdioServerParameters, errlog: TextIO) -> Asyn
             try:
                 yield read_stream, write_stream
             finally:
+                if process.poll() is not None:  # not stopped by us: say so, with its code
+                    logger.warning(
+                        "MCP server %s exited on its own (code %d): its session ended",
+                        params.command,
+                        process.returncode,
+                    )
                 with anyio.CancelScope(shield=True):
                     write_stream.close()
                     stdin.close()  # EOF on the server's stdin: its cue to exit

@@ -7,13 +7,16 @@ providers that cannot take it as it is named.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import mcp_types
 
 from app.mcp.config import McpServer, exposed_tool_name
 from app.tools.providers import provider_problems
-from app.tools.typed import ContextSlot, McpServerTool, TypedTool
+from app.tools.rules import compiled_select
+from app.tools.typed import ContextSlot, ExternalTool, McpServerTool, TypedTool
 
 _ANNOTATIONS = {
     "read_only_hint": "readOnlyHint",
@@ -60,6 +63,44 @@ def mcp_server_tool(server: McpServer, tool: mcp_types.Tool) -> McpServerTool:
     )
 
 
+def with_settings(tool: McpServerTool, settings: Mapping[str, Any] | None) -> McpServerTool:
+    """The tool with the tenant's stored settings for it (`PUT /tools/{server}__{tool}`):
+    category, enabled, timeout, output shaping, approval, and presets (arguments set here,
+    hidden from the model as context parameters are). A preset for an argument the server no
+    longer lists is not sent (the settings' write checked it against the list of then)."""
+    if not settings:
+        return tool
+    properties = dict(tool.json_parameters.get("properties") or {})
+    presets = {k: v for k, v in (settings.get("presets") or {}).items() if k in properties}
+    visible = {
+        **tool.json_parameters,
+        "properties": {k: v for k, v in properties.items() if k not in presets},
+    }
+    required = [r for r in tool.json_parameters.get("required") or [] if r not in presets]
+    if required:
+        visible["required"] = required
+    else:
+        visible.pop("required", None)
+    output = settings.get("output") or {}
+    return dataclasses.replace(
+        tool,
+        json_parameters=visible,
+        context=(
+            *tool.context,
+            *(
+                ContextSlot(name, name, required=False, preset=value)
+                for name, value in presets.items()
+            ),
+        ),
+        category=str(settings.get("category") or tool.category),
+        enabled=bool(settings.get("enabled", True)),
+        timeout_s=settings.get("timeout_s"),
+        output_select=compiled_select(output["select"]) if output.get("select") else None,
+        output_max_chars=output.get("max_chars"),
+        approval=settings.get("approval"),
+    )
+
+
 def _annotations(annotations: mcp_types.ToolAnnotations | None) -> dict[str, bool] | None:
     """The server's hints, kept as they are (snake_case, as stored tools have them)."""
     if annotations is None:
@@ -72,12 +113,14 @@ def _annotations(annotations: mcp_types.ToolAnnotations | None) -> dict[str, boo
     return hints or None
 
 
-def served_tool(tool: TypedTool) -> mcp_types.Tool:
-    """Any typed tool as `/mcp` serves it: the model's schema (context parameters stripped)."""
+def served_tool(tool: TypedTool, *, waits: bool = False) -> mcp_types.Tool:
+    """Any typed tool as `/mcp` serves it: the model's schema (context parameters stripped), and
+    its hints (`served_hints`; `waits`: a chat would stop for a person before calling it)."""
+    hints = served_hints(tool, waits=waits)
     annotations = None
-    if tool.annotations:
+    if hints:
         annotations = mcp_types.ToolAnnotations.model_validate(
-            {_ANNOTATIONS[k]: v for k, v in tool.annotations.items() if k in _ANNOTATIONS}
+            {_ANNOTATIONS[k]: v for k, v in hints.items() if k in _ANNOTATIONS}
         )
     output_schema = tool.output_schema if isinstance(tool, McpServerTool) else None
     execution = tool.execution if isinstance(tool, McpServerTool) else None
@@ -90,6 +133,26 @@ def served_tool(tool: TypedTool) -> mcp_types.Tool:
         execution=mcp_types.ToolExecution.model_validate(execution) if execution else None,
         annotations=annotations,
     )
+
+
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def served_hints(tool: TypedTool, *, waits: bool) -> dict[str, bool]:
+    """The hints an MCP client reads to decide whether to ask its user: the tool's own, else
+    what its method says (`GET` reads, `DELETE` destroys), and a tool a chat would stop for (its
+    `approval`, its category's, or the risky default) is always `destructiveHint`, never read-only:
+    clients ask their user before such a call, as a chat asks a person."""
+    hints = dict(tool.annotations or {})
+    method = tool.method if isinstance(tool, ExternalTool) else None
+    if waits or (method == "DELETE" and "destructive_hint" not in hints):
+        hints["destructive_hint"] = True
+        hints["read_only_hint"] = False
+    elif method in _READS and "read_only_hint" not in hints:
+        hints["read_only_hint"] = True
+    elif method is not None and "read_only_hint" not in hints:
+        hints["read_only_hint"] = False  # it writes: POST, PUT, PATCH
+    return hints
 
 
 def mcp_tool_document(tool: McpServerTool) -> dict[str, Any]:

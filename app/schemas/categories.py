@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import BaseModel, Field, StringConstraints
 
 from app.schemas.fields import ClientModel, Description, Name
+from app.schemas.tools import ApprovalMode
 
 DEFAULT_CATEGORY = "default"
 UsageHints = Annotated[str, StringConstraints(max_length=8192)]
@@ -22,6 +23,11 @@ class CategoryFields(ClientModel):
         default="",
         description="Told to the model when a chat offers the category's tools, as a "
         "`## {name} tools` section of one instruction block.",
+    )
+    approval: ApprovalMode | None = Field(
+        default=None,
+        description="Chats: the approval of the category's tools that set none of their own "
+        "(`always`, `operator`: the tenant key decides, `never`); unset: each tool's default.",
     )
 
 
@@ -53,6 +59,7 @@ class Category(BaseModel):
     description: str
     enabled: bool
     usage_hints: str
+    approval: ApprovalMode | None = None
     tools: int = Field(description="How many of the tenant's tools it holds.")
     created_at: datetime | None = None
     updated_at: datetime | None = None

@@ -140,6 +140,12 @@ class PendingApproval(BaseModel):
     id: str
     tool: str
     arguments: Any = Field(description="As the model sent them (context values never shown).")
+    decided_by: Literal["caller", "operator"] = Field(
+        default="caller",
+        description="`caller`: decide it in `approvals` when sending the conversation back; "
+        "`operator`: the tenant key decides it (`POST /approvals/{approval_id}/decisions`), "
+        "then the conversation is sent back without a decision for it.",
+    )
 
 
 class SkippedServer(BaseModel):
@@ -151,13 +157,17 @@ class ChatResponse(BaseModel):
     run_id: str
     message: dict[str, Any]
     messages: list[dict[str, Any]]
-    stop_reason: Literal["completed", "max_iterations", "token_budget", "approval_required"] = (
-        Field(
-            description="`token_budget`: the model's reported usage passed CHAT_TOKEN_BUDGET, so "
-            "the tool calls of its last turn were not run. `approval_required`: the model called "
-            "a tool that waits for a person's approval; none of that turn's calls ran "
-            "(`pending_approvals`); continue with `approvals`."
-        )
+    stop_reason: Literal[
+        "completed", "max_iterations", "token_budget", "approval_required", "no_answer"
+    ] = Field(
+        description="`max_iterations`: the chat made its `max_iterations` model calls; the "
+        "last one offered the tools but allowed no call, and `message` is its answer. "
+        "`token_budget`: the model's reported usage passed CHAT_TOKEN_BUDGET, so "
+        "the tool calls of its last turn were not run. `approval_required`: the model called "
+        "a tool that waits for a person's approval; none of that turn's calls ran "
+        "(`pending_approvals`); continue with `approvals`. `no_answer`: the model's last turn "
+        "carried no text (`message.content` is empty): it answered nothing, or, on the last "
+        "turn, still asked for tools (`finish_reason` says so; those calls were not run)."
     )
     iterations: int
     tool_calls: list[ToolCallResult]

@@ -287,3 +287,13 @@ TOKEN_TEST: Examples = {
         },
     },
 }
+
+OPERATOR_DECISIONS: Examples = {
+    "approve": {
+        "summary": "Approve the call a client token's chat stopped for (its tool's `approval` is "
+        "`operator`; the ids from GET /approvals)",
+        "value": {
+            "decisions": [{"call_id": "call_7", "approved": True, "reason": "checked by Ada"}]
+        },
+    },
+}

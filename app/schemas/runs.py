@@ -11,7 +11,13 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
 RunKind = Literal["chat", "invoke", "mcp"]
 RunStatus = Literal[
-    "completed", "max_iterations", "token_budget", "approval_required", "cancelled", "error"
+    "completed",
+    "max_iterations",
+    "token_budget",
+    "approval_required",
+    "no_answer",
+    "cancelled",
+    "error",
 ]
 
 

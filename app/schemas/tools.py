@@ -34,11 +34,13 @@ ScalarValue = Annotated[str, StringConstraints(max_length=256)] | bool | int | f
 ParameterType = Literal["string", "integer", "number", "boolean", "array"]
 SchemaType = Literal["string", "integer", "number", "boolean", "array", "object", "null"]
 ToolType = Literal["function", "external"]
-ApprovalMode = Literal["always", "never"]
+ApprovalMode = Literal["always", "never", "operator"]
 APPROVAL_DOC = (
     "Chats: `always` stops the chat for a person's approval before each call of this tool "
-    "(`stop_reason: approval_required`); `never` runs it at once. Unset: `always` for tools "
-    "marked `destructive_hint` and external `DELETE` tools (the operator's "
+    "(`stop_reason: approval_required`); `operator` stops it too, and the decision is the "
+    "tenant key's (`POST /approvals/{approval_id}/decisions`), not a client token's whose "
+    "chat stopped; `never` runs it at once. Unset: the category's `approval`, else `always` "
+    "for tools marked `destructive_hint` and external `DELETE` tools (the operator's "
     "RISKY_TOOL_APPROVAL changes that), `never` for the others."
 )
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
@@ -501,3 +503,45 @@ class ImportResult(BaseModel):
         description="What refuses the import as a whole (the category, the tenant's tool cap), "
         "each with its JSON path; a dry run lists them, an import answers 422."
     )
+
+
+MAX_PRESETS = 32
+
+
+class McpToolSettings(ClientModel):
+    """The settings of an MCP server's tool, stored by its `{server}__{tool}` id: what a stored
+    tool's document says of itself, for a tool whose definition its server keeps."""
+
+    type: Literal["mcp"]
+    category: Name = Field(
+        default="default",
+        description="The tool's category (`/categories`): offered to chats while it is enabled.",
+    )
+    enabled: bool = True
+    output: ToolOutput | None = None
+    timeout_s: Annotated[float, Field(gt=0, le=MAX_TOOL_TIMEOUT_S)] | None = Field(
+        default=None, description="This tool's timeout (at most TOOL_TIMEOUT_S, the default)."
+    )
+    approval: ApprovalMode | None = Field(default=None, description=APPROVAL_DOC)
+    presets: dict[Name, PresetValue] = Field(
+        default_factory=dict,
+        max_length=MAX_PRESETS,
+        description="Arguments of the tool set here, on every call: the model never sees them "
+        "(nor a caller's context_arguments) and the server's value for them is this one.",
+    )
+
+
+class McpToolSettingsView(BaseModel):
+    """An MCP tool's stored settings, as returned to admins."""
+
+    tool_id: str
+    type: Literal["mcp"] = "mcp"
+    server: str
+    mcp_tool: str
+    category: str
+    enabled: bool
+    output: ToolOutput | None = None
+    timeout_s: float | None = None
+    approval: ApprovalMode | None = None
+    presets: dict[str, Any]
+    updated_at: datetime

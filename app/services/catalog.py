@@ -38,14 +38,14 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import orjson
 
 from app.cache import Coherence, LoadingCache
 from app.repositories.categories import CategoryRepository
 from app.repositories.tools import ToolRepository
-from app.schemas.tools import StoredTool, Tool, UnreadableTool
+from app.schemas.tools import ApprovalMode, StoredTool, Tool, UnreadableTool
 from app.services.tool_search import ToolIndex
 from app.tools.registry import FunctionRegistry
 from app.tools.typed import (
@@ -101,6 +101,7 @@ class CategoryState:
     usage_hints: str = ""
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    approval: ApprovalMode | None = None  # its tools' approval, where they set none
 
     @classmethod
     def of(cls, doc: dict[str, Any]) -> CategoryState | None:
@@ -112,6 +113,7 @@ class CategoryState:
         if not (isinstance(enabled, bool) and isinstance(hints, str)):
             return None
         made, changed = doc.get("created_at"), doc.get("updated_at")
+        approval = doc.get("approval")
         return cls(
             name,
             description,
@@ -119,6 +121,7 @@ class CategoryState:
             hints,
             made if isinstance(made, datetime) else None,
             changed if isinstance(changed, datetime) else None,
+            _approval(approval),
         )
 
 
@@ -238,6 +241,17 @@ def _digest(doc: dict[str, Any]) -> tuple[bytes, bytes] | None:
     head = hashlib.blake2b(text, digest_size=16).digest()
     stamps = f"{made.isoformat()}|{changed.isoformat()}".encode()
     return head, hashlib.blake2b(head + stamps, digest_size=16).digest()
+
+
+def _approval(value: Any) -> ApprovalMode | None:
+    """A stored category's approval; one this version cannot read waits for a person (the safe
+    reading), rather than letting its tools run unasked."""
+    if value is None:
+        return None
+    for mode in get_args(ApprovalMode):
+        if value == mode:
+            return mode  # type: ignore[no-any-return]
+    return "always"
 
 
 @dataclass(frozen=True)

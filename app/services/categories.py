@@ -157,6 +157,7 @@ def _shown(state: CategoryState, snapshot: ToolSnapshot) -> Category:
         "description": state.description,
         "enabled": state.enabled or state.name == DEFAULT_CATEGORY,
         "usage_hints": state.usage_hints,
+        "approval": state.approval,
         "tools": held,
         "created_at": state.created_at,
         "updated_at": state.updated_at,

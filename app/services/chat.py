@@ -121,6 +121,8 @@ class ChatService:
             decisions=decisions,
             hold=hold,
             search=finder,
+            category_approvals=toolset.category_approvals,
+            by_token=token is not None,
         )
         return chat, toolset
 
@@ -134,8 +136,8 @@ class ChatService:
     ) -> tuple[list[ModelToolCall], dict[str, Decision]]:
         """A conversation sent back after `approval_required`: its unanswered calls and the
         person's decisions (the approval book's 422 for any that do not match)."""
-        calls = unanswered_calls(messages)
-        pending = self._loop.waiting(calls, toolset.tools)
+        calls, modes = unanswered_calls(messages), toolset.category_approvals
+        pending = self._loop.waiting(calls, toolset.tools, modes, by_token=holder is not None)
         return await self._approvals.decided(
             request.approvals, calls, pending, tenant_id=tenant_id, holder=holder
         )

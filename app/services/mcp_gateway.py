@@ -29,6 +29,7 @@ from app.services.tool_search import (
     search_tool_schema,
 )
 from app.services.toolbox import Selection, Toolbox
+from app.tools.approval import ApprovalPolicy
 from app.tools.progress import ProgressSink
 from app.tools.typed import TypedTool
 
@@ -47,25 +48,31 @@ class McpGatewayService:
         search: bool = False,
         search_over: int = 64,
         search_results: int = 5,
+        approvals: ApprovalPolicy | None = None,
     ) -> None:
         """`search`: MCP_TOOL_SEARCH, what a caller gets whose token does not say."""
         self._toolbox = toolbox
         self._invocations = invocations
+        self._approvals = approvals or ApprovalPolicy()
         self._page_size = page_size
         self._search = search
         self._search_over = search_over
         self._search_results = search_results
         # Each typed tool as MCP serves it, made once (typed tools live as long as their
         # definition does, and are shared): a page costs its size in lookups, not in models.
-        self._served_tools: OrderedDict[int, tuple[TypedTool, mcp_types.Tool]] = OrderedDict()
+        # (`waits`: a chat would stop for a person before calling it, its hints say so.)
+        self._served_tools: OrderedDict[tuple[int, bool], tuple[TypedTool, mcp_types.Tool]] = (
+            OrderedDict()
+        )
 
-    def _served(self, tool: TypedTool) -> mcp_types.Tool:
-        kept = self._served_tools.get(id(tool))
+    def _served(self, tool: TypedTool, waits: bool) -> mcp_types.Tool:
+        key = (id(tool), waits)
+        kept = self._served_tools.get(key)
         if kept is not None and kept[0] is tool:
-            self._served_tools.move_to_end(id(tool))
+            self._served_tools.move_to_end(key)
             return kept[1]
-        served = served_tool(tool)
-        self._served_tools[id(tool)] = (tool, served)
+        served = served_tool(tool, waits=waits)
+        self._served_tools[key] = (tool, served)
         while len(self._served_tools) > MAX_SERVED:
             self._served_tools.popitem(last=False)
         return served
@@ -80,14 +87,15 @@ class McpGatewayService:
         of them would share; `InvalidCursorError` for a cursor this server did not give."""
         after = _after(cursor) if cursor is not None else None
         searching = self._searching(token)
-        tools, more = await self._toolbox.listing(
+        tools, more, categories = await self._toolbox.listing(
             tenant_id,
             token=token,
             after=after,
             limit=self._page_size,
             default_only=self._search_over if searching else None,
         )
-        served = [self._served(tool) for tool in tools]
+        requires = self._approvals.requires
+        served = [self._served(tool, requires(tool, categories)) for tool in tools]
         if searching and after is None:  # the search tool heads the first page
             served.insert(0, _SEARCH_TOOL)
         next_cursor = _cursor(tools[-1].name) if more and tools else None

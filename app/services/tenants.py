@@ -16,6 +16,7 @@ from app.errors import NotFoundError
 from app.repositories.approvals import ApprovalRepository
 from app.repositories.categories import CategoryRepository
 from app.repositories.mcp_servers import McpServerRepository
+from app.repositories.mcp_tool_settings import McpToolSettingsRepository
 from app.repositories.model_providers import ModelProviderRepository
 from app.repositories.runs import RunStore
 from app.repositories.secrets import SecretRepository
@@ -76,17 +77,17 @@ class TenantService:
         clock: Callable[[], float] = time.monotonic,
         model_providers: ModelProviderRepository | None = None,
         approvals: ApprovalRepository | None = None,
+        mcp_tool_settings: McpToolSettingsRepository | None = None,
         also_drop: Sequence[TenantData] = (),
     ) -> None:
         self._approvals, self._also = approvals, tuple(also_drop)
+        self._mcp_tool_settings = mcp_tool_settings  # MCP tools' settings, dropped with it
         self._outbound, self._publish = outbound, publish
         self._client_tokens = client_tokens
-        self._tenants = tenants
-        self._tools = tools
+        self._tenants, self._tools = tenants, tools
         self._categories = categories
         self._seeder = seeder
-        self._catalog = catalog
-        self._runs = runs
+        self._catalog, self._runs = catalog, runs
         self._mcp_servers = mcp_servers
         self._model_providers = model_providers
         self._secrets = secrets
@@ -206,7 +207,8 @@ class TenantService:
         await self._secrets.drop_all(tenant_id=tenant_id)
         if self._model_providers is not None:
             await self._model_providers.drop_all(tenant_id=tenant_id)
-        if self._approvals is not None:
-            await self._approvals.drop_all(tenant_id=tenant_id)
+        for repository in (self._approvals, self._mcp_tool_settings):
+            if repository is not None:
+                await repository.drop_all(tenant_id=tenant_id)
         for data in self._also:
             await data.drop_all(tenant_id=tenant_id)

@@ -42,12 +42,21 @@ from functools import partial
 from types import TracebackType
 from typing import Any
 
-from app.errors import AppError, ConflictError, ForbiddenError, UnprocessableError, field_error
+from app.errors import (
+    AppError,
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    UnprocessableError,
+    field_error,
+)
 from app.mcp.config import McpServer, server_of
 from app.mcp.hub import McpHub
 from app.mcp.sessions import McpSessions
-from app.mcp.tools import mcp_server_tool
+from app.mcp.tools import mcp_server_tool, with_settings
+from app.repositories.mcp_tool_settings import McpToolSettingsRepository
 from app.schemas.categories import DEFAULT_CATEGORY
+from app.schemas.tools import ApprovalMode
 from app.services.catalog import CatalogEntry, CategoryState, ToolCatalog, ToolSnapshot
 from app.services.client_tokens import ClientToken
 from app.services.mcp_servers import McpServerService
@@ -56,7 +65,7 @@ from app.services.secrets import SecretService
 from app.services.tool_search import ToolIndex
 from app.tools.executors import CallScope
 from app.tools.scrub import NOTHING_HIDDEN, Scrubber
-from app.tools.typed import TypedTool
+from app.tools.typed import McpServerTool, TypedTool
 
 CONTEXT_PATH = "$.context_arguments"
 
@@ -193,6 +202,11 @@ class Toolset:
     ) -> None:
         self._hinted, self._hints = (tools, categories), None
 
+    @property
+    def category_approvals(self) -> dict[str, ApprovalMode]:
+        """The approval setting of each of the tenant's categories that has one."""
+        return category_approvals(self._hinted[1])
+
     def only(self) -> TypedTool:
         """The one tool of a one-tool selection."""
         [tool] = self.tools
@@ -212,6 +226,11 @@ class Toolset:
         traceback: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def category_approvals(categories: Mapping[str, CategoryState]) -> dict[str, ApprovalMode]:
+    """The approval setting of each category that has one."""
+    return {name: s.approval for name, s in categories.items() if s.approval is not None}
 
 
 def caller_context(
@@ -260,12 +279,14 @@ class Toolbox:
         hub: McpHub,
         secrets: SecretService,
         outbound: TenantOutbound,
+        mcp_settings: McpToolSettingsRepository | None = None,
     ) -> None:
         self._catalog = catalog
         self._mcp = mcp
         self._hub = hub
         self._secrets = secrets
         self._outbound = outbound
+        self._mcp_settings = mcp_settings
 
     async def open(
         self,
@@ -287,6 +308,7 @@ class Toolbox:
             found, skipped = await self._server_tools(
                 tenant_id, servers, picked, merged, selection, token
             )
+            found = await self._set_up(tenant_id, found, picked, selection, categories)
             tools = [*stored, *found]
         else:  # stored tools only (a call of one, most chats): no server to ask
             servers, skipped, tools = [], {}, stored
@@ -306,9 +328,10 @@ class Toolbox:
         after: str | None,
         limit: int,
         default_only: int | None = None,
-    ) -> tuple[list[TypedTool], bool]:
+    ) -> tuple[list[TypedTool], bool, dict[str, ApprovalMode]]:
         """One page of every tool the caller may use (MCP `tools/list`), ordered by name: the
-        first `limit` named after `after`, and whether more follow. The stored tools' order is
+        first `limit` named after `after`, whether more follow, and the tenant's categories'
+        approval settings (what the page's hints say). The stored tools' order is
         derived once per snapshot, so a page costs its own size (and the MCP servers' lists,
         cached by the hub); a name two tools would share is refused as `open` refuses it.
         `default_only` (with `/mcp`'s search tool): the stored tools a chat offers at once (the
@@ -326,6 +349,7 @@ class Toolbox:
         named = snapshot.view(view, ordered)
         servers = await self._mcp.usable(tenant_id=tenant_id)
         found, _ = await self._server_tools(tenant_id, servers, {}, {}, Selection(), token)
+        found = await self._set_up(tenant_id, found, {}, Selection(), snapshot.categories)
         for tool in found:  # the one name-clash rule, against the stored tools by name
             if tool.name in named.index:
                 raise NameClashError(tool.name)
@@ -336,7 +360,7 @@ class Toolbox:
             : limit + 1
         ]
         merged = sorted([*page, *extra], key=lambda t: t.name)
-        return merged[:limit], len(merged) > limit
+        return merged[:limit], len(merged) > limit, category_approvals(snapshot.categories)
 
     async def hints(
         self, tenant_id: str, selection: Selection, *, token: ClientToken | None = None
@@ -478,6 +502,49 @@ class Toolbox:
                 tools = [t for t in tools if t.tool_id in wanted]
             found += tools
         return found, {name: error.message for name, error in failures.items()}
+
+    async def _set_up(
+        self,
+        tenant_id: str,
+        tools: list[TypedTool],
+        picked: Mapping[str, set[str]],
+        selection: Selection,
+        categories: Mapping[str, CategoryState],
+    ) -> list[TypedTool]:
+        """MCP tools with the tenant's stored settings (`with_settings`); for a run that is no
+        admin's, those disabled, or of a disabled category, are left out (a picked one is then
+        unavailable, as a disabled stored tool is)."""
+        if not tools or self._mcp_settings is None:
+            return tools
+        stored = {doc["tool_id"]: doc for doc in await self._mcp_settings.all(tenant_id=tenant_id)}
+        if not stored:
+            return tools
+        offered: list[TypedTool] = []
+        for tool in tools:
+            if isinstance(tool, McpServerTool):
+                tool = with_settings(tool, stored.get(tool.tool_id))
+            if selection.admin or (tool.enabled and category_on(tool.category, categories)):
+                offered.append(tool)
+        left_out = {t.tool_id for t in tools} - {t.tool_id for t in offered}
+        missing = sorted(left_out & set().union(*picked.values())) if picked else []
+        if missing:
+            raise UnavailableToolsError.of(missing)
+        return offered
+
+    async def mcp_tool(self, tenant_id: str, tool_id: str) -> McpServerTool:
+        """An MCP server's tool as its server lists it now (no stored settings applied): 404
+        for a server the tenant cannot use, or one that lists no such tool."""
+        server_name = server_of(tool_id)
+        usable = {s.name: s for s in await self._mcp.usable(tenant_id=tenant_id)}
+        if server_name is None or server_name not in usable:
+            raise NotFoundError(f"tool '{tool_id}' does not exist (no MCP server '{server_name}')")
+        server = usable[server_name]
+        listed = await self._hub.server_tools(server, {}, tenant_id=tenant_id)
+        for item in listed:
+            tool = mcp_server_tool(server, item)
+            if tool.tool_id == tool_id:
+                return tool
+        raise NotFoundError(f"MCP server '{server_name}' lists no tool '{tool_id}'")
 
     async def _check_served_names(
         self,

@@ -14,7 +14,7 @@ from app.repositories.categories import CategoryRepository
 from app.repositories.tools import ToolRepository
 from app.schemas.categories import DEFAULT_CATEGORY
 from app.schemas.fields import Provider
-from app.schemas.tools import Tool, ToolCreate, ToolFields, ToolUpdate
+from app.schemas.tools import McpToolSettings, Tool, ToolCreate, ToolFields, ToolUpdate
 from app.services.catalog import (
     CatalogEntry,
     ToolCatalog,
@@ -26,7 +26,13 @@ from app.services.changes import Publish, unpublished
 from app.services.outbound import TenantOutbound
 from app.tools.netguard import OutboundPolicy
 from app.tools.registry import FunctionRegistry
-from app.tools.rules import Problem, WriteBounds, signature_problems, write_problems
+from app.tools.rules import (
+    Problem,
+    WriteBounds,
+    bound_problems,
+    signature_problems,
+    write_problems,
+)
 from app.tools.typed import ExternalTool, FunctionTool, parse_stored_tool
 
 
@@ -107,6 +113,11 @@ class ToolService:
             return []
         return [("$.category", f"the tenant has no category '{name}' (POST /categories)")]
 
+    def bound_problems(self, tool: ToolFields | McpToolSettings) -> list[Problem]:
+        """A tool's own bounds stay under the operator's (TOOL_TIMEOUT_S,
+        TOOL_OUTPUT_MAX_CHARS); an MCP tool's settings' too."""
+        return bound_problems(tool, self.write_bounds)
+
     async def create(self, tool: ToolCreate, *, tenant_id: str) -> Tool:
         """Store a new tool; 422 on a broken definition, 409 on a taken id or function name."""
         await self.check(tool, tenant_id=tenant_id)
@@ -164,6 +175,18 @@ class ToolService:
                 self._catalog.mark_stale(tenant_id)
         await self._publish(tools_stamp(tenant_id))
         return stored
+
+    async def has(self, tool_id: str, *, tenant_id: str) -> bool:
+        """Whether the tenant has a stored tool of this id (readable or not)."""
+        snapshot = await self._catalog.snapshot(tenant_id=tenant_id)
+        return tool_id in snapshot.by_id
+
+    async def refuse_stored(self, tool_id: str, *, tenant_id: str) -> None:
+        """409 when a stored tool has this id: an MCP tool's settings cannot take it."""
+        if await self.has(tool_id, tenant_id=tenant_id):
+            raise ConflictError(
+                f"a stored tool has the id '{tool_id}': replace it with a tool definition"
+            )
 
     async def entry(self, tool_id: str, *, tenant_id: str) -> CatalogEntry:
         """One stored tool, readable or not; 404 if the tenant has none with this id."""

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from app.schemas.invocations import ErrorKind
 
-__all__ = ["ErrorKind", "ToolOutcome", "unset_secret"]
+__all__ = ["ErrorKind", "ToolFailure", "ToolOutcome", "unset_secret"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +22,16 @@ class ToolOutcome:
     @classmethod
     def error(cls, message: str, kind: ErrorKind) -> ToolOutcome:
         return cls("error", message, kind)
+
+
+class ToolFailure(Exception):
+    """A function tool's failure of a known kind (the web built-ins' refusals are `blocked`):
+    the function executor reports `kind` and the message as it is; any other exception is kind
+    `exception`, named by its class."""
+
+    def __init__(self, message: str, kind: ErrorKind = "exception") -> None:
+        super().__init__(message)
+        self.kind: ErrorKind = kind
 
 
 def unset_secret(name: str) -> str:

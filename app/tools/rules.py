@@ -22,7 +22,13 @@ import orjson
 from jmespath.parser import ParsedResult
 
 from app.outbound import reserved_header_problems
-from app.schemas.tools import ContextParameter, FunctionSpec, ParameterSchema, ToolFields
+from app.schemas.tools import (
+    ContextParameter,
+    FunctionSpec,
+    McpToolSettings,
+    ParameterSchema,
+    ToolFields,
+)
 from app.tools.arguments import value_problems
 from app.tools.netguard import OutboundPolicy, url_problems
 from app.tools.schema import compile_problem, parameters_json_schema, schema_problems
@@ -77,7 +83,13 @@ def write_problems(tool: ToolFields, policy: OutboundPolicy, bounds: WriteBounds
                 f"{bounds.max_schema_bytes} (MAX_TOOL_SCHEMA_BYTES)",
             )
         ]
-    problems = definition_problems(tool, policy=policy)
+    return definition_problems(tool, policy=policy) + bound_problems(tool, bounds)
+
+
+def bound_problems(tool: ToolFields | McpToolSettings, bounds: WriteBounds) -> list[Problem]:
+    """A tool's own bounds (a stored tool's, or an MCP tool's settings') stay under the
+    operator's: TOOL_TIMEOUT_S, TOOL_OUTPUT_MAX_CHARS."""
+    problems: list[Problem] = []
     if tool.timeout_s is not None and tool.timeout_s > bounds.max_timeout_s:
         problems.append(("$.timeout_s", f"at most {bounds.max_timeout_s:g} s (TOOL_TIMEOUT_S)"))
     max_chars = tool.output.max_chars if tool.output else None

@@ -25,6 +25,7 @@ from app.tools.outbound_client import (
     OutboundTimeoutError,
     OutboundUnreachableError,
 )
+from app.tools.outcome import ToolFailure
 
 SearchBackend = Literal["searxng", "tavily", "brave"]
 DEFAULT_URLS = {"tavily": "https://api.tavily.com", "brave": "https://api.search.brave.com"}
@@ -34,8 +35,9 @@ EXTRACT_DEADLINE_S = 10.0
 TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain", "application/json", "text/")
 
 
-class WebError(Exception):
-    """What the model reads when a search or fetch fails (the function's error result)."""
+class WebError(ToolFailure):
+    """What the model reads when a search or fetch fails (the function's error result), with
+    its kind: `blocked` for what the outbound policy refuses (an address, a port, a scheme)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +71,13 @@ class WebAccess:
         try:
             response = await self._search_http.send(request)
         except httpx.HTTPError as exc:
-            raise WebError(f"the search service cannot be reached ({type(exc).__name__})") from None
+            raise WebError(
+                f"the search service cannot be reached ({type(exc).__name__})", "unreachable"
+            ) from None
         if response.status_code != 200:
-            raise WebError(f"the search service answered HTTP {response.status_code}")
+            raise WebError(
+                f"the search service answered HTTP {response.status_code}", "upstream_status"
+            )
         try:
             found = _results(self.config.search_backend, response.json())
         except (ValueError, TypeError, AttributeError):
@@ -100,9 +106,9 @@ class WebAccess:
         """The page's (content type, text), read up to the byte cap; redirects followed
         through the same guarded client, each hop checked."""
         if not self.config.fetch_enabled:
-            raise WebError("web fetch is not enabled on this server (WEB_FETCH_ENABLED)")
+            raise WebError("web fetch is not enabled on this server (WEB_FETCH_ENABLED)", "blocked")
         if not url.startswith(("http://", "https://")):
-            raise WebError("the URL must start with http:// or https://")
+            raise WebError("blocked: the URL must start with http:// or https://", "blocked")
         for _ in range(MAX_REDIRECTS + 1):
             try:
                 async with http.request(
@@ -114,16 +120,18 @@ class WebAccess:
                         continue
                     return await self._page(response)
             except OutboundInvalidURLError:
-                raise WebError("the URL is not valid") from None
+                raise WebError("the URL is not valid", "invalid_arguments") from None
             except OutboundTimeoutError:
-                raise WebError("the page did not answer in time") from None
+                raise WebError("the page did not answer in time", "timeout") from None
             except OutboundUnreachableError as exc:
-                raise WebError(f"the page cannot be reached ({exc.reason})") from None
+                raise WebError(
+                    f"the page cannot be reached ({exc.reason})", "unreachable"
+                ) from None
         raise WebError(f"more than {MAX_REDIRECTS} redirects")
 
     async def _page(self, response: OutboundResponse) -> tuple[str, str]:
         if response.status >= 400:
-            raise WebError(f"the page answered HTTP {response.status}")
+            raise WebError(f"the page answered HTTP {response.status}", "upstream_status")
         kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind and not kind.startswith(TEXT_TYPES):
             raise WebError(f"the page is not text ({kind})")

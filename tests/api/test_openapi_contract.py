@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import jsonschema
+import orjson
 import pytest
 
 from app.fake_model import FakeModelApp
@@ -46,6 +47,8 @@ FIRST_STEPS: dict[tuple[str, str], tuple[str, str, Any]] = {
     ),
 }
 _fresh = itertools.count(1)
+OPERATOR_DECISIONS = ("/approvals/{approval_id}/decisions", "approve")
+EXAMPLE_CALL_ID = examples.OPERATOR_DECISIONS["approve"]["value"]["decisions"][0]["call_id"]
 # Rules that relate one field to another, which JSON Schema cannot state for names chosen by
 # the client; each is in the schema's descriptions and answered with a 422 naming the field.
 CROSS_FIELD_RULES = (
@@ -123,6 +126,26 @@ def _with_fresh_ids(path: str, body: Any) -> Any:
     return body
 
 
+async def _operator_call_waiting(
+    client: httpx.AsyncClient, auth: dict[str, str], body: Any
+) -> tuple[dict[str, str], Any]:
+    """What an operator's decision needs: `rolldice` set to wait for an operator, a client
+    token's chat stopped for its call (the demo model calls it); the stop's id for the path,
+    and `body` with the example's call id replaced by the call's own."""
+    tool = (await client.get("/tools/rolldice", headers=auth)).json()
+    kept = ("type", "function", "context_parameters", "tags", "category", "enabled")
+    document = {key: tool[key] for key in kept if key in tool} | {"approval": "operator"}
+    assert (await client.put("/tools/rolldice", json=document, headers=auth)).status_code == 200
+    made = await client.post("/client-tokens", json={"name": "u"}, headers=auth)
+    bearer = {"Authorization": f"Bearer {made.json()['token']}"}
+    hello = {"messages": [{"role": "user", "content": "Roll a die"}]}
+    stopped = (await client.post("/chat", json=hello, headers=bearer)).json()
+    assert stopped["stop_reason"] == "approval_required", stopped
+    [item] = (await client.get("/approvals", headers=auth)).json()["items"]
+    text = orjson.dumps(body).decode().replace(EXAMPLE_CALL_ID, item["calls"][0]["id"])
+    return {"approval_id": item["approval_id"]}, orjson.loads(text)
+
+
 async def _send(
     client: httpx.AsyncClient,
     method: str,
@@ -172,6 +195,8 @@ async def test_every_request_example_works_as_sent(
             if step := FIRST_STEPS.get((path, name)):
                 assert (await _send(client, *step, auth)).status_code < 300
             values = EXAMPLE_PATHS.get((path, name))
+            if (path, name) == OPERATOR_DECISIONS:
+                values, body = await _operator_call_waiting(client, auth, body)
             response = await _send(client, method, path, body, auth, values)
             assert response.status_code < 300, (method, path, name, response.text)
             if path == "/chat" and not body.get("stream"):
@@ -223,7 +248,11 @@ async def test_schema_and_validation_agree_on_every_field(
             for label, (_, body) in _mutations(example["value"]):
                 body = _with_fresh_ids(path, body)
                 schema_valid = await _schema_accepts(validator, body)
-                response = await _send(client, method, path, body, auth)
+                values = None
+                if (path, name) == OPERATOR_DECISIONS:  # each decision on a stop of its own
+                    auth = await _tenant(client)
+                    values, body = await _operator_call_waiting(client, auth, body)
+                response = await _send(client, method, path, body, auth, values)
                 accepted = response.status_code < 300
                 if accepted and path == "/tools/create":  # its function name is free again
                     created = response.json()["tool_id"]

@@ -37,8 +37,11 @@ class ScriptedModel:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
+        tool_choice: str = "auto",
     ) -> ModelTurn:
-        self.calls.append({"messages": [dict(m) for m in messages], "tools": tools})
+        self.calls.append(
+            {"messages": [dict(m) for m in messages], "tools": tools, "tool_choice": tool_choice}
+        )
         return self.turns.pop(0)
 
     async def stream(
@@ -48,9 +51,14 @@ class ScriptedModel:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         parallel_tool_calls: bool,
+        tool_choice: str = "auto",
     ) -> AsyncIterator[str | ModelTurn]:
         turn = await self.complete(
-            model=model, messages=messages, tools=tools, parallel_tool_calls=parallel_tool_calls
+            model=model,
+            messages=messages,
+            tools=tools,
+            parallel_tool_calls=parallel_tool_calls,
+            tool_choice=tool_choice,
         )
         for word in (turn.content or "").split(" "):
             yield word
@@ -131,12 +139,26 @@ async def test_tool_failures_go_back_to_the_model(invoker: ToolInvoker) -> None:
     assert "invalid arguments" in errors[2]
 
 
-async def test_the_iteration_cap_ends_the_loop_without_tools(invoker: ToolInvoker) -> None:
+async def test_the_iteration_cap_ends_the_loop_with_an_answer(invoker: ToolInvoker) -> None:
     model = ScriptedModel(call("get_profile", {}), answer("done"))
     loop = ChatLoop(model=model, invoker=invoker, limits=LoopLimits(deadline_s=5))
     result = await loop.run(profile_run(max_iterations=2))
     assert result.stop_reason == "max_iterations" and result.iterations == 2
-    assert model.calls[1]["tools"] is None  # the last turn offers no tools: it must answer
+    assert result.message == {"role": "assistant", "content": "done"}
+    # The last turn keeps the tools (the history holds tool use) and allows no call of one.
+    assert model.calls[1]["tools"] == model.calls[0]["tools"]
+    assert [c["tool_choice"] for c in model.calls] == ["auto", "none"]
+
+
+async def test_calls_on_the_last_turn_are_not_run_and_the_empty_answer_says_so(
+    invoker: ToolInvoker,
+) -> None:
+    model = ScriptedModel(call("get_profile", {}, "a"), call("get_profile", {}, "b"))
+    loop = ChatLoop(model=model, invoker=invoker, limits=LoopLimits(deadline_s=5))
+    result = await loop.run(profile_run(max_iterations=2))
+    assert (result.stop_reason, result.iterations) == ("no_answer", 2)
+    assert [record.id for record in result.tool_calls] == ["a"]
+    assert result.messages[-1] == {"role": "assistant", "content": ""}
 
 
 async def test_the_token_budget_stops_before_paying_for_more_calls(invoker: ToolInvoker) -> None:

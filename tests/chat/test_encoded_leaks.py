@@ -1,8 +1,9 @@
 """Hidden values never leave in an encoded form. The local upstream echoes each value raw,
-percent-encoded, JSON- and HTML-escaped, as a decoded Basic credential, and in every form of
-tests/support/echoes.py (Go and .NET JSON, HTML numeric entities, encodeURIComponent, base64 at
-an offset and MIME, hex, `\\u` and `%XX` on everything, `&apos;`, double percent-encoding, JSON
-inside a JSON string). None reaches any sink: model traffic, the /chat answer and stream,
+percent-encoded, JSON- and HTML-escaped, as a decoded Basic credential, a header as a Latin-1
+server reads it (`é` as `Ã©`), and each in every form of tests/support/echoes.py (Go and .NET
+JSON, HTML numeric entities, encodeURIComponent, base64 at an offset and MIME, hex, `\\u` and
+`%XX` on everything, `&apos;`, double percent-encoding, JSON inside a JSON string, Latin-1 and
+windows-1252 misreadings). None reaches any sink: model traffic, the /chat answer and stream,
 invoke, `/mcp`, `/v1/chat/completions` and `/v1/responses` (whole and streamed, tool steps
 shown), logs at DEBUG and run records (messages kept). The exported spans:
 tests/chat/test_tracing.py."""
@@ -59,7 +60,10 @@ async def _reflecting_tool(chat: ChatClient, upstream: ThreadedServer, code: int
         properties={"q": {"type": "string"}},
         context_parameters=[{"name": "user_id"}, {"name": "api_key", "secret": "api_key"}],
     )
-    tool["function"]["headers"] = {"Authorization": "Basic {secret:basic}"}
+    tool["function"]["headers"] = {
+        "Authorization": "Basic {secret:basic}",
+        "X-Api-Key": "{secret:api_key}",  # echoed as a Latin-1 server reads it (issue 43)
+    }
     await chat.add_tool(tool)
 
 

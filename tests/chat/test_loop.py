@@ -156,17 +156,19 @@ async def test_model_that_never_stops(chat: ChatClient, fake: FakeModel) -> None
     fake.reset(repeat=script.tool_calls(("roll_dice", {"d": 6})))
     body = (await chat.chat(max_iterations=3)).json()
     assert len(fake.requests) == 3 and body["iterations"] == 3
-    assert body["stop_reason"] == "max_iterations"
-    assert "tools" in fake.requests[1] and "tools" not in fake.requests[2]
+    # Its last turn was told to call nothing (the tools kept) and called anyway: no answer.
+    assert (body["stop_reason"], body["finish_reason"]) == ("no_answer", "tool_calls")
+    assert [r.get("tool_choice") for r in fake.requests] == ["auto", "auto", "none"]
+    assert all("tools" in request for request in fake.requests)
     assert len(body["tool_calls"]) == 2  # the third answer's tool calls were not run
-    assert body["message"]["role"] == "assistant"
+    assert body["message"] == {"role": "assistant", "content": ""}
 
 
 @pytest.mark.settings(chat_max_iterations=4)
 async def test_iteration_cap(chat: ChatClient, fake: FakeModel) -> None:
     over = await chat.chat(max_iterations=5)
     assert over.status_code == 422 and over.json()["errors"][0]["path"] == "$.max_iterations"
-    fake.reset(repeat=script.tool_calls(("roll_dice", {"d": 6})))
+    fake.reset(*[script.tool_calls(("roll_dice", {"d": 6}))] * 3, script.text("Enough."))
     body = (await chat.chat()).json()
     assert body["iterations"] == 4 and body["stop_reason"] == "max_iterations"
 

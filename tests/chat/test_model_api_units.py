@@ -8,8 +8,10 @@ import orjson
 import pytest
 
 from app.chat.anthropic_api import AnthropicMessagesAPI, anthropic_messages
-from app.chat.model import ConvertedTools, ModelUpstreamError, finished
+from app.chat.apis import build_model_api
+from app.chat.model import CHAT_COMPLETIONS_IDS, ConvertedTools, ModelUpstreamError, finished
 from app.chat.responses_api import ResponsesAPI
+from tests.support import model_rules
 
 TOOLS = [
     {
@@ -90,6 +92,81 @@ def test_anthropic_body() -> None:
         }
     ]
     assert api.headers("sk")["x-api-key"] == "sk" and "anthropic-version" in api.headers("sk")
+
+
+@pytest.mark.parametrize(
+    ("api", "choice"),
+    [
+        ("chat_completions", "none"),
+        ("responses", "none"),
+        ("anthropic_messages", {"type": "none"}),
+    ],
+)
+def test_a_turn_that_may_call_no_tool_keeps_the_tools(api: str, choice: Any) -> None:
+    """The last turn of a chat: the tools stay (the history holds tool use), none may be called,
+    and nothing else about calls is sent (`parallel_tool_calls` belongs to calls allowed)."""
+    body = orjson.loads(
+        build_model_api(api, max_tokens=99).body(  # type: ignore[arg-type]
+            model="m",
+            messages=CONVERSATION,
+            tools=TOOLS,
+            parallel_tool_calls=False,
+            stream=False,
+            tool_choice="none",
+        )
+    )
+    assert body["tools"] and body["tool_choice"] == choice
+    assert "parallel_tool_calls" not in body
+    path = {"chat_completions": "/chat/completions", "responses": "/responses"}.get(api)
+    assert model_rules.problems(path or "/messages", body) == []
+
+
+# Ids of other models and gateways, and the part each API keeps of them (None: sent as it is).
+FOREIGN = {
+    "anthropic_messages": {"functions.add:0": "functions_add_0_", "x" * 65: "x" * 47 + "_"},
+    "chat_completions": {"functions.add:0": None, "x" * 41: "x" * 23 + "_"},
+}
+
+
+@pytest.mark.parametrize("api", sorted(FOREIGN))
+def test_ids_outside_an_apis_alphabet_are_sent_as_stand_ins(api: str) -> None:
+    ids = FOREIGN[api]
+    calls = [
+        {"id": call_id, "type": "function", "function": {"name": "add", "arguments": "{}"}}
+        for call_id in ids
+    ]
+    conversation = [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        *({"role": "tool", "tool_call_id": call_id, "content": "1"} for call_id in ids),
+    ]
+    body = orjson.loads(
+        build_model_api(api, max_tokens=99).body(  # type: ignore[arg-type]
+            model="m", messages=conversation, tools=TOOLS, parallel_tool_calls=True, stream=False
+        )
+    )
+    if api == "anthropic_messages":
+        uses = [b["id"] for b in body["messages"][1]["content"]]
+        results = [b["tool_use_id"] for b in body["messages"][2]["content"]]
+    else:
+        uses = [c["id"] for c in body["messages"][1]["tool_calls"]]
+        results = [m["tool_call_id"] for m in body["messages"][2:]]
+    assert uses == results and len(set(uses)) == len(ids)  # each call matched to its result
+    for (original, kept), sent in zip(ids.items(), uses, strict=True):
+        assert sent == original if kept is None else sent.startswith(kept)
+    path = "/messages" if api == "anthropic_messages" else "/chat/completions"
+    assert model_rules.problems(path, body) == []
+    assert conversation[1]["tool_calls"][0]["id"] == "functions.add:0"  # the caller's, unchanged
+
+
+def test_ids_an_api_accepts_are_sent_as_they_are() -> None:
+    assert CHAT_COMPLETIONS_IDS("call_Xy.1:é") == "call_Xy.1:é"  # any character, up to 40
+    messages = [{"role": "tool", "tool_call_id": "toolu_01", "content": "1"}]
+    api = build_model_api("anthropic_messages", max_tokens=1)
+    body = orjson.loads(
+        api.body(model="m", messages=messages, tools=TOOLS, parallel_tool_calls=True, stream=False)
+    )
+    assert body["messages"][0]["content"][0]["tool_use_id"] == "toolu_01"
 
 
 def test_responses_input_conversion() -> None:

@@ -209,13 +209,106 @@ async def test_malformed_arguments(
     assert failed is (api == "anthropic_messages")  # the one API with an error flag
 
 
-async def test_max_iterations(chat: ChatClient, fake: FakeModel, api: str) -> None:
+async def test_max_iterations_ends_with_an_answer(
+    chat: ChatClient, fake: FakeModel, api: str
+) -> None:
+    """The last turn keeps the tools (Anthropic refuses a tool-use history without them) and
+    forbids calling one: the model answers, and the chat ends 200 with that answer."""
+    fake.reset(repeat=fake_apis.calls_until_told(api, ("add", {"a": 1, "b": 2}), answer="3."))
+    response = await chat.chat(max_iterations=3)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["iterations"], body["stop_reason"]) == (3, "max_iterations")
+    assert body["message"] == {"role": "assistant", "content": "3."}
+    assert len(body["tool_calls"]) == 2 and len(fake.requests) == 3 and fake.refused == []
+    assert all("tools" in request for request in fake.requests)
+    assert [fake_apis.tools_forbidden(api, request) for request in fake.requests] == [
+        False,
+        False,
+        True,
+    ]
+    [record] = await runs_recorded(chat.http, chat.tenant.headers, 1)
+    assert (record["stop_reason"], record["finish_reason"]) == ("max_iterations", "stop")
+
+
+async def test_max_iterations_streamed_ends_with_an_answer(
+    chat: ChatClient, fake: FakeModel, api: str
+) -> None:
+    steps = fake_apis.steps(api)
+    fake.reset(
+        steps.streamed_tool_calls(("add", {"a": 1, "b": 2})),
+        steps.streamed_text("Three", "."),
+    )
+    response = await chat.chat(max_iterations=2, stream=True)
+    done = events_of(response.text)[-1]
+    assert done[0] == "done" and done[1]["message"]["content"] == "Three."
+    assert done[1]["stop_reason"] == "max_iterations" and fake.refused == []
+    assert fake_apis.tools_forbidden(api, fake.requests[1])
+
+
+async def test_a_model_that_calls_tools_on_the_last_turn_gives_no_answer(
+    chat: ChatClient, fake: FakeModel, api: str
+) -> None:
+    """A model (or gateway) that ignores the last turn's `tool_choice`: its calls are not run,
+    and the empty answer is a stop reason of its own, not a blank `max_iterations`."""
     steps = fake_apis.steps(api)
     fake.reset(repeat=steps.tool_calls(("add", {"a": 1, "b": 2})))
-    body = (await chat.chat(max_iterations=3)).json()
-    assert body["iterations"] == 3 and body["stop_reason"] == "max_iterations"
-    assert len(body["tool_calls"]) == 2 and len(fake.requests) == 3
-    assert "tools" in fake.requests[1] and "tools" not in fake.requests[2]
+    response = await chat.chat(max_iterations=2)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["stop_reason"], body["finish_reason"]) == ("no_answer", "tool_calls")
+    assert body["message"] == {"role": "assistant", "content": ""}
+    assert len(body["tool_calls"]) == 1 and fake.refused == []
+    [record] = await runs_recorded(chat.http, chat.tenant.headers, 1)
+    assert record["stop_reason"] == "no_answer"
+
+
+async def test_an_empty_answer_is_no_answer(chat: ChatClient, fake: FakeModel, api: str) -> None:
+    fake.reset(fake_apis.steps(api).text(""))
+    body = (await chat.chat()).json()
+    assert (body["stop_reason"], body["message"]["content"]) == ("no_answer", "")
+
+
+# Ids other models and gateways give tool calls: Kimi's `functions.NAME:N`, a Responses item
+# id of 53 characters, a UUID with dots.
+FOREIGN_IDS = [
+    "functions.calculate:0",
+    "fc_0f0e50a1476a6c35006912c58dc9f8819192c25864eb16f07f",
+    "call.9f1c/2",
+]
+
+
+async def test_history_call_ids_are_sent_in_each_apis_alphabet(
+    chat: ChatClient, fake: FakeModel, api: str
+) -> None:
+    """Ids from a conversation's history reach the API in its alphabet (Anthropic:
+    `[a-zA-Z0-9_-]`; chat completions: at most 40 characters), each call still matched to its
+    result, and the caller gets its own ids back."""
+    calls = [
+        {"id": call_id, "type": "function", "function": {"name": "add", "arguments": "{}"}}
+        for call_id in FOREIGN_IDS
+    ]
+    history = [
+        {"role": "user", "content": "add things"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        *(
+            {"role": "tool", "tool_call_id": c, "content": str(n)}
+            for n, c in enumerate(FOREIGN_IDS)
+        ),
+        {"role": "user", "content": "and now?"},
+    ]
+    steps = fake_apis.steps(api)
+    fake.reset(steps.tool_calls(("add", {"a": 1, "b": 1})), steps.text("done"))
+    response = await chat.chat(messages=history)
+    assert response.status_code == 200, response.text
+    assert fake.refused == []
+    body = response.json()
+    assert [c["id"] for c in body["messages"][1]["tool_calls"]] == FOREIGN_IDS
+    assert [m["tool_call_id"] for m in body["messages"][2:5]] == FOREIGN_IDS
+    sent = sent_tool_results(api, fake.requests[1])
+    assert len({call_id for call_id, _, _ in sent}) == 4  # still four distinct calls
+    assert [content for _, content, _ in sent][:3] == ["0", "1", "2"]
+    assert sent[3][0] == body["tool_calls"][0]["id"]  # the model's own id, unchanged
 
 
 ERRORS = [

@@ -1,10 +1,14 @@
-"""POST /chat as server-sent events, read by a real HTTP client from a real server."""
+"""POST /chat as server-sent events, read by a real HTTP client from a real server; and a whole
+(non-streamed) chat whose client leaves before its answer."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -192,3 +196,89 @@ async def test_disconnect_cancels_the_running_tool(streamer: Streamer, fake: Fak
     async with httpx.AsyncClient(base_url=streamer.base) as client:
         runs = await runs_recorded(client, streamer.headers, 1, "/runs?status=cancelled")
     assert [run["stop_reason"] for run in runs] == ["cancelled"]
+
+
+def _cancelled_chats(metrics: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith('toolgate_chats_total{stop_reason="cancelled"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+async def _leave_whole_chat(
+    streamer: Streamer, body: dict[str, Any], when: Callable[[], bool]
+) -> None:
+    """Send a non-streamed chat on a socket of our own, and close it once `when` holds."""
+    port = urlsplit(streamer.base).port
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    payload = orjson.dumps(body)
+    head = "".join(
+        f"{name}: {value}\r\n"
+        for name, value in {
+            "Host": f"127.0.0.1:{port}",
+            "Content-Type": "application/json",
+            "Content-Length": str(len(payload)),
+            **streamer.headers,
+        }.items()
+    )
+    writer.write(f"POST /chat HTTP/1.1\r\n{head}\r\n".encode() + payload)
+    await writer.drain()
+    try:
+        await within(when, 10)
+        assert not reader.at_eof()  # no answer came: the client leaves before it
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def _recorded_cancelled(streamer: Streamer) -> None:
+    async with httpx.AsyncClient(base_url=streamer.base) as client:
+        runs = await runs_recorded(client, streamer.headers, 1, "/runs?status=cancelled")
+
+        async def counted() -> bool:
+            return _cancelled_chats((await client.get("/metrics")).text) == 1
+
+        await within(counted, 5)
+        metrics = (await client.get("/metrics")).text
+    assert [run["stop_reason"] for run in runs] == ["cancelled"]
+    # Counted as the client's leaving (nginx's 499), never as a server error.
+    left = 'toolgate_http_requests_total{method="POST",route="/chat",status="499"} 1.0'
+    assert left in metrics and 'route="/chat",status="500"' not in metrics
+
+
+async def test_a_whole_chat_stops_its_tool_when_the_client_leaves(
+    streamer: Streamer, fake: FakeModel
+) -> None:
+    """Issue 43: a non-streamed chat ran on after its client left (8 model calls, 7 tools)."""
+    slow = orjson.dumps({"seconds": 5}).decode()
+    fake.reset(repeat=script.tool_calls(("sleep_async", slow)))
+    body = {"messages": [{"role": "user", "content": "x"}], "tool_ids": ["sleeper"]}
+    await _leave_whole_chat(streamer, body, lambda: functions.STARTED == ["sleep_async"])
+    await within(lambda: bool(functions.CANCELLED), 5)
+    assert functions.CANCELLED == ["sleep_async"]
+    assert functions.TIMELINE == []  # the tool never finished
+    await _recorded_cancelled(streamer)
+    assert len(fake.requests) == 1  # and the model was not called again
+
+
+async def test_a_whole_chat_stops_its_model_call_when_the_client_leaves(
+    streamer: Streamer, fake: FakeModel
+) -> None:
+    """The client leaves while the model thinks: the call is dropped, the run is `cancelled`
+    at once (the model's answer is never waited for)."""
+    held = threading.Event()
+    answer = script.text("late")
+
+    def slow_model(request: dict[str, Any]) -> script.Reply:
+        reply = answer(request)
+        reply.released = held
+        return reply
+
+    fake.reset(slow_model, repeat=answer)
+    body = {"messages": [{"role": "user", "content": "x"}], "tool_ids": []}
+    try:
+        await _leave_whole_chat(streamer, body, lambda: len(fake.requests) == 1)
+        await _recorded_cancelled(streamer)
+    finally:
+        held.set()
+    assert len(fake.requests) == 1

@@ -217,16 +217,32 @@ async def test_a_model_error(
 
 
 async def test_max_iterations(chat: ChatClient, model: tuple[ScriptedModel, str]) -> None:
+    """The last turn keeps the tools (and allows no call): every server takes it, and its
+    answer ends the chat."""
+    server, _ = model
+    add = Calls([("add", {"a": 1, "b": 2})])
+    await server.script(add, add, Text("Enough adding."))
+    response = await chat.chat(messages=[{"role": "user", "content": "loop"}], max_iterations=3)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["stop_reason"], body["iterations"]) == ("max_iterations", 3)
+    assert body["message"]["content"] == "Enough adding." and len(body["tool_calls"]) == 2
+    assert await recorded(chat) == {**completed(3, ADD_OK, ADD_OK), "stop_reason": "max_iterations"}
+
+
+async def test_calls_on_the_last_turn(chat: ChatClient, model: tuple[ScriptedModel, str]) -> None:
+    """A server that still answers with calls on the last turn: they are not run, and without
+    text beside them (fakellm's Anthropic calls come with some) that is no answer, said so."""
     server, _ = model
     await server.script(Calls([("add", {"a": 1, "b": 2})]))
     body = (
-        await chat.chat(messages=[{"role": "user", "content": "loop"}], max_iterations=3)
+        await chat.chat(messages=[{"role": "user", "content": "loop"}], max_iterations=2)
     ).json()
-    assert (body["stop_reason"], body["iterations"]) == ("max_iterations", 3)
-    assert len(body["tool_calls"]) == 2
+    stop = "max_iterations" if body["message"]["content"] else "no_answer"
+    assert (body["stop_reason"], body["iterations"]) == (stop, 2)
     assert await recorded(chat) == {
-        **completed(3, ADD_OK, ADD_OK),
-        "stop_reason": "max_iterations",
+        **completed(2, ADD_OK),
+        "stop_reason": stop,
         "finish_reason": "tool_calls",  # the last turn asked for more
     }
 

@@ -17,6 +17,7 @@ from tests.support.apps import ADMIN, create_tenant, http_client, make_settings,
 from tests.support.chat_clients import ChatClient
 from tests.support.fake_model import FakeModel
 from tests.support.search_services import KEY
+from tests.support.secantus import free_port
 from tests.support.servers import ThreadedServer
 
 
@@ -183,6 +184,40 @@ async def test_fetch_goes_through_the_outbound_guard(
         web_chat, fake, "web_fetch", {"url": url.replace("{upstream}", upstream.url)}
     )
     assert content.startswith("Error:") and error.lower() in content.lower(), content
+
+
+@pytest.mark.settings(**FETCH)
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [
+        ("{upstream}/redirect", "blocked"),  # a redirect to the metadata address
+        ("http://169.254.169.254/latest/meta-data/", "blocked"),
+        ("http://10.0.0.1/", "blocked"),
+        ("http://127.0.0.1:{free}/", "unreachable"),  # allowed, but nobody listens
+        ("file:///etc/passwd", "blocked"),
+        ("gopher://127.0.0.1:70/", "blocked"),
+        ("{upstream}/pages/nope", "upstream_status"),
+        ("http://[::1", "invalid_arguments"),
+    ],
+)
+async def test_fetch_failures_have_the_documented_kinds(
+    web_chat: ChatClient, upstream: ThreadedServer, url: str, kind: str
+) -> None:
+    """Issue 43: `web_fetch`'s refusals were kind `exception`. A refusal by the outbound policy
+    (an address, a scheme) is `blocked`, as for external tools; the rest say what failed."""
+    invoked = await web_chat.http.post(
+        "/tools/web-fetch/invoke",
+        json={
+            "arguments": {
+                "url": url.replace("{upstream}", upstream.url).replace("{free}", str(free_port()))
+            }
+        },
+        headers=web_chat.tenant.headers,
+    )
+    assert invoked.status_code == 200, invoked.text
+    body = invoked.json()
+    assert (body["status"], body["error"]["kind"]) == ("error", kind), body
+    assert "WebError" not in body["error"]["message"]  # what failed, not a class name
 
 
 @pytest.mark.settings(**FETCH, tool_response_max_bytes=2048)

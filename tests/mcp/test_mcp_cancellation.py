@@ -240,3 +240,38 @@ async def test_only_a_call_still_running_gets_a_watcher(monkeypatch: pytest.Monk
 
 async def _refuse(message: Any) -> None:
     raise AssertionError(f"nothing is sent here: {message}")
+
+
+def _mcp_statuses(metrics: str) -> dict[str, float]:
+    prefix = 'toolgate_http_requests_total{method="POST",route="/mcp",status="'
+    return {
+        line[len(prefix) : len(prefix) + 3]: float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith(prefix)
+    }
+
+
+@pytest.mark.parametrize("progress", [False, True], ids=["json", "sse-progress"])
+async def test_a_client_that_gives_up_is_not_a_server_error(served: Served, progress: bool) -> None:
+    """Issue 43: an MCP client that gave up was logged and counted as a 500. It is a 499 (the
+    client closed the request), whichever way the call was being answered."""
+    tenant = await create_tenant(served.http, "acme")
+    call = _call(1)
+    headers = {**tenant.headers, "Accept": "application/json, text/event-stream"}
+    if progress:  # answered on an SSE stream of progress notifications
+        call["params"] = {**SLOW_CALL, "_meta": {"progressToken": "p-1"}}
+    async with httpx.AsyncClient(base_url=served.url, headers=headers) as client:
+        task = asyncio.create_task(client.post("/mcp", json=call))
+        await within(lambda: _running(served), 10)
+        task.cancel()  # the client gives up: its connection closes
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    await within(lambda: functions.CANCELLED == ["sleep_async"], 10)
+
+    async def counted() -> bool:
+        metrics = (await served.http.get("/metrics")).text
+        return "499" in _mcp_statuses(metrics)
+
+    await within(counted, 10)
+    statuses = _mcp_statuses((await served.http.get("/metrics")).text)
+    assert "500" not in statuses and statuses["499"] == 1, statuses

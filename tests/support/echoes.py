@@ -92,6 +92,25 @@ def double_percent(value: str) -> str:
     return quote(quote(value, safe=""), safe="")
 
 
+def latin1_misread(value: str) -> str:
+    """The value's UTF-8 bytes read as Latin-1: how Python (Starlette, aiohttp), Node and Java
+    servers decode a header, then echo it (`José` comes back as `JosÃ©`)."""
+    return value.encode().decode("latin-1")
+
+
+def cp1252_misread(value: str) -> str:
+    """The value's UTF-8 bytes read as windows-1252 (the WHATWG reading of "latin1": the five
+    bytes it leaves undefined stay C1 controls), as browsers and .NET servers do."""
+    return "".join(_cp1252_char(byte) for byte in value.encode())
+
+
+def _cp1252_char(byte: int) -> str:
+    try:
+        return bytes([byte]).decode("cp1252")
+    except UnicodeDecodeError:
+        return chr(byte)
+
+
 def json_in_json(value: str) -> str:
     """A JSON body echoed inside a JSON string (an error message quoting the request)."""
     return json.dumps(json.dumps({"user": value}))[1:-1]
@@ -115,6 +134,9 @@ LEAKED_FORMS: dict[str, tuple[Encoder, str]] = {
     "XML &apos;": (xml_escape, "zqc-o'brien"),
     "double percent-encoding": (double_percent, "zqd/a+b=c&d"),
     "JSON inside a JSON string": (json_in_json, 'zqe/"quoted"/k\u00e9y'),
+    # A header echoed as a server that decodes headers as Latin-1 reads it (issue 43).
+    "Latin-1 header echo": (latin1_misread, "Jos\u00e9-zqf-\u20ac-key"),
+    "windows-1252 header echo": (cp1252_misread, "Jos\u00e9-zqg-\u20ac\u2019-key"),
 }
 
 # Everything an upstream may do, including the forms the old enumeration covered.
@@ -169,11 +191,37 @@ def _unpacked(text: str, size: int) -> list[str]:
     return found
 
 
+_HIGH_RUN = re.compile(
+    "[\u0080-\u00ff\u0152\u0153\u0160\u0161\u0178\u017d\u017e\u0192"
+    "\u02c6\u02dc\u2013\u2014\u2018-\u201a\u201c-\u201e\u2020-\u2022\u2026\u2030\u2039\u203a"
+    "\u20ac\u2122]+"
+)
+
+
+def _misread_undone(text: str) -> str:
+    """Each run of characters a single-byte code page (Latin-1, windows-1252) gives, read back
+    as the UTF-8 bytes they were."""
+
+    def one(match: re.Match[str]) -> str:
+        data = bytes(
+            ord(char) if ord(char) < 256 else char.encode("cp1252")[0] for char in match.group()
+        )
+        return data.decode("utf-8", "replace")
+
+    return _HIGH_RUN.sub(one, text)
+
+
 def revealed(text: str, size: int = 4) -> list[str]:
     """What a reader can get back from `text`: the text, undone by the decoders above in every
     order up to three deep, and the hex and base64 (of at least `size` bytes) inside any of
     those. The tests' own oracle, written apart from the service's decoder."""
-    decoders: list[Callable[[str], str]] = [_json_unescaped, html.unescape, unquote, unquote_plus]
+    decoders: list[Callable[[str], str]] = [
+        _json_unescaped,
+        html.unescape,
+        unquote,
+        unquote_plus,
+        _misread_undone,
+    ]
     seen = {text}
     frontier = {text}
     for _ in range(3):

@@ -297,3 +297,24 @@ def cut_short(api: str, content: str) -> Step:
         return _json(body)
 
     return step
+
+
+def tools_forbidden(api: str, request: dict[str, Any]) -> bool:
+    """The request offers tools but forbids calling them (`tool_choice` none, in the API's
+    words): a model that obeys answers in text."""
+    choice = request.get("tool_choice")
+    if api == "anthropic_messages":
+        return isinstance(choice, dict) and choice.get("type") == "none"
+    return choice == "none"
+
+
+def calls_until_told(api: str, *calls: Call, answer: str) -> Step:
+    """A model that calls tools while it may, and answers `answer` once a request forbids it."""
+    builders = steps(api)
+
+    def step(request: dict[str, Any]) -> Reply:
+        if tools_forbidden(api, request):
+            return builders.text(answer)(request)
+        return builders.tool_calls(*calls)(request)
+
+    return step

@@ -1,6 +1,9 @@
-"""A scripted OpenAI-compatible chat-completions server: each request takes the next step.
+"""A scripted model server (chat completions, Responses, Anthropic Messages at their paths):
+each request takes the next step.
 
-Steps build the answer from the request, so tests can assert on what the model was sent.
+Steps build the answer from the request, so tests can assert on what the model was sent. A
+request the API would refuse (`model_rules`: Anthropic's tool-use history without `tools`, ids
+outside its alphabet, ...) is answered with that API's 400 and kept in `refused`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Any
 
 import orjson
 from starlette.types import Receive, Scope, Send
+
+from tests.support import model_rules
 
 RELEASE_PATIENCE_S = 60.0  # a held reply a test never released is answered after this
 
@@ -162,12 +167,14 @@ class FakeModel:
         self.repeat: Step | None = None
         self.requests: list[dict[str, Any]] = []
         self.raw_requests: list[bytes] = []
+        self.refused: list[str] = []  # what the API's rules refused, request by request
 
     def reset(self, *steps: Step, repeat: Step | None = None) -> None:
         self.script = deque(steps)
         self.repeat = repeat
         self.requests.clear()
         self.raw_requests.clear()
+        self.refused.clear()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         assert scope["type"] == "http"
@@ -180,8 +187,17 @@ class FakeModel:
         self.raw_requests.append(body + b" " + repr(scope["headers"]).encode())
         request = orjson.loads(body) if body else {}
         self.requests.append(request)
-        step = self.script.popleft() if self.script else self.repeat
-        reply = step(request) if step else Reply(500, b'{"error": {"message": "script ended"}}')
+        problems = model_rules.problems(scope["path"], request) if request else []
+        if problems:  # the API refuses it: no step is taken
+            self.refused += problems
+            reply = Reply(
+                400,
+                orjson.dumps(model_rules.refusal(scope["path"], problems)),
+                {"content-type": "application/json"},
+            )
+        else:
+            step = self.script.popleft() if self.script else self.repeat
+            reply = step(request) if step else Reply(500, b'{"error": {"message": "script ended"}}')
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
         if reply.released is not None:

@@ -19,6 +19,7 @@ RECEIVED: list[dict[str, Any]] = []
 TIMELINE: list[tuple[int, int]] = []
 _EVENTS = itertools.count()  # `next` on it is atomic under the GIL: threads share it safely
 CANCELLED: list[str] = []  # sleep_async calls that were cancelled
+STARTED: list[str] = []  # sleep_async calls that began (a test may act once one is running)
 
 
 @registry.register(tool_id="profile", context_parameters=["user_id", "api_token"])
@@ -63,6 +64,7 @@ async def add(a: int, b: int) -> int:
 async def sleep_async(seconds: float) -> str:
     """Sleep without blocking."""
     started = next(_EVENTS)
+    STARTED.append("sleep_async")
     try:
         await asyncio.sleep(seconds)
     except asyncio.CancelledError:

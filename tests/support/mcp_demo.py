@@ -56,6 +56,8 @@ def build() -> MCPServer:
     def _called(name: str) -> None:
         with _lock:
             CALLS.append(name)
+        if os.environ.get("MCP_DEMO_LOG_CALLS"):  # a stdio server's calls, seen in the log
+            print(f"called {name}", file=sys.stderr, flush=True)
 
     @server.tool()
     def add(a: int, b: int) -> int:
@@ -154,12 +156,16 @@ def build() -> MCPServer:
 class McpDemoServer:
     """The demo server over HTTP on 127.0.0.1: `transport` is 'streamable-http' or 'sse'."""
 
-    def __init__(self, transport: str, server: MCPServer | None = None) -> None:
+    def __init__(
+        self, transport: str, server: MCPServer | None = None, *, json_response: bool = False
+    ) -> None:
+        """`json_response`: answers as JSON rather than SSE streams (its connections are then
+        kept alive between requests, as most servers' are)."""
         server = server or build()
         if transport == "sse":
             app, self.path = server.sse_app(), "/sse"
         else:
-            app, self.path = server.streamable_http_app(), "/mcp"
+            app, self.path = server.streamable_http_app(json_response=json_response), "/mcp"
         self._http = ThreadedServer(app, lifespan="on")
 
     @property

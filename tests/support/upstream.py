@@ -58,14 +58,18 @@ async def reflect(request: Request) -> Response:
     values = [value for _, value in request.query_params.multi_items()]
     scheme, _, credential = request.headers.get("authorization", "").partition(" ")
     decoded = base64.b64decode(credential).decode() if scheme.lower() == "basic" else ""
+    # Starlette reads headers as Latin-1, as Python, Node and Java servers do: a UTF-8 value
+    # comes back misread (`José` as `JosÃ©`), raw and in every form.
+    echoed = [value for name, value in request.headers.items() if name.startswith("x-")]
     page = (
         f"<p>No page at /reflect?{request.url.query}</p>"
         + "".join(f"<i>{html.escape(v)}</i>" for v in values)
         + json.dumps({"values": values, "slashes": [v.replace("/", "\\/") for v in values]})
         + f" auth={request.headers.get('authorization', '')} user={decoded}"
+        + "".join(f" header={value}" for value in echoed)
         + "".join(
             f"\n{name}: {encode(value)}"
-            for value in [*values, credential, decoded]
+            for value in [*values, credential, decoded, *echoed]
             if value
             for name, encode in ALL_FORMS.items()
         )

@@ -46,6 +46,22 @@ def test_the_original_span_is_replaced(text: str, expected: str) -> None:
     assert Scrubber(["zq1/x+y/z"])(text) == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A header a server read as Latin-1 (or windows-1252), echoed raw, JSON-escaped,
+        # percent-encoded or read so twice: only its span goes, Latin-1 text around it stays.
+        ("café JosÃ©-zq1/x Ã© é", "café [redacted] Ã© é"),
+        ('{"h": "Jos\\u00c3\\u00a9-zq1\\/x"}', '{"h": "[redacted]"}'),
+        ("Jos%C3%83%C2%A9-zq1%2Fx!", "[redacted]!"),
+        ("JosÃ\x83Â©-zq1/x!", "[redacted]!"),
+        ("a\xe9b JosÃ©-zq1/x", "a\xe9b [redacted]"),
+    ],
+)
+def test_a_value_misread_by_a_single_byte_code_page_is_found(text: str, expected: str) -> None:
+    assert Scrubber(["José-zq1/x"])(text) == expected
+
+
 def test_text_without_hidden_values_is_unchanged() -> None:
     text = '{"a": "caf\\u00e9 &amp; 100%25 \\"quoted\\"", "b": "Zm9vYmFy", "c": "666f6f"}'
     assert Scrubber(["zq1/x+y/z"])(text) == text

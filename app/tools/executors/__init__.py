@@ -29,6 +29,8 @@ class McpCaller(Protocol):
         tool: str,
         arguments: dict[str, Any],
         progress: ProgressSink | None = None,
+        *,
+        read_only: bool = False,
     ) -> ToolOutcome: ...
 
 

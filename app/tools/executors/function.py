@@ -14,8 +14,9 @@ from pydantic import ValidationError
 from app.tools.calls import CURRENT, FunctionContext
 from app.tools.executors import CallScope
 from app.tools.executors.stepping import run_generator
+from app.tools.netguard import OutboundBlockedError
 from app.tools.outbound_client import OutboundClient
-from app.tools.outcome import ToolOutcome
+from app.tools.outcome import ToolFailure, ToolOutcome
 from app.tools.registry import FunctionRegistry, RegisteredFunction, ToolRequest
 from app.tools.typed import FunctionTool
 from app.tools.web import WebAccess
@@ -92,6 +93,10 @@ class FunctionExecutor:
                 result = await loop.run_in_executor(self._threads, run)
         except PostProcessorError as exc:
             return ToolOutcome.error(str(exc), "exception")
+        except ToolFailure as exc:
+            return ToolOutcome.error(str(exc), exc.kind)
+        except OutboundBlockedError as exc:  # the tenant's client refused: as for external tools
+            return ToolOutcome.error(f"blocked: {exc}", "blocked")
         except Exception as exc:
             return ToolOutcome.error(f"{type(exc).__name__}: {exc}", "exception")
         finally:

@@ -21,4 +21,9 @@ class McpExecutor:
                 f"no session with MCP server '{tool.server}' was opened for this call",
                 "unreachable",
             )
-        return await call.mcp.call(tool.server, tool.mcp_tool, arguments, call.progress)
+        hints = tool.annotations or {}
+        # Safe to send again on a new session if the first one was lost under it.
+        read_only = hints.get("read_only_hint") is True or hints.get("idempotent_hint") is True
+        return await call.mcp.call(
+            tool.server, tool.mcp_tool, arguments, call.progress, read_only=read_only
+        )
