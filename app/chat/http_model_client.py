@@ -97,7 +97,7 @@ class ChatCompletionsAPI:
             return body
         assert isinstance(tools, PreparedTools)
         # The tool options' bytes joined in (the same fields `tool_options` would add).
-        options = b',"tools":' + tools.json + b',"tool_choice":' + orjson.dumps(tool_choice)
+        options = b',"tools":' + tools.json + b',"tool_choice":"' + tool_choice.encode() + b'"'
         if not parallel_tool_calls and tool_choice == "auto":
             options += b',"parallel_tool_calls":false'
         return body[:-1] + options + b"}"

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from app.chat.http_model_client import ChatCompletionsAPI
-from app.chat.model import PreparedTools
+from app.chat.model import PreparedTools, ToolChoice
 from app.services.catalog import ToolSnapshot
 from tests.support.catalogs import filler
 
@@ -22,18 +22,18 @@ def typed_tools(count: int) -> list[Any]:
 
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("parallel", [False, True])
-def test_a_prepared_body_is_the_json_of_the_plain_one(stream: bool, parallel: bool) -> None:
+@pytest.mark.parametrize("choice", ["auto", "none"])
+def test_a_prepared_body_is_the_json_of_the_plain_one(
+    stream: bool, parallel: bool, choice: ToolChoice
+) -> None:
     tools = typed_tools(30)
     extra = {"type": "function", "function": {"name": "search_tools", "parameters": {}}}
     prepared = PreparedTools.of(tools, [extra])
     plain = [tool.schema for tool in tools] + [extra]
     api = ChatCompletionsAPI()
-    sent = api.body(
-        model="m", messages=MESSAGES, tools=prepared, parallel_tool_calls=parallel, stream=stream
-    )
-    whole = api.body(
-        model="m", messages=MESSAGES, tools=plain, parallel_tool_calls=parallel, stream=stream
-    )
+    options = {"parallel_tool_calls": parallel, "stream": stream, "tool_choice": choice}
+    sent = api.body(model="m", messages=MESSAGES, tools=prepared, **options)
+    whole = api.body(model="m", messages=MESSAGES, tools=plain, **options)
     assert orjson.loads(sent) == orjson.loads(whole)
     assert prepared == plain  # every other reader sees the same list
 
