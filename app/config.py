@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.crypto import parse_key
 from app.outbound import DEFAULT_BLOCKED_PORTS, DEFAULT_PORTS, parse_ports
+from app.wire import header_problem
 
 # Documented development fall-backs (docs/settings.md, .env.example). Never accepted in production.
 DEV_ADMIN_API_KEY = "dev-admin-key"
@@ -210,6 +211,16 @@ class Settings(BaseSettings):
     @classmethod
     def _port_lists(cls, value: str) -> str:
         parse_ports(value)  # ValueError naming the bad part
+        return value
+
+    @field_validator("openai_api_key")
+    @classmethod
+    def _sendable_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and header_problem("Authorization", value.get_secret_value()):
+            raise ValueError(
+                "holds a character a header cannot carry (CR, LF, NUL or another control "
+                "character): it cannot be sent as a model key"
+            )
         return value
 
     @field_validator("docs_enabled", mode="before")

@@ -41,7 +41,8 @@ from app.chat.model import (
     upstream_status,
 )
 from app.hidden import HiddenValues
-from app.wire import Connector, WireError, WirePool, server_sent_events
+from app.tools.netguard import OutboundBlockedError
+from app.wire import Connector, WireError, WirePool, checked_header, server_sent_events
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,9 @@ INITIAL_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
 retry_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 _RETRY_STATUSES = frozenset({408, 409, 429})
 _REJECTED = credentials_rejected().message  # `_told` names the client's own credentials
+# No answer to read: the connection failed or broke HTTP, or the connect guard refused the
+# endpoint (`app/tools/netguard.py`: blocked, or its name did not resolve).
+_UNREACHABLE = (WireError, OSError, OutboundBlockedError)
 
 
 class _Retryable(Exception):
@@ -106,7 +110,9 @@ class HTTPModelClient:
         credentials: str = "OPENAI_API_KEY",
     ) -> None:
         """`credentials` names where the key comes from, for the error that says it was refused;
-        an error of the endpoint that quotes the key is never passed on."""
+        an error of the endpoint that quotes the key is never passed on. A key a header cannot
+        carry (CR, LF, NUL: it would add a header or a request) is `HeaderError` here, before
+        anything is sent; `request_head` checks every header again on every call."""
         self._api: ModelAPI = api or ChatCompletionsAPI()
         self._hidden, self._credentials = HiddenValues([api_key]), credentials
         url = (base_url or self._api.default_base_url).rstrip("/") + self._api.path
@@ -119,6 +125,8 @@ class HTTPModelClient:
             "Accept-Encoding": "identity",
             "User-Agent": "toolgate/0.1",
         }
+        for name, value in self._headers.items():
+            checked_header(name, value)
         self._timeout_s = timeout_s
         self._max_retries = max_retries
 
@@ -169,7 +177,7 @@ class HTTPModelClient:
                 response = await self._pool.post(body, self._headers)
         except TimeoutError:
             raise _Retryable(model_timed_out(), None) from None
-        except WireError as exc:
+        except _UNREACHABLE as exc:
             raise _Retryable(unreachable(self._host, exc), None) from None
         if response.status >= 400:
             raise _status_error(response.status, response.headers, response.body)
@@ -226,7 +234,7 @@ class HTTPModelClient:
                             yield added
         except TimeoutError:
             raise _Retryable(model_timed_out(), None) from None
-        except WireError as exc:
+        except _UNREACHABLE as exc:
             raise _Retryable(unreachable(self._host, exc), None) from None
         if whole is not None:
             if whole.content:

@@ -1,8 +1,9 @@
 """Talking to one MCP server with the `mcp` SDK: connect, list tools, call a tool.
 
-HTTP transports use an httpx2 client (the SDK's HTTP library) whose connections go through the
-same outbound guard as external tools when the server is a tenant's; stdio servers (operator
-only) are started with the SDK's minimal environment, never the service's own.
+HTTP transports use an httpx2 client (the SDK's HTTP library) that sends through the service's
+own HTTP client (`app/mcp/transport.py`), under the tenant's outbound policy when the server is
+a tenant's; stdio servers (operator only) are started with the SDK's minimal environment, never
+the service's own.
 """
 
 from __future__ import annotations
@@ -13,13 +14,10 @@ import functools
 import logging
 import os
 import re
-import ssl
 import sys
 from collections.abc import AsyncIterator
 from typing import Any, BinaryIO, TextIO
 
-import certifi
-import httpcore2
 import httpx2
 import mcp_types
 import orjson
@@ -30,7 +28,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from app.mcp.config import McpServer
 from app.mcp.stdio import stdio_transport
-from app.tools.netguard import OutboundBlockedError, OutboundPolicy, guarded_transport
+from app.mcp.transport import WireTransport
+from app.tools.netguard import OutboundBlockedError, OutboundPolicy
+from app.tools.outbound_client import OutboundClient
 from app.tools.outcome import ToolOutcome
 
 stderr_logger = logging.getLogger("app.mcp.stderr")
@@ -41,29 +41,33 @@ MAX_LIST_PAGES = 20
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
 # An SSE or streamable-HTTP response may stay open while a tool runs; the tool timeout bounds it.
 STREAM_READ_TIMEOUT_S = 300.0
-
-
-@functools.cache
-def _trusted_roots() -> ssl.SSLContext:
-    """One TLS context for every session's client (each new one costs 10-30 ms of CPU)."""
-    return ssl.create_default_context(cafile=certifi.where())
+MAX_CONNECTIONS = 4  # one session's requests at once
 
 
 def _http_client(
     headers: dict[str, str], policy: OutboundPolicy | None, timeout_s: float
 ) -> httpx2.AsyncClient:
-    transport = None
-    if policy is not None:  # a tenant's server: every connection is checked where it is made
-        limits = httpx2.Limits(max_connections=4, max_keepalive_connections=4)
-        transport = guarded_transport(policy, limits=limits, http=httpx2, core=httpcore2)
+    """The SDK's HTTP client, sending through the service's own (`app/mcp/transport.py`): a
+    tenant's server under the tenant's policy, the operator's anywhere (it may be private)."""
+    outbound = OutboundClient(
+        policy if policy is not None else _operator_policy(),
+        timeout_s=STREAM_READ_TIMEOUT_S,
+        connect_timeout_s=timeout_s,
+        max_connections=MAX_CONNECTIONS,
+    )
     return httpx2.AsyncClient(
         headers={"User-Agent": "toolgate/0.1", **headers},
         timeout=httpx2.Timeout(timeout_s, read=STREAM_READ_TIMEOUT_S),
-        transport=transport,
-        verify=_trusted_roots(),  # a new client's own context loads the CA bundle: CPU on the loop
+        transport=WireTransport(outbound),
         follow_redirects=False,
         trust_env=False,
     )
+
+
+@functools.cache
+def _operator_policy() -> OutboundPolicy:
+    """One policy (and TLS context: each costs 10-30 ms of CPU) for the operator's servers."""
+    return OutboundPolicy.unrestricted()
 
 
 @contextlib.asynccontextmanager

@@ -9,9 +9,10 @@ included, 0.13-0.24 ms; this client 0.07-0.12 ms (the two interleaved in one pro
 rounds; `scripts/bench/outbound.py` measures all three).
 What each call can rely on:
 
-- Every connection goes to an address `vetted_addresses` checked (resolved once, the port and
-  every address judged, IPv4-mapped IPv6 by its IPv4): the pool dials only the addresses the
-  guard returns, for a literal host too, and nothing is looked up again for that connection.
+- Every connection goes to an address the one connect guard (`guarded_connector`) checked
+  (resolved once, the port and every address judged, IPv4-mapped IPv6 by its IPv4): the pool
+  dials only the addresses the guard returns, for a literal host too, and nothing is looked up
+  again for that connection.
   A kept-alive connection serves only the client that opened it (one per policy: a tenant's
   allow list has its own client, `app/services/outbound.py`).
 - TLS is verified against the policy's CA bundle only; nothing is read from the environment
@@ -45,7 +46,7 @@ from urllib.parse import urlencode
 
 import httpx
 
-from app.tools.netguard import OutboundPolicy, Resolver, system_resolver, vetted_addresses
+from app.tools.netguard import OutboundPolicy, Resolver, guarded_connector, system_resolver
 from app.wire import (
     READ_SIZE,
     Connection,
@@ -133,6 +134,12 @@ class OutboundResponse:
             if length.isdigit() and 0 < int(length) <= READ_SIZE:
                 self._ready = await self._connection.body(READ_SIZE)
 
+    async def pieces(self) -> AsyncIterator[bytes]:
+        """The body as it arrives, content codings left as they came, each piece within the
+        read deadline (for a caller that decodes the body itself: the MCP SDK's client)."""
+        while (piece := await self._next()) is not None:
+            yield piece
+
     async def _next(self) -> bytes | None:
         """The body's next piece (None at its end), each within the read deadline."""
         if self._ready is not None:
@@ -171,7 +178,7 @@ class OutboundClient:
         self.policy = policy
         self._read_s = timeout_s
         self._connect_s = connect_timeout_s
-        self._resolver = resolver
+        self._connector = guarded_connector(policy, resolver)
         self._max_connections = max_connections
         self._slots: asyncio.Semaphore | None = None  # made on the running loop
         self._pools: dict[str, WirePool] = {}
@@ -179,17 +186,13 @@ class OutboundClient:
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
 
-    async def _vetted(self, host: str, port: int) -> list[str]:
-        addresses = await vetted_addresses(self.policy, self._resolver, host, port, None)
-        return [str(address) for address in addresses]
-
     def _pool(self, origin: str) -> WirePool:
         pool = self._pools.get(origin)
         if pool is None:
             https = origin.startswith("https:")
             pool = WirePool(
                 origin,
-                connect=self._vetted,
+                connect=self._connector,
                 ssl_context=self.policy.ssl_context() if https else None,
                 max_idle=self._max_connections,
             )
