@@ -98,8 +98,10 @@ class Settings(BaseSettings):
     # A connection whose request head (request line and headers) is not complete this long
     # after it opened, or after the first byte following a response, is closed (app/http_server).
     header_timeout_s: float = Field(default=10.0, gt=0, le=600)
-    # Open connections one process keeps; one more is answered 503 and closed at once.
+    # Open connections one process keeps, and one client address of them; past either, an idle
+    # keep-alive connection is closed first, and only when none is idle is one more refused.
     max_connections: int = Field(default=1000, ge=1, le=1_000_000)
+    max_connections_per_client: int = Field(default=256, ge=1, le=1_000_000)
 
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None

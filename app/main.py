@@ -9,7 +9,6 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from starlette.routing import Route
 
 from app.api import (
     categories,
@@ -26,7 +25,7 @@ from app.api import (
 )
 from app.api.console import install_console
 from app.api.docs import install_docs, install_openapi
-from app.api.hot_routes import ChatRoute, HotLane, InvokeRoute
+from app.api.hot_routes import hot_routes
 from app.api.mcp_endpoint import McpGateway
 from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from app.api.problems import PROBLEM_MEDIA_TYPE, install_error_handlers
@@ -178,10 +177,6 @@ def create_app(
     # Starlette serves an endpoint that is not a function as an ASGI app; every method reaches
     # it, so the credential is checked before anything is said about the method (405 but POST).
     gateway = McpGateway()
-    # Innermost: `/mcp` and the plain invoke and chat answered ahead of the exception layer and
-    # FastAPI's routing (app/api/hot_routes.py), with the app's exception handlers.
-    hot = (InvokeRoute(), ChatRoute(), Route("/mcp", gateway))
-    app.add_middleware(HotLane, routes=hot, handlers=app.exception_handlers)
     app.add_middleware(
         BodySizeLimitMiddleware,
         max_bytes=settings.max_body_bytes,
@@ -202,7 +197,10 @@ def create_app(
     )
     install_error_handlers(app)
     _finish_openapi(app, settings)
-    # /ping first of the routers (matching walks routes in order).
+    # First in the routing table: `/mcp`, and the plain invoke and chat ahead of their FastAPI
+    # routes (app/api/hot_routes.py); then /ping first of the routers (matching walks routes
+    # in order).
+    app.router.routes[:0] = hot_routes(gateway)
     routers = (health, tools, chat, runs, mcp_servers, model_providers, secrets, client_tokens)
     for module in (*routers, categories, tenants):
         app.include_router(module.router)
