@@ -116,6 +116,8 @@ class Settings(BaseSettings):
     # store responses), instead of the whole conversation each turn.
     model_responses_chain: bool = False
     model_timeout_s: float = Field(default=60.0, gt=0, le=600)
+    # The largest model answer read (whole or streamed; every provider's): past it, a 502.
+    model_answer_max_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)
     model_max_retries: int = Field(default=2, ge=0, le=2)
     chat_deadline_s: float = Field(default=120.0, gt=0, le=3600)
     chat_max_iterations: int = Field(default=10, ge=1, le=100)

@@ -66,6 +66,10 @@ class DroppedConnectionError(ConnectionClosedError):
     retry at once, where the request may be sent twice)."""
 
 
+class BodyTooLargeError(WireError):
+    """The answer's body is larger than the caller's cap; it was not read past it."""
+
+
 class HeaderError(ValueError):
     """A header that cannot be sent as it is (the message names the header, never its value)."""
 
@@ -351,11 +355,11 @@ class Connection(asyncio.Protocol):
             while (piece := await self.piece()) is not None:
                 size += len(piece)
                 if size > cap:
-                    raise WireError(f"the answer's body is larger than {cap} bytes")
+                    raise BodyTooLargeError(f"the answer's body is larger than {cap} bytes")
                 parts.append(piece)
         data = parts[0] if len(parts) == 1 else b"".join(parts)
         if len(data) > cap:
-            raise WireError(f"the answer's body is larger than {cap} bytes")
+            raise BodyTooLargeError(f"the answer's body is larger than {cap} bytes")
         return data
 
     @property
@@ -439,7 +443,7 @@ class _TransferDecoder:
             raise WireError(f"malformed transfer coding: {exc}") from None
         self._out += len(out)
         if self._out > MAX_BODY_BYTES or self._inflate.unconsumed_tail:
-            raise WireError(f"the answer's body is larger than {MAX_BODY_BYTES} bytes")
+            raise BodyTooLargeError(f"the answer's body is larger than {MAX_BODY_BYTES} bytes")
         return out
 
     def finish(self) -> None:
@@ -448,21 +452,22 @@ class _TransferDecoder:
 
 
 class WireStream:
-    """A response whose body is read as it arrives."""
+    """A response whose body is read as it arrives, at most `cap` bytes."""
 
-    def __init__(self, head: Head, connection: Connection) -> None:
+    def __init__(self, head: Head, connection: Connection, cap: int = MAX_BODY_BYTES) -> None:
         self.status, self.headers = head.status, head.headers
         self._connection = connection
+        self._cap = cap
 
     async def read(self) -> bytes:
-        return await self._connection.body()
+        return await self._connection.body(self._cap)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         size = 0
         while (piece := await self._connection.piece()) is not None:
             size += len(piece)
-            if size > MAX_BODY_BYTES:
-                raise WireError("response body too large")
+            if size > self._cap:
+                raise BodyTooLargeError(f"the answer's body is larger than {self._cap} bytes")
             yield piece
 
     @property
@@ -506,7 +511,8 @@ class WirePool:
     async def post(
         self, body: bytes, headers: Mapping[str, str], *, cap: int = MAX_BODY_BYTES
     ) -> WireResponse:
-        """POST `body` to the pool's URL and read the whole answer (WireError past `cap`)."""
+        """POST `body` to the pool's URL and read the whole answer (BodyTooLargeError past
+        `cap`)."""
         connection, head = await self.exchange("POST", self.path, body, headers, retry_dropped=True)
         try:
             data = await connection.body(cap)
@@ -517,12 +523,14 @@ class WirePool:
         return WireResponse(head.status, head.headers, data)
 
     @asynccontextmanager
-    async def stream(self, body: bytes, headers: Mapping[str, str]) -> AsyncIterator[WireStream]:
-        """POST `body`; the answer's body is read as it arrives. The connection goes back to
-        the pool only if the body was read to its end."""
+    async def stream(
+        self, body: bytes, headers: Mapping[str, str], *, cap: int = MAX_BODY_BYTES
+    ) -> AsyncIterator[WireStream]:
+        """POST `body`; the answer's body is read as it arrives (BodyTooLargeError past `cap`).
+        The connection goes back to the pool only if the body was read to its end."""
         connection, head = await self.exchange("POST", self.path, body, headers, retry_dropped=True)
         try:
-            yield WireStream(head, connection)
+            yield WireStream(head, connection, cap)
         except BaseException:
             connection.close()
             raise

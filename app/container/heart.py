@@ -50,6 +50,7 @@ def build_model_client(settings: Settings) -> ModelClient | None:
         api_key=api_key,
         timeout_s=settings.model_timeout_s,
         max_retries=settings.model_max_retries,
+        max_answer_bytes=settings.model_answer_max_bytes,
         api=build_model_api(
             settings.model_api,
             max_tokens=settings.model_max_tokens,

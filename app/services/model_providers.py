@@ -16,7 +16,7 @@ from typing import Any
 
 from app.cache import LoadingCache
 from app.chat.apis import build_model_api
-from app.chat.http_model_client import HTTPModelClient
+from app.chat.http_model_client import MAX_ANSWER_BYTES, HTTPModelClient
 from app.chat.model import ModelClient
 from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
 from app.limits import Fence, local_fence
@@ -56,6 +56,7 @@ class ModelProviderService:
         secrets: SecretService,
         outbound: TenantOutbound,
         operator_model: str,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
         max_providers: int = 20,
         fence: Fence | None = None,
         ttl_s: float = 0.0,
@@ -74,6 +75,7 @@ class ModelProviderService:
         self._secrets = secrets
         self._outbound = outbound
         self._operator_model = operator_model
+        self._max_answer_bytes = max_answer_bytes
         self._max = max_providers
         self._fence = fence or local_fence()
         self._clients: OrderedDict[tuple[Any, ...], HTTPModelClient] = OrderedDict()
@@ -207,6 +209,7 @@ class ModelProviderService:
             connect=guarded_connector(policy, lookup_s=CONNECT_LOOKUP_S),
             ssl_context=policy.ssl_context(),
             credentials=f"secret '{secret}' of model provider '{doc['name']}'",
+            max_answer_bytes=self._max_answer_bytes,
         )
 
     def _retire(self, client: HTTPModelClient) -> None:
