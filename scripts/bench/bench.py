@@ -116,11 +116,12 @@ class Process:
         env: dict[str, str] | None = None,
         stderr: IO[str] | int = subprocess.PIPE,
         cpus: set[int] | None = None,
+        cwd: Path = ROOT,
     ) -> None:
         self.port = port
         self.popen = subprocess.Popen(
             args,
-            cwd=ROOT,
+            cwd=cwd,
             env={**os.environ, **(env or {})},
             stdout=subprocess.DEVNULL,
             stderr=stderr,
@@ -316,10 +317,16 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, service_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        service_env: dict[str, str] | None = None,
+        tree: Path = ROOT,
+    ) -> None:
         self.args = args
         self.results: dict[str, list[dict[str, float]]] = {}
         self.service_env = service_env or {}  # settings on top of the benchmark's own
+        self.tree = tree  # the source tree the service runs (scripts/bench/compare.py: another)
         split = core_split() if getattr(args, "pin", False) else None
         self.service_cpus, self.load_cpus = split if split is not None else (None, None)
 
@@ -354,9 +361,10 @@ class Bench:
                 "30",
             ],
             self.service_port,
-            env,
+            {**env, "PYTHONPATH": str(self.tree)},
             stderr=self._service_log(),
             cpus=self.service_cpus,
+            cwd=self.tree,
         )
 
     async def setup(self) -> None:
