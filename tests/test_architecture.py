@@ -165,6 +165,10 @@ def test_no_private_module_or_attribute_of_a_library() -> None:
                 parts = module.split(".")
                 if parts[0] != "app" and any(part.startswith("_") for part in parts[1:]):
                     wrong.append(f"{where}: imports {module}")
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                if node.module.split(".")[0] not in ("app", "__future__"):
+                    names = [alias.name for alias in node.names if alias.name.startswith("_")]
+                    wrong += [f"{where}: imports {node.module}.{name}" for name in names]
             if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
                 if not node.attr.startswith("__") and node.attr not in own:
                     wrong.append(f"{where}:{node.lineno}: .{node.attr}")
