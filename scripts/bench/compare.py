@@ -19,6 +19,7 @@ from pathlib import Path
 import uvloop
 from bench import (
     INVOKE,
+    INVOKE_MCP,
     INVOKE_REST,
     MCP_CALL,
     MCP_CALL_MODERN,
@@ -28,7 +29,7 @@ from bench import (
     Bench,  # scripts/bench/bench.py (the script's directory is on the path)
 )
 
-ROWS = (INVOKE, MCP_CALL, MCP_CALL_MODERN, INVOKE_REST, MCP_REST, MCP_REST_MODERN)
+ROWS = (INVOKE, MCP_CALL, MCP_CALL_MODERN, INVOKE_REST, INVOKE_MCP, MCP_REST, MCP_REST_MODERN)
 CHATS = "model iteration, 1 call, c=50"
 
 
