@@ -46,19 +46,31 @@ _BUSY = (
 
 
 class _Connections:
-    """One server's connections as the cap sees them: which are idle between requests (oldest
-    first: a dict keeps the order they became idle in) and how many each address holds."""
+    """One server's connections as the cap sees them: which are idle between requests, oldest
+    first (a dict keeps the order they became idle in), in all and by client address, and how
+    many each address holds."""
 
     def __init__(self) -> None:
         self.idle: dict[GuardedHttpProtocol, None] = {}
+        self.idle_by_client: dict[str, dict[GuardedHttpProtocol, None]] = {}
         self.per_client: Counter[str] = Counter()
         self.closing = 0  # closed here, still in the server's set until their loss is seen
 
+    def now_idle(self, protocol: GuardedHttpProtocol) -> None:
+        self.idle[protocol] = None
+        self.idle_by_client.setdefault(protocol.client_host or "", {})[protocol] = None
+
+    def busy(self, protocol: GuardedHttpProtocol) -> None:
+        if self.idle.pop(protocol, False) is None:
+            client = protocol.client_host or ""
+            mine = self.idle_by_client[client]
+            del mine[protocol]
+            if not mine:
+                del self.idle_by_client[client]
+
     def oldest_idle(self, client: str | None = None) -> GuardedHttpProtocol | None:
-        for protocol in self.idle:
-            if client is None or protocol.client_host == client:
-                return protocol
-        return None
+        idle = self.idle if client is None else self.idle_by_client.get(client, {})
+        return next(iter(idle), None)
 
 
 _SERVERS: weakref.WeakKeyDictionary[ServerState, _Connections] = weakref.WeakKeyDictionary()
@@ -131,7 +143,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head = True
-        self._seen.idle.pop(self, None)
+        self._seen.busy(self)
 
     def on_headers_complete(self) -> None:
         self._in_head = False
@@ -141,11 +153,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if self.timeout_keep_alive_task is not None:  # idle, kept alive for the next request
-            self._seen.idle[self] = None
+            self._seen.now_idle(self)
 
     def close_here(self) -> None:
         """Close the connection, counted as gone at once (its loss is seen later)."""
-        self._seen.idle.pop(self, None)
+        self._seen.busy(self)
         if not self._closed_here:
             self._closed_here = True
             self._seen.closing += 1
@@ -154,7 +166,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
         seen = self._seen
-        seen.idle.pop(self, None)
+        seen.busy(self)
         if self._closed_here:
             seen.closing -= 1
         client = self.client_host or ""
