@@ -1,9 +1,11 @@
 # syntax=docker/dockerfile:1
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY app ./app
-RUN pip install --no-cache-dir --prefix=/install .
+# Every dependency as requirements.lock pins it (hashes checked), then the service itself.
+RUN pip install --no-cache-dir --prefix=/install --require-hashes --no-deps -r requirements.lock \
+    && pip install --no-cache-dir --prefix=/install --no-deps .
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1

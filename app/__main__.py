@@ -1,7 +1,8 @@
 """`python -m app [serve|check|new-secrets-key|rotate-secrets|fake-model]`.
 
 serve: validate settings, the function dictionary and MCP servers, then serve.
-check: validate only.
+check: validate only, and import every module the service needs (the built-ins' deferred ones
+too): a dependency missing from the install is named.
 new-secrets-key: print a fresh SECRETS_KEY.
 rotate-secrets: re-encrypt every stored secret and MCP header value under SECRETS_KEY; values
 sealed under a key listed in SECRETS_OLD_KEYS are opened with it. Safe to re-run.
@@ -40,6 +41,7 @@ def _check(settings_only: bool = False) -> Settings:
         ]
         sys.exit("invalid settings:\n" + "\n".join(lines))
     if not settings_only:
+        _check_imports(settings)
         try:
             validate_registry(load_registry(settings.functions_module))
         except FunctionDictionaryError as exc:
@@ -49,6 +51,34 @@ def _check(settings_only: bool = False) -> Settings:
         except McpConfigError as exc:
             sys.exit(str(exc))
     return settings
+
+
+def _check_imports(settings: Settings) -> None:
+    """Every module the service imports, at start-up or on first use, imports here; otherwise
+    exit with the list of what is missing (an install not made from requirements.lock)."""
+    import importlib
+
+    modules = ["app.main", "uvloop"] if sys.platform != "win32" else ["app.main"]
+    if settings.uses_memory_store:
+        modules.append("mongomock_motor")
+    if settings.model_client == "openai-sdk":
+        modules.append("openai")
+    problems = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            problems.append(f"'{module}' fails to import: {exc}")
+    if not problems:
+        from app.tools.builtin import missing_imports
+
+        problems = missing_imports()
+    if problems:
+        lines = "\n".join(f"  - {problem}" for problem in problems)
+        sys.exit(
+            f"missing dependencies:\n{lines}\ninstall the service from requirements.lock "
+            "(scripts/setup; the Docker image does)"
+        )
 
 
 async def _rotate_secrets(settings: Settings) -> int:
@@ -115,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "rotate-secrets":
         sys.exit(asyncio.run(_rotate_secrets(settings)))
     if args.command == "check":
-        print("settings, function dictionary and MCP servers are valid")
+        print("settings, function dictionary and MCP servers are valid; every dependency imports")
         return
     if args.workers > 1 and settings.uses_memory_store:
         # Each worker would hold its own in-memory store: a tenant created through one is

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from app.crypto import parse_key
 from app.forwarded import parse_proxies
 from app.outbound import DEFAULT_BLOCKED_PORTS, DEFAULT_PORTS, parse_ports
+from app.wire import header_problem
 
 # Documented development fall-backs (docs/settings.md, .env.example). Never accepted in production.
 DEV_ADMIN_API_KEY = "dev-admin-key"
@@ -98,8 +99,10 @@ class Settings(BaseSettings):
     # A connection whose request head (request line and headers) is not complete this long
     # after it opened, or after the first byte following a response, is closed (app/http_server).
     header_timeout_s: float = Field(default=10.0, gt=0, le=600)
-    # Open connections one process keeps; one more is answered 503 and closed at once.
+    # Open connections one process keeps, and one client address of them; past either, an idle
+    # keep-alive connection is closed first, and only when none is idle is one more refused.
     max_connections: int = Field(default=1000, ge=1, le=1_000_000)
+    max_connections_per_client: int = Field(default=256, ge=1, le=1_000_000)
 
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
@@ -114,6 +117,8 @@ class Settings(BaseSettings):
     # store responses), instead of the whole conversation each turn.
     model_responses_chain: bool = False
     model_timeout_s: float = Field(default=60.0, gt=0, le=600)
+    # The largest model answer read (whole or streamed; every provider's): past it, a 502.
+    model_answer_max_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)
     model_max_retries: int = Field(default=2, ge=0, le=2)
     chat_deadline_s: float = Field(default=120.0, gt=0, le=3600)
     chat_max_iterations: int = Field(default=10, ge=1, le=100)
@@ -281,6 +286,16 @@ class Settings(BaseSettings):
     @classmethod
     def _port_lists(cls, value: str) -> str:
         parse_ports(value)  # ValueError naming the bad part
+        return value
+
+    @field_validator("openai_api_key")
+    @classmethod
+    def _sendable_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and header_problem("Authorization", value.get_secret_value()):
+            raise ValueError(
+                "holds a character a header cannot carry (CR, LF, NUL or another control "
+                "character): it cannot be sent as a model key"
+            )
         return value
 
     @field_validator(

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from starlette.routing import Route
 
 from app.api import (
     approvals,
@@ -31,7 +30,7 @@ from app.api import (
 )
 from app.api.console import install_console
 from app.api.docs import install_docs, install_openapi
-from app.api.hot_routes import ChatRoute, HotLane, InvokeRoute
+from app.api.hot_routes import hot_routes
 from app.api.mcp_endpoint import TENANT_MCP, McpGateway, McpRoute
 from app.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from app.api.problems import PROBLEM_MEDIA_TYPE, install_error_handlers
@@ -196,10 +195,6 @@ def create_app(
     # Starlette serves an endpoint that is not a function as an ASGI app; every method reaches
     # it, so the credential is checked before anything is said about the method (405 but POST).
     gateway = McpGateway()
-    # Innermost: `/mcp` and the plain invoke and chat answered ahead of the exception layer and
-    # FastAPI's routing (app/api/hot_routes.py), with the app's exception handlers.
-    hot = (InvokeRoute(), ChatRoute(), Route("/mcp", gateway), McpRoute(TENANT_MCP, gateway))
-    app.add_middleware(HotLane, routes=hot, handlers=app.exception_handlers)
     app.add_middleware(
         BodySizeLimitMiddleware,
         max_bytes=settings.max_body_bytes,
@@ -222,7 +217,10 @@ def create_app(
         app.add_middleware(TracingMiddleware)  # outermost: the access log line carries its ids
     install_error_handlers(app)
     _finish_openapi(app, settings)
-    # /ping first of the routers (matching walks routes in order).
+    # First in the routing table: `/mcp`, and the plain invoke and chat ahead of their FastAPI
+    # routes (app/api/hot_routes.py); then /ping first of the routers (matching walks routes
+    # in order).
+    app.router.routes[:0] = [*hot_routes(gateway), McpRoute(TENANT_MCP, gateway)]
     routers = (health, tools, chat, runs, mcp_servers, model_providers, secrets, client_tokens)
     for module in (*routers, usage, categories, approvals, tenants, identity):
         app.include_router(module.router)

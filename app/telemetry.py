@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -421,7 +421,7 @@ def mcp_server_span(
 # -- Propagation -------------------------------------------------------------------------------
 
 
-def outbound_headers(headers: dict[str, str]) -> dict[str, str]:
+def outbound_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
     """`headers` with the current span's `traceparent` (and `tracestate`) in place of any of
     the same name; `headers` itself when tracing is off or no span is current."""
     if _tracer is None:
@@ -432,16 +432,6 @@ def outbound_headers(headers: dict[str, str]) -> dict[str, str]:
         return headers
     kept = {k: v for k, v in headers.items() if k.lower() not in _TRACE_HEADERS}
     return {**kept, **carrier}
-
-
-def inject_headers(headers: MutableMapping[str, str]) -> None:
-    """Put the current span's trace context into `headers` (an httpx request's), if any."""
-    if _tracer is None:
-        return
-    carrier: dict[str, str] = {}
-    _PROPAGATOR.inject(carrier)
-    for name, value in carrier.items():
-        headers[name] = value
 
 
 def request_context(raw_headers: Sequence[tuple[bytes, bytes]]) -> Context | None:

@@ -127,3 +127,49 @@ def test_the_assembly_stays_small() -> None:
     assert longest[0] < 50, longest
     for path in [APP / "services" / "chat.py", *(APP / "container").glob("*.py")]:
         assert len(path.read_text().splitlines()) < 350, path
+
+
+def _own_private_names() -> set[str]:
+    """Every `_name` app/ defines itself: functions, classes, attributes, slots, fields."""
+    names: set[str] = set()
+    for path in APP.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.add(node.value)  # __slots__ entries
+    return {name for name in names if name.startswith("_")}
+
+
+def test_no_private_module_or_attribute_of_a_library() -> None:
+    """Libraries are used through their public API: no `from x._y import` (or `import x._y`),
+    and no `obj._attr` whose name app/ does not define itself (a library's private attribute,
+    such as `StreamReader._buffer` or a transport's `_pool`)."""
+    own = _own_private_names()
+    wrong = []
+    for path in sorted(APP.rglob("*.py")):
+        where = path.relative_to(APP.parent)
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules = [node.module]
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            for module in modules:
+                parts = module.split(".")
+                if parts[0] != "app" and any(part.startswith("_") for part in parts[1:]):
+                    wrong.append(f"{where}: imports {module}")
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                if node.module.split(".")[0] not in ("app", "__future__"):
+                    names = [alias.name for alias in node.names if alias.name.startswith("_")]
+                    wrong += [f"{where}: imports {node.module}.{name}" for name in names]
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+                if not node.attr.startswith("__") and node.attr not in own:
+                    wrong.append(f"{where}:{node.lineno}: .{node.attr}")
+    assert wrong == []

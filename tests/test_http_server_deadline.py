@@ -1,5 +1,5 @@
-"""The served protocol's request-head deadline and connection cap (app/http_server.py) on real
-sockets, with the event loop's clock moved by hand: the deadline is never waited for. Each wait
+"""The served protocol's request-head deadline and fair connection cap (app/http_server.py) on
+real sockets, with the event loop's clock moved by hand: the deadline is never waited for. Each wait
 below is on what the server does (bytes taken in, a connection closed, the timers due by the
 clock run), bounded in real seconds; none is a sleep or a poll. tests/test_http_server.py runs
 the same protocol in a real `python -m app serve`."""
@@ -60,8 +60,11 @@ class Served:
     made: asyncio.Queue[Watched] = field(default_factory=asyncio.Queue)
     state: ServerState = field(default_factory=ServerState)
 
-    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        connection = await asyncio.open_connection("127.0.0.1", self.port)
+    async def connect(
+        self, source: str = "127.0.0.1"
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection from `source` (any 127.x address is this machine's)."""
+        connection = await asyncio.open_connection("127.0.0.1", self.port, local_addr=(source, 0))
         await bounded(self.made.get())  # the server's side of it
         return connection
 
@@ -88,11 +91,15 @@ class Served:
 
 
 @pytest.fixture
-async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Served]:
+async def served(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> AsyncIterator[Served]:
     loop = asyncio.get_running_loop()
     clock = LoopClock()
     monkeypatch.setattr(loop, "time", clock)
-    settings = make_settings(header_timeout_s=HEAD_TIMEOUT_S, max_connections=MAX_CONNECTIONS)
+    marker = request.node.get_closest_marker("settings")
+    overrides = {"header_timeout_s": HEAD_TIMEOUT_S, "max_connections": MAX_CONNECTIONS}
+    settings = make_settings(**{**overrides, **(marker.kwargs if marker else {})})
     monkeypatch.setattr(http_server, "get_settings", lambda: settings)
     served = Served(clock, 0)
 
@@ -160,15 +167,52 @@ async def test_after_a_response_the_next_head_is_due_from_its_first_byte(
     writer.close()
 
 
-async def test_one_connection_beyond_the_cap_is_refused_at_once(served: Served) -> None:
+async def _answered(served: Served, index: int = -1) -> tuple[asyncio.StreamReader, Any]:
+    """A connection that sent a request and read its answer: idle, kept alive."""
+    reader, writer = await served.connect()
+    writer.write(REQUEST)
+    assert (await bounded(reader.readuntil(b"ok"))).startswith(b"HTTP/1.1 200")
+    return reader, writer
+
+
+async def test_past_the_cap_the_oldest_idle_connection_is_closed_first(served: Served) -> None:
+    """Connections idle between requests make room for a new one, the oldest idle first; the
+    new one is served."""
+    first, second = await _answered(served), await _answered(served)
+    first[1].write(REQUEST)  # the first is used again: the second is now the oldest idle
+    assert (await bounded(first[0].readuntil(b"ok"))).startswith(b"HTTP/1.1 200")
+    reader, writer = await _answered(served)
+    assert served.closed(1) and not served.closed(0)
+    assert await _closed_by_server(second[0]) == b""  # closed between requests, unanswered
+    for held in (first, (reader, writer)):
+        held[1].close()
+    second[1].close()
+
+
+async def test_past_the_cap_with_none_idle_only_probes_are_answered(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every connection busy (heads not sent yet): the next ones get one answer each, 200 to a
+    health probe and 503 to anything else, and are closed; past the probes' allowance a
+    connection is refused at once, unread."""
+    monkeypatch.setattr(http_server, "PROBE_CONNECTIONS", 2)
     held = [await served.connect() for _ in range(MAX_CONNECTIONS)]
-    reader, writer = await served.connect()  # the clock is not moved: refused as it opens
-    answer = await _closed_by_server(reader)
+    probe, other = await served.connect(), await served.connect()
+    probe[1].write(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+    other[1].write(REQUEST)
+    answered = await _closed_by_server(probe[0])
+    assert answered.startswith(b"HTTP/1.1 200 ") and b"connection: close" in answered
+    refused = await _closed_by_server(other[0])
+    assert refused.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in refused
+    for protocol in served.protocols[-2:]:
+        await bounded(protocol.lost.wait())
+    more = [await served.connect() for _ in range(2)]
+    extra = await served.connect()  # past the allowance: refused as it opens
+    answer = await _closed_by_server(extra[0])
     assert answer.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in answer, answer
-    assert served.closed() and not any(served.closed(i) for i in range(MAX_CONNECTIONS))
-    writer.close()
-    for _, held_writer in held:
-        held_writer.close()
+    assert not any(served.closed(i) for i in range(MAX_CONNECTIONS))
+    for _, writer in [*held, *more, extra, probe, other]:
+        writer.close()
     for protocol in served.protocols:
         await bounded(protocol.lost.wait())
     assert not served.state.connections
@@ -176,6 +220,25 @@ async def test_one_connection_beyond_the_cap_is_refused_at_once(served: Served) 
     writer.write(REQUEST)
     assert (await bounded(reader.readuntil(b"ok"))).startswith(b"HTTP/1.1 200")
     writer.close()
+
+
+@pytest.mark.settings(max_connections=50, max_connections_per_client=2)
+async def test_one_address_cannot_take_the_cap(served: Served) -> None:
+    """Past MAX_CONNECTIONS_PER_CLIENT an address's own oldest idle connection makes room;
+    with none idle its next connection is refused, and other addresses still get in."""
+    idle = await _answered(served)
+    busy = await served.connect()
+    third = await served.connect()  # the address's third: its idle one is closed for it
+    assert served.closed(0) and not served.closed(1) and not served.closed(2)
+    assert await _closed_by_server(idle[0]) == b""
+    await bounded(served.protocols[0].lost.wait())
+    refused = await served.connect()  # its two others wait for their heads: none idle
+    assert (await _closed_by_server(refused[0])).startswith(b"HTTP/1.1 503 ")
+    other = await served.connect("127.0.0.2")
+    other[1].write(REQUEST)
+    assert (await bounded(other[0].readuntil(b"ok"))).startswith(b"HTTP/1.1 200")
+    for _, writer in (idle, busy, third, refused, other):
+        writer.close()
 
 
 async def test_after_a_response_bytes_that_start_no_request_are_due_too(served: Served) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -30,6 +32,19 @@ def test_check_refuses_a_broken_dictionary_with_one_list() -> None:
     assert result.stderr.startswith("the function dictionary has 9 problem(s):")
     assert "Traceback" not in result.stderr
     assert "wrong_type: 'count' is declared integer" in result.stderr
+
+
+def test_check_names_a_dependency_the_install_lacks(tmp_path: Path) -> None:
+    """An install without lxml_html_clean (an older pip does not resolve it through trafilatura)
+    passes every other check, and fails `check` naming the module and the built-in needing it
+    (here it is made unimportable by a module of the same name earlier on the path)."""
+    (tmp_path / "lxml_html_clean.py").write_text('raise ImportError("No module named x")\n')
+    assert run_app("check").returncode == 0
+    result = run_app("check", PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    assert result.returncode == 1, result.stdout
+    assert result.stderr.startswith("missing dependencies:\n"), result.stderr
+    assert "built-in 'web-fetch' needs 'lxml_html_clean'" in result.stderr
+    assert "requirements.lock" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_several_workers_on_the_in_memory_store_are_refused() -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -157,35 +159,20 @@ def test_host_header_and_path() -> None:
         WirePool("ftp://example.com/")
 
 
-def _fed(data: bytes) -> asyncio.StreamReader:
-    reader = asyncio.StreamReader(limit=64 * 1024)
-    reader.feed_data(data)
-    reader.feed_eof()
-    return reader
-
-
-async def test_a_body_of_tiny_chunks_comes_out_in_few_pieces() -> None:
-    """200,000 one-byte chunks: parsed from bulk reads, one piece per read, not an await and
-    an object per chunk (a hostile upstream's way to cost the loop 10x the CPU)."""
-    from app.wire import body_chunks
-
+async def test_a_body_of_tiny_chunks_is_read_whole(raw: tuple[RawServer, WirePool]) -> None:
+    """200,000 one-byte chunks: parsed by llhttp, the data passed on whole."""
+    server, pool = raw
     body = b"".join(b"1\r\nx\r\n" for _ in range(200_000)) + b"0\r\nx-trailer: 1\r\n\r\n"
-    pieces = [piece async for piece in body_chunks(_fed(body), {"transfer-encoding": "chunked"})]
-    assert b"".join(pieces) == b"x" * 200_000
-    assert len(pieces) <= len(body) // (64 * 1024) + 1
+    server.respond = lambda n: b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body
+    assert (await pool.post(b"{}", {})).body == b"x" * 200_000
 
 
 async def test_a_chunked_body_is_parsed_across_any_read_boundary() -> None:
-    from app.wire import body_chunks
-
     body = b"5;ext=1\r\nhello\r\n10\r\n" + b"y" * 16 + b"\r\n0\r\n\r\n"
+    answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body
     for step in (1, 2, 3, 7):
-        reader = asyncio.StreamReader()
-        for at in range(0, len(body), step):
-            reader.feed_data(body[at : at + step])
-        reader.feed_eof()
-        data = b"".join([p async for p in body_chunks(reader, {"transfer-encoding": "chunked"})])
-        assert data == b"hello" + b"y" * 16
+        async with trickling(answer, step) as pool:
+            assert (await pool.post(b"{}", {})).body == b"hello" + b"y" * 16
 
 
 @pytest.mark.parametrize(
@@ -200,28 +187,117 @@ async def test_a_chunked_body_is_parsed_across_any_read_boundary() -> None:
     ],
 )
 async def test_a_broken_chunked_body_is_refused(body: bytes) -> None:
-    from app.wire import body_chunks
-
-    with pytest.raises((ValueError, asyncio.IncompleteReadError)):
-        [p async for p in body_chunks(_fed(body), {"transfer-encoding": "chunked"})]
-
-
-async def test_bytes_past_a_chunked_body_stay_unread() -> None:
-    from app.wire import _unread, body_chunks
-
-    reader = _fed(b"2\r\nhi\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n")
-    assert [p async for p in body_chunks(reader, {"transfer-encoding": "chunked"})] == [b"hi"]
-    assert _unread(reader) == len(b"HTTP/1.1 200 OK\r\n")
+    answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body
+    async with trickling(answer, len(answer)) as pool:
+        with pytest.raises(WireError):
+            await pool.post(b"{}", {})
 
 
-async def test_a_body_of_chunk_extensions_is_refused() -> None:
+async def test_bytes_past_a_chunked_body_close_its_connection(
+    raw: tuple[RawServer, WirePool],
+) -> None:
+    server, pool = raw
+    server.respond = lambda n: (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"
+        + (b"HTTP/1.1 200 OK\r\n" if n == 0 else b"")
+    )
+    for _ in range(2):
+        assert (await pool.post(b"{}", {})).body == b"hi"
+    assert server.connections == 2  # the first, with bytes past its answer, was not kept
+
+
+async def test_a_body_of_chunk_extensions_is_refused(raw: tuple[RawServer, WirePool]) -> None:
     """Caps count the data: a body that is all framing (a byte of data per 2 KB extension)
     would be read and parsed without end."""
-    from app.wire import body_chunks
-
+    server, pool = raw
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
     padded = b"".join(b"1;" + b"e" * 2000 + b"\r\nx\r\n" for _ in range(100)) + b"0\r\n\r\n"
-    with pytest.raises(ValueError, match="framing"):
-        [p async for p in body_chunks(_fed(padded), {"transfer-encoding": "chunked"})]
+    server.respond = lambda n: head + padded
+    with pytest.raises(WireError, match="framing"):
+        await pool.post(b"{}", {})
     plain = b"".join(b"1;e=1\r\nx\r\n" for _ in range(10_000)) + b"0\r\n\r\n"
-    data = [p async for p in body_chunks(_fed(plain), {"transfer-encoding": "chunked"})]
-    assert b"".join(data) == b"x" * 10_000
+    server.respond = lambda n: head + plain
+    assert (await pool.post(b"{}", {})).body == b"x" * 10_000
+
+
+async def test_a_head_past_its_cap_is_refused(raw: tuple[RawServer, WirePool]) -> None:
+    server, pool = raw
+    server.respond = lambda n: b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n"
+    with pytest.raises(WireError, match="head is too long"):
+        await pool.post(b"{}", {})
+
+
+async def test_a_gzip_transfer_coding_before_chunked_is_undone(
+    raw: tuple[RawServer, WirePool],
+) -> None:
+    server, pool = raw
+    packed = gzip.compress(b'{"ok": true}')
+    server.respond = lambda n: (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+        b"%x\r\n%s\r\n0\r\n\r\n" % (len(packed), packed)
+    )
+    for _ in range(2):
+        assert (await pool.post(b"{}", {})).body == b'{"ok": true}'
+    assert server.connections == 1
+
+
+@pytest.mark.parametrize(
+    "coding",
+    [b"br, chunked", b"chunked, gzip", b"gzip", b"chunked, chunked", b"gzip, gzip, chunked"],
+)
+async def test_a_transfer_coding_it_cannot_undo_is_refused(
+    raw: tuple[RawServer, WirePool], coding: bytes
+) -> None:
+    server, pool = raw
+    server.respond = lambda n: b"HTTP/1.1 200 OK\r\nTransfer-Encoding: %s\r\n\r\n0\r\n\r\n" % coding
+    with pytest.raises(WireError, match="Transfer-Encoding"):
+        await pool.post(b"{}", {})
+
+
+async def test_a_gzip_transfer_coding_cut_short_is_refused(
+    raw: tuple[RawServer, WirePool],
+) -> None:
+    server, pool = raw
+    packed = gzip.compress(b"x" * 1000)[:-8]
+    server.respond = lambda n: (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+        b"%x\r\n%s\r\n0\r\n\r\n" % (len(packed), packed)
+    )
+    with pytest.raises(WireError, match="cut short"):
+        await pool.post(b"{}", {})
+
+
+async def test_an_answer_past_the_callers_cap_is_refused(raw: tuple[RawServer, WirePool]) -> None:
+    server, pool = raw
+    server.respond = lambda n: ok(b"x" * 5000)
+    with pytest.raises(WireError, match="larger than 4096"):
+        await pool.post(b"{}", {}, cap=4096)
+    assert (await pool.post(b"{}", {}, cap=5000)).body == b"x" * 5000
+
+
+@asynccontextmanager
+async def trickling(answer: bytes, step: int) -> AsyncIterator[WirePool]:
+    """A pool whose server answers every request with `answer`, `step` bytes per write, and
+    then closes the connection."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            for at in range(0, len(answer), step):
+                writer.write(answer[at : at + step])
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    listener = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    pool = WirePool(f"http://127.0.0.1:{port}/")
+    try:
+        yield pool
+    finally:
+        await pool.close()
+        listener.close()
+        await listener.wait_closed()

@@ -1,36 +1,30 @@
-"""`POST /tools/{tool_id}/invoke`, `POST /chat` and `/mcp` answered ahead of FastAPI's routing.
+"""`POST /tools/{tool_id}/invoke`, `POST /chat` and `/mcp`: ordinary Starlette routes placed
+first in the app's routing table (`hot_routes`), ahead of FastAPI's routes of the same paths.
 
-FastAPI's route machinery (the included router's match, dependency solving, its request and
-response wrappers) cost about a third of an invoke's CPU, and the exception and exit-stack
-layers and the router in front of any route another 20-30 us. `HotLane` is the innermost of
-the app's middleware: it holds `InvokeRoute`, `ChatRoute` and the `/mcp` endpoint, and answers
-what they match with the app's exception handlers as Starlette's exception layer applies them;
-anything else goes on to that layer and the router. The hot routes take only the plain case: a
-POST with a JSON body (and, for invoke, a well-formed tool id and no stream asked for). Anything
-else (a malformed id, another content type, another method) does not match them and reaches
-the FastAPI route, which stays the documented one.
+Why: FastAPI's route machinery (dependency solving, its request and response wrappers) cost
+about a third of an invoke's CPU (docs/performance.md, "One routing table"). These routes take
+only the plain case: a POST with a JSON body (and, for invoke, a well-formed tool id and no
+stream asked for). Anything else (a malformed id, another content type, another method) does not
+match them and reaches the FastAPI route of the same path, which stays the documented one.
 
 The plain case runs the same steps the FastAPI route runs, in the same order, through the same
-functions (`authenticate`, the body's model, the service); it is still inside every middleware
-(request id, access log, metrics, body limits, CORS, the server-error layer), and its errors
-reach the app's exception handlers like any route's.
+functions (`authenticate`, the body's model, the service); it is inside every middleware and
+Starlette's exception layer, so its errors reach the app's exception handlers like any route's.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi.exceptions import RequestValidationError
-from starlette._exception_handler import wrap_app_handling_exceptions
-from starlette._utils import get_route_path
 from starlette.datastructures import URLPath
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Match, NoMatchFound
-from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
+from starlette.routing import Match, NoMatchFound, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.leaving import CLIENT_CLOSED_REQUEST, unless_client_leaves
 from app.api.routing import json_body, parsed_body, validated_body, whole_body
@@ -45,7 +39,7 @@ if TYPE_CHECKING:
 INVOKE_PATH = "/tools/{tool_id}/invoke"
 CHAT_PATH = "/chat"
 # The tool id as `NAME_PATTERN` has it, matched whole (a `$` would also take a trailing newline).
-_INVOKE = re.compile(r"/tools/([a-zA-Z0-9_-]{1,64})/invoke")
+_TOOL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
@@ -71,74 +65,64 @@ async def send_json(send: Send, payload: bytes, status: int = 200) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-class HotLane:
-    """The innermost middleware: a request one of `routes` matches is handled here, its errors
-    through the app's exception handlers (`handlers`, the app's own dict, read when the stack
-    is built) as Starlette's `ExceptionMiddleware` would; Exception itself (a 500) is left to
-    the server-error layer outside, as it is for any route. Anything else goes on to `app`."""
+class HotRoute(Route):
+    """A route placed ahead of FastAPI's route of the same path, matching only the requests
+    `plain` accepts (a POST, for those with a body); it has no name of its own: `url_for`
+    finds the FastAPI route."""
 
-    def __init__(
-        self, app: ASGIApp, *, routes: tuple[BaseRoute, ...], handlers: Mapping[Any, Any]
-    ) -> None:
-        self.app = app
-        self.routes = routes
-        by_class: dict[Any, ExceptionHandler] = {}
-        by_status: dict[int, ExceptionHandler] = {}
-        for key, handler in handlers.items():  # as ExceptionMiddleware sorts them
-            if key in (500, Exception):
-                continue
-            if isinstance(key, int):
-                by_status[key] = handler
-            else:
-                by_class[key] = handler
-        self._handlers = (by_class, by_status)
+    def __init__(self, path: str, app: ASGIApp, *, methods: list[str] | None = None) -> None:
+        super().__init__(path, app, methods=methods, include_in_schema=False)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            for route in self.routes:
-                match, child = route.matches(scope)
-                if match is Match.FULL:
-                    scope.update(child)
-                    scope["starlette.exception_handlers"] = self._handlers
-                    handled = wrap_app_handling_exceptions(route.handle, Request(scope, receive))
-                    await handled(scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        if match is not Match.FULL or not self.plain(scope, child["path_params"]):
+            return Match.NONE, {}
+        child["route"] = self  # the access log's and metrics' route label (`path_format`)
+        return Match.FULL, child
 
-
-class _HotRoute(BaseRoute):
-    """A hot route has no name of its own: `url_for` finds the FastAPI route of its path."""
+    def plain(self, scope: Scope, path_params: dict[str, Any]) -> bool:
+        return True
 
     def url_path_for(self, name: str, /, **path_params: Any) -> URLPath:
         raise NoMatchFound(name, path_params)
 
 
-class InvokeRoute(_HotRoute):
+class _Endpoint:
+    """An ASGI function as a route's app (Starlette serves a plain function as `request ->
+    response`, through its request and response wrappers)."""
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle: ASGIApp) -> None:
+        self._handle = handle
+
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        return self._handle(scope, receive, send)
+
+
+class InvokeRoute(HotRoute):
     """The plain `POST /tools/{tool_id}/invoke` (see the module docstring)."""
 
-    path_format = INVOKE_PATH  # the metrics' and access log's route label
+    def __init__(self) -> None:
+        super().__init__(INVOKE_PATH, _Endpoint(_invoke), methods=["POST"])
 
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        if scope["type"] != "http" or scope["method"] != "POST":
-            return Match.NONE, {}
-        found = _INVOKE.fullmatch(get_route_path(scope))
-        if found is None:
-            return Match.NONE, {}
+    def plain(self, scope: Scope, path_params: dict[str, Any]) -> bool:
+        if not _TOOL_ID.fullmatch(path_params["tool_id"]):
+            return False
         for name, value in scope["headers"]:
             if name == b"accept":  # the first one, as `request.headers.get` reads it
-                if wants_stream(value.decode("latin-1")):
-                    return Match.NONE, {}
-                break
-        return Match.FULL, {"path_params": {"tool_id": found[1]}, "route": self}
+                return not wants_stream(value.decode("latin-1"))
+        return True
 
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        services: Services = scope["app"].state.services
-        request = Request(scope, receive)
-        tenant = await authenticate(
-            services, presented_bearer(request), client_tokens=True, request=request
-        )
-        payload = await invoke_json(tenant, scope["path_params"]["tool_id"], request)
-        await send_json(send, payload)
+
+async def _invoke(scope: Scope, receive: Receive, send: Send) -> None:
+    services: Services = scope["app"].state.services
+    request = Request(scope, receive)
+    tenant = await authenticate(
+        services, presented_bearer(request), client_tokens=True, request=request
+    )
+    payload = await invoke_json(tenant, scope["path_params"]["tool_id"], request)
+    await send_json(send, payload)
 
 
 async def chat_response(tenant: TenantContext, body: ChatRequest, request: Request) -> Response:
@@ -160,34 +144,38 @@ async def chat_response(tenant: TenantContext, body: ChatRequest, request: Reque
     )
 
 
-class ChatRoute(_HotRoute):
+class ChatRoute(HotRoute):
     """`POST /chat` with a JSON body (see the module docstring). FastAPI's order is kept: a body
     that is not JSON is a 400 before the credential is checked, a missing or mis-shaped one a
     422 after."""
 
-    path_format = CHAT_PATH
+    def __init__(self) -> None:
+        super().__init__(CHAT_PATH, _Endpoint(_chat), methods=["POST"])
 
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        if scope["type"] != "http" or scope["method"] != "POST":
-            return Match.NONE, {}
-        if get_route_path(scope) != CHAT_PATH or not _json_content(scope):
-            return Match.NONE, {}
-        return Match.FULL, {"path_params": {}, "route": self}
+    def plain(self, scope: Scope, path_params: dict[str, Any]) -> bool:
+        return _json_content(scope)
 
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        services: Services = scope["app"].state.services
-        request = Request(scope, receive)
-        raw = await whole_body(receive)
-        data = json_body(raw) if raw else None
-        tenant = await authenticate(
-            services, presented_bearer(request), client_tokens=True, request=request
-        )
-        if not raw:
-            missing = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
-            raise RequestValidationError([missing])
-        body = validated_body(data, ChatRequest)
-        response = await chat_response(tenant, body, request)
-        await response(scope, receive, send)
+
+async def _chat(scope: Scope, receive: Receive, send: Send) -> None:
+    services: Services = scope["app"].state.services
+    request = Request(scope, receive)
+    raw = await whole_body(receive)
+    data = json_body(raw) if raw else None
+    tenant = await authenticate(
+        services, presented_bearer(request), client_tokens=True, request=request
+    )
+    if not raw:
+        missing = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
+        raise RequestValidationError([missing])
+    body = validated_body(data, ChatRequest)
+    response = await chat_response(tenant, body, request)
+    await response(scope, receive, send)
+
+
+def hot_routes(mcp: ASGIApp) -> list[HotRoute]:
+    """The routes the app places first in its routing table: invoke, chat and `/mcp` (every
+    method: the endpoint checks the credential before it says anything about the method)."""
+    return [InvokeRoute(), ChatRoute(), HotRoute("/mcp", mcp)]
 
 
 def _json_content(scope: Scope) -> bool:

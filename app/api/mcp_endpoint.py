@@ -6,10 +6,14 @@ streams. `/mcp/{tenant_id}` is this same endpoint with the tenant fixed by the p
 credential of another tenant is a 401, and the 401 names that tenant's metadata (RFC 9728), so
 a client that adds the server by URL finds its authorization server (`app/api/mcp_metadata.py`).
 
-Protocol work only: authenticate, answer the two hot requests directly (or hand the request to
-the SDK), and translate between JSON-RPC and the gateway service (`app/services/mcp_gateway.py`),
-which decides what is listed and runs calls. A tool's failure is an `isError` result; an
-unknown tool is a JSON-RPC error (invalid params).
+Protocol work only: authenticate, answer each single JSON-RPC request of either protocol era
+with one answerer (`McpGateway._answer`) that hands it to the SDK's kernel (`serve_one`, the
+function the SDK's own transports run each request through: its per-version validation,
+handler lookup and result shaping), and translate between the SDK's handlers and the gateway
+service (`app/services/mcp_gateway.py`), which decides what is listed and runs calls. What the
+answerer does not take (another content type, a notification, a malformed envelope) goes to the
+SDK's streamable-HTTP transport. A tool's failure is an `isError` result; an unknown tool is a
+JSON-RPC error (invalid params).
 """
 
 from __future__ import annotations
@@ -17,18 +21,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from functools import partial
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import mcp.types as mcp_types
 import orjson
+from mcp.server.connection import Connection
 from mcp.server.lowlevel import Server
+from mcp.server.runner import ServerRunner, modern_error_data
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.shared.exceptions import MCPError
+from mcp.shared.dispatcher import CallOptions
+from mcp.shared.exceptions import MCPError, NoBackChannelError
+from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS, InboundLadderRejection
+from mcp.shared.message import ServerMessageMetadata
+from mcp.shared.transport_context import TransportContext
+from mcp_types import DEFAULT_NEGOTIATED_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
@@ -38,8 +47,8 @@ from app.api.hot_routes import send_json
 from app.api.leaving import note_client_left
 from app.api.mcp_messages import answer_batch, batch_allowed, method_label
 from app.api.mcp_metadata import www_authenticate
-from app.api.mcp_modern import ModernAnswers, TextResult, listing_params, modern_version
-from app.api.mcp_progress import answer_with_progress, progress_token
+from app.api.mcp_modern import accepts_json, modern_route, modern_version, rejection_answer
+from app.api.mcp_progress import ProgressStream, progress_params, streamed_progress_token
 from app.api.problems import problem_response
 from app.deps import TenantContext, authenticate, presented_bearer
 from app.errors import AppError, NotFoundError, UnauthorizedError, UnprocessableError
@@ -71,22 +80,17 @@ class McpRoute(Route):
         return match, child
 
 
-@dataclass(frozen=True, slots=True)
-class _DirectContext:
-    """What the handlers read of the SDK's request context, for requests answered here."""
-
-    request: Request
-
-
-def _json_post(scope: Scope) -> tuple[bool, bool]:
-    """(a JSON POST, of the protocol versions with a handshake or none said: a candidate for a
-    direct answer)."""
+def _json_post(scope: Scope) -> bool:
+    """A POST with a JSON body, of a known protocol version (or none said)."""
     headers = dict(scope["headers"])
-    version = headers.get(b"mcp-protocol-version")
     content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
-    json_post = scope["method"] == "POST" and content_type == b"application/json"
-    return json_post, json_post and (
-        version is None or version.decode("latin-1") in HANDSHAKE_PROTOCOL_VERSIONS
+    if scope["method"] != "POST" or content_type != b"application/json":
+        return False
+    version = headers.get(b"mcp-protocol-version")
+    return (
+        version is None
+        or version.decode("latin-1") in HANDSHAKE_PROTOCOL_VERSIONS
+        or (modern_version(scope))
     )
 
 
@@ -185,7 +189,8 @@ def _caller(ctx: Any) -> TenantContext:
 
 
 class McpGateway:
-    """The ASGI endpoint: authenticate, then hand the request to the SDK's session manager."""
+    """The ASGI endpoint: authenticate, then answer the request (`_answer`) or hand it to the
+    SDK's session manager."""
 
     def __init__(self) -> None:
         self.server: Server[Any] = Server(
@@ -195,13 +200,12 @@ class McpGateway:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
+        # `Server.middleware` wraps every request the kernel serves; the SDK's default there is
+        # an OpenTelemetry span per message, which, with no tracer configured, was most of a
+        # `tools/call`'s CPU here (docs/performance.md, "Ninth round"). The service's own
+        # tracing decides whether a call gets a span.
+        self.server.middleware = []
         self._manager: StreamableHTTPSessionManager | None = None
-        self._modern = ModernAnswers(
-            self.server,
-            list_tools=self._list_tools,
-            call_tool=self._call,
-            input_schema=self._input_schema,
-        )
         # Requests answered here, by (tenant, client token, JSON-RPC id), to cancel them.
         self._running: dict[tuple[Any, ...], list[_Call]] = {}
 
@@ -233,22 +237,29 @@ class McpGateway:
             await task
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        tenant_id = scope.get("path_params", {}).get("tenant_id")
+        await self.serve(scope, receive, send, tenant_id=tenant_id)
+
+    async def serve(
+        self, scope: Scope, receive: Receive, send: Send, *, tenant_id: str | None = None
+    ) -> None:
+        """`/mcp`; with `tenant_id`, the same endpoint for that one tenant (a credential of
+        another tenant is refused as not valid here)."""
         services: Services = scope["app"].state.services
         request = Request(scope)
-        fixed = scope.get("path_params", {}).get("tenant_id")  # `/mcp/{tenant_id}`
         try:
-            if fixed is not None and not _TENANT_ID.fullmatch(fixed):
+            if tenant_id is not None and not _TENANT_ID.fullmatch(tenant_id):
                 raise NotFoundError("No MCP endpoint here: /mcp/{tenant_id} names a tenant.")
             presented = presented_bearer(request)
             scope[CALLER] = await authenticate(
-                services, presented, client_tokens=True, request=request, tenant_id=fixed
+                services, presented, client_tokens=True, request=request, tenant_id=tenant_id
             )
         except AppError as exc:
             headers = {}
             if isinstance(exc, UnauthorizedError):  # RFC 9728: where to read how to get a token
                 sent = bool(request.headers.get("authorization", "").partition(" ")[2].strip())
                 headers["WWW-Authenticate"] = www_authenticate(
-                    request, token_presented=sent, tenant_id=fixed
+                    request, token_presented=sent, tenant_id=tenant_id
                 )
             response = problem_response(exc.status_code, exc.message, headers=headers)
             await response(scope, receive, send)
@@ -259,20 +270,17 @@ class McpGateway:
             refused = problem_response(405, "/mcp takes POST only", headers={"Allow": "POST"})
             await refused(scope, receive, send)
             return
-        json_post, direct = _json_post(scope)
-        if json_post:
+        if _json_post(scope):
             body = await _read_body(receive)
             message = _parsed(body)
             scope.setdefault("state", {})[MCP_METHOD] = method_label(message)
             if isinstance(message, list) and batch_allowed(scope):
-                await answer_batch(scope, message, send, self._answer_directly, self._cancel)
+                await answer_batch(scope, message, send, self._answer, self._cancel)
                 return
             if _bad_request_id(message):
                 await _invalid_request(scope, send)
                 return
-            if (direct or modern_version(scope)) and await self._answered_unless_gone(
-                scope, message, receive, send
-            ):
+            if await self._answered_unless_gone(scope, message, receive, send):
                 return
             receive = _replay(body, receive)
         await self._manager.handle_request(scope, receive, send)
@@ -280,7 +288,7 @@ class McpGateway:
     async def _answered_unless_gone(
         self, scope: Scope, message: Any, receive: Receive, send: Send
     ) -> bool:
-        """`_answer_directly`, cancelled when the client disconnects before its answer (a tool
+        """`_answer`, cancelled when the client disconnects before its answer (a tool
         it gave up on stops, and its run is recorded `cancelled`) or when it sends
         `notifications/cancelled` for the request (`_cancel`). The answer runs in this task;
         a call still running after `WATCH_AFTER_S` gets one watcher task that waits for the
@@ -292,7 +300,7 @@ class McpGateway:
             _caller_key(scope, message.get("id")) if message.get("method") == "tools/call" else None
         )
         if key is None:  # nothing worth cancelling
-            return await self._answer_directly(scope, message, send)
+            return await self._answer(scope, message, send)
         call = _Call()
         loop = asyncio.get_running_loop()
         watchers: list[asyncio.Task[None]] = []
@@ -304,7 +312,7 @@ class McpGateway:
         timer = loop.call_later(WATCH_AFTER_S, watch)
         self._running.setdefault(key, []).append(call)
         try:
-            answered = await self._answer_directly(scope, message, send)
+            answered = await self._answer(scope, message, send)
         except asyncio.CancelledError:
             if call.why is None or not call.settle():
                 raise  # cancelled from outside (shutdown): not ours to swallow
@@ -346,62 +354,88 @@ class McpGateway:
             running[0].stop("cancelled")
         return True
 
-    async def _answer_directly(self, scope: Scope, message: dict[str, Any], send: Send) -> bool:
-        """The two hot requests of a stateless session-less client, `tools/list` and
-        `tools/call`, answered here with the same handlers and the SDK's types: the SDK's
-        per-request transport (streams, task groups, a session) cost about 0.6 ms of CPU per
-        call, twice the call itself (the performance section of docs/mcp.md). Anything else,
-        or anything unusual about these, goes to the SDK. 2026-07-28 requests: `ModernAnswers`."""
-        if modern_version(scope):
-            return await self._modern.answer(scope, message, send)
-        request_id, method = message.get("id"), message.get("method")
-        if (
-            method == "notifications/cancelled"
-            and "id" not in message
-            and self._cancel(scope, message)
-        ):
-            await Response(status_code=202)(scope, _no_body, send)
-            return True
-        if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+    async def _answer(self, scope: Scope, message: dict[str, Any], send: Send) -> bool:
+        """The one answerer of a single JSON-RPC request, in either protocol era: its
+        transport checks (2026-07-28: `modern_route`), then the SDK's kernel (`serve_one`, on a
+        born-ready connection, as the SDK's stateless transports serve each request), answered
+        as JSON, or as SSE when a `tools/call` asked for progress. False (nothing sent): the
+        SDK's transport is to answer it (a notification, an envelope it must refuse)."""
+        request_id, method, params = message.get("id"), message.get("method"), message.get("params")
+        if method == "notifications/cancelled" and "id" not in message:
+            if self._cancel(scope, message):
+                await Response(status_code=202)(scope, _no_body, send)
+                return True
             return False
-        params = message.get("params")
-        ctx = _DirectContext(Request(scope))
-        try:
-            if method == "tools/call" and isinstance(params, dict):
-                try:
-                    call = mcp_types.CallToolRequestParams.model_validate(params)
-                except ValidationError:
-                    return False
-                token = progress_token(call, scope)
-                if token is not None:  # progress notifications, then the answer, on SSE
-                    answer = partial(self._call_member, ctx, call)
-                    return await answer_with_progress(send, request_id, token, answer)
-                called = await self._call(ctx, call)
-                member = _handshake_result(called)
-            elif method == "tools/list" and (params is None or isinstance(params, dict)):
-                try:
-                    listing = listing_params(params)
-                except ValidationError:
-                    return False  # the SDK answers malformed params
-                member = _dumped(await self._list_tools(ctx, listing))
-            else:
-                return False
-            payload: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "result": member}
-        except MCPError as exc:
-            error = exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)
-            payload = {"jsonrpc": "2.0", "id": request_id, "error": error}
-        await send_json(send, orjson.dumps(payload))
+        request = Request(scope)
+        if not _plain_request(message) or not isinstance(method, str):
+            return False
+        if not accepts_json(request):
+            return False  # the SDK's transport answers 406
+        modern = modern_version(scope)
+        if modern:
+            route = await modern_route(request, message, self._input_schema)
+            if isinstance(route, InboundLadderRejection):
+                payload, status = rejection_answer(route, request_id)
+                await send_json(send, orjson.dumps(payload), status)
+                return True
+            connection = Connection.from_envelope(
+                route.protocol_version, route.client_info, route.client_capabilities
+            )
+        else:  # as the SDK's stateless transport serves the handshake era: born ready
+            version = dict(scope["headers"]).get(b"mcp-protocol-version")
+            negotiated = version.decode("latin-1") if version else DEFAULT_NEGOTIATED_VERSION
+            connection = Connection.from_envelope(negotiated, None, None)
+        exchange = _Exchange(request, request_id)
+        token = streamed_progress_token(params, scope) if method == "tools/call" else None
+        if token is not None:
+            return await self._streamed(exchange, token, method, params, connection, send)
+        member = await self._member(exchange, method, params, connection)
+        error = member.get("error")
+        status = ERROR_CODE_HTTP_STATUS.get(error["code"], 200) if modern and error else 200
+        await send_json(send, orjson.dumps({"jsonrpc": "2.0", "id": request_id, **member}), status)
         return True
 
-    async def _call_member(
-        self, ctx: Any, call: mcp_types.CallToolRequestParams, progress: Any
+    async def _member(
+        self,
+        exchange: _Exchange,
+        method: str,
+        params: Mapping[str, Any] | None,
+        connection: Connection,
     ) -> dict[str, Any]:
-        """The JSON-RPC `result` (or `error`) member of a call whose progress goes on."""
+        """The JSON-RPC `result` (or `error`) member of the answer, from the SDK's kernel
+        (`ServerRunner`, as `serve_one` runs it; the connection's teardown is its exit stack
+        closed here, unshielded: nothing a handler of this endpoint does pushes onto it, and
+        `serve_one`'s shielded, time-bounded close was a fifth of the kernel's cost)."""
+        runner = ServerRunner(self.server, connection, {})
         try:
-            called = await self._call(ctx, call, progress=progress)
-        except MCPError as exc:
-            return {"error": exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)}
-        return {"result": _handshake_result(called)}
+            result = await runner.on_request(exchange, method, params)
+        except Exception as exc:  # the SDK's boundary: MCPError as is, the rest INTERNAL_ERROR
+            error = modern_error_data(exc)
+            return {"error": error.model_dump(by_alias=True, mode="json", exclude_none=True)}
+        finally:
+            await connection.exit_stack.aclose()
+        return {"result": result}
+
+    async def _streamed(
+        self,
+        exchange: _Exchange,
+        token: str | int,
+        method: str,
+        params: Mapping[str, Any] | None,
+        connection: Connection,
+        send: Send,
+    ) -> bool:
+        """A call whose progress reports go to an SSE answer, the answer last on it."""
+        stream = exchange.stream = ProgressStream(send)
+        exchange.progress_token = token
+        try:
+            member = await self._member(exchange, method, params, connection)
+        except asyncio.CancelledError:
+            if not stream.started:
+                raise  # the endpoint answers a cancelled request itself
+            member = {"error": {"code": REQUEST_CANCELLED, "message": "Request cancelled"}}
+        await stream.finish({"jsonrpc": "2.0", "id": exchange.request_id, **member})
+        return True
 
     async def _list_tools(
         self, ctx: Any, params: mcp_types.PaginatedRequestParams | None
@@ -427,31 +461,17 @@ class McpGateway:
         )
 
     async def _call_tool(
-        self, ctx: Any, params: mcp_types.CallToolRequestParams, *, progress: Any = None
+        self, ctx: Any, params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
-        """The SDK's `on_call_tool`: the call's result as the SDK's model."""
-        called = await self._call(ctx, params, progress=progress)
-        if isinstance(called, mcp_types.CallToolResult):
-            return called
-        if called.is_error:
-            return _error_result(called.text)
-        return mcp_types.CallToolResult(
-            content=[mcp_types.TextContent(type="text", text=called.text)]
-        )
-
-    async def _call(
-        self, ctx: Any, params: mcp_types.CallToolRequestParams, *, progress: Any = None
-    ) -> mcp_types.CallToolResult | TextResult:
-        """The call, its result as one text (nearly every call: the answers built here write
-        its wire form directly, 10 us less than a model built and dumped) or, for an MCP
-        server's own parts, the SDK's model."""
+        """The SDK's `on_call_tool`: the call run by the gateway, its progress reported through
+        the SDK's request context (a no-op unless the client asked for it)."""
         caller = _caller(ctx)
         with mcp_server_span(method="tools/call", target=params.name, meta=_meta(params)):
-            return await self._called(caller, params, progress)
+            return await self._called(caller, params, _progress_reporter(ctx))
 
     async def _called(
         self, caller: TenantContext, params: mcp_types.CallToolRequestParams, progress: Any
-    ) -> mcp_types.CallToolResult | TextResult:
+    ) -> mcp_types.CallToolResult:
         try:
             result = await caller.services.mcp_gateway.call_tool(
                 params.name,
@@ -465,12 +485,12 @@ class McpGateway:
         except UnprocessableError as exc:  # a name offered twice
             raise MCPError(mcp_types.INVALID_PARAMS, _problem_text(exc)) from None
         except AppError as exc:  # 429 past the tenant's limits, 502/504 from an MCP server
-            return TextResult(exc.message, is_error=True)
+            return _text_result(exc.message, is_error=True)
         if result.status == "ok" and result.mcp is not None:  # the server's own parts, scrubbed
             return mcp_types.CallToolResult.model_validate(result.mcp)
         if result.status == "ok":
-            return TextResult(result.content or "", is_error=False)
-        return TextResult(result.error.message if result.error else "the tool failed", True)
+            return _text_result(result.content or "", is_error=False)
+        return _text_result(result.error.message if result.error else "the tool failed", True)
 
 
 def _meta(params: mcp_types.RequestParams | None) -> dict[str, Any] | None:
@@ -479,18 +499,98 @@ def _meta(params: mcp_types.RequestParams | None) -> dict[str, Any] | None:
     return dict(meta) if isinstance(meta, dict) else None
 
 
-def _handshake_result(called: mcp_types.CallToolResult | TextResult) -> dict[str, Any]:
-    """A handshake-era call's `result` member."""
-    return called.wire(modern=False) if isinstance(called, TextResult) else _dumped(called)
+def _progress_reporter(ctx: Any) -> Any:
+    """A progress callback for the gateway (each an `app/tools/progress.Progress`), sent as
+    `notifications/progress` through the SDK's session; None when none was asked for."""
+    token = (ctx.meta or {}).get("progress_token")
+    if token is None:
+        return None
+    count = 0
+
+    async def report(step: Any) -> None:
+        nonlocal count
+        count += 1
+        params = progress_params(token, count, step)
+        await ctx.session.report_progress(
+            params["progress"], params.get("total"), params.get("message")
+        )
+
+    return report
 
 
-def _dumped(result: mcp_types.Result) -> dict[str, Any]:
-    return result.model_dump(
-        by_alias=True,
-        mode="json",
-        exclude_none=True,
-        exclude={"result_type", "ttl_ms", "cache_scope"},  # not in these versions
+def _plain_request(message: dict[str, Any]) -> bool:
+    """A single JSON-RPC 2.0 request with a string or integer id, a method and object params
+    (or none); anything else is the SDK's transport's to answer or refuse."""
+    request_id, params = message.get("id"), message.get("params")
+    return (
+        message.get("jsonrpc") == "2.0"
+        and isinstance(message.get("method"), str)
+        and isinstance(request_id, str | int)
+        and not isinstance(request_id, bool)
+        and (params is None or isinstance(params, dict))
     )
+
+
+class _Exchange:
+    """The SDK's `DispatchContext` for one request answered here: no back-channel (a stateless
+    endpoint cannot send its client a request), notifications to the request's SSE answer
+    when it has one, progress only for the token it carried."""
+
+    __slots__ = ("_cancel", "progress_token", "request", "request_id", "stream")
+
+    can_send_request = False
+
+    def __init__(self, request: Request, request_id: Any) -> None:
+        self.request = request
+        self.request_id = request_id
+        self.progress_token: str | int | None = None
+        self.stream: ProgressStream | None = None
+        self._cancel: anyio.Event | None = None
+
+    @property
+    def transport(self) -> TransportContext:
+        headers = self.request.headers
+        return TransportContext(kind="streamable-http", can_send_request=False, headers=headers)
+
+    @property
+    def message_metadata(self) -> ServerMessageMetadata:
+        return ServerMessageMetadata(request_context=self.request)
+
+    @property
+    def cancel_requested(self) -> anyio.Event:
+        if self._cancel is None:
+            self._cancel = anyio.Event()
+        return self._cancel
+
+    async def send_raw_request(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> dict[str, Any]:
+        raise NoBackChannelError(method)
+
+    async def notify(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> None:
+        if self.stream is not None:
+            await self.stream.notify(method, dict(params) if params is not None else None)
+
+    async def progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        if self.progress_token is None:
+            return
+        params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        await self.notify("notifications/progress", params)
+
+
+def _text_result(text: str, is_error: bool) -> mcp_types.CallToolResult:
+    """A one-text result, built without validation (`model_construct`): the kernel validates
+    every result against the request's protocol version as it shapes it."""
+    block = mcp_types.TextContent.model_construct(type="text", text=text)
+    return mcp_types.CallToolResult.model_construct(content=[block], is_error=is_error)
 
 
 def _problem_text(exc: AppError) -> str:
@@ -503,9 +603,3 @@ async def _invalid_request(scope: Scope, send: Send) -> None:
     payload = {"jsonrpc": "2.0", "id": None, "error": error}
     response = Response(orjson.dumps(payload), status_code=400, media_type="application/json")
     await response(scope, _no_body, send)
-
-
-def _error_result(message: str) -> mcp_types.CallToolResult:
-    return mcp_types.CallToolResult(
-        content=[mcp_types.TextContent(type="text", text=message)], is_error=True
-    )

@@ -30,6 +30,7 @@ from app.chat.model import (
     finished,
     malformed_answer,
     native_search,
+    read_answer,
 )
 from app.tools.providers import shaped
 
@@ -42,10 +43,23 @@ _MALFORMED = (orjson.JSONDecodeError, KeyError, IndexError, TypeError, Attribute
 ANTHROPIC_IDS = CallIds("a-zA-Z0-9_-", 64)
 
 
+def read_message(raw: bytes) -> ModelTurn:
+    """A Messages answer -> ModelTurn (`AnthropicMessagesAPI.reader`); raises on anything
+    malformed."""
+    data = orjson.loads(raw)
+    if data.get("type") == "error":
+        raise KeyError("error")
+    return _turn(data["content"], data.get("usage"), data.get("stop_reason"))
+
+
 class AnthropicMessagesAPI:
     name = "anthropic_messages"
     path = "/messages"
     default_base_url = "https://api.anthropic.com/v1"
+
+    @staticmethod
+    def reader(raw: bytes, /) -> ModelTurn:
+        return read_message(raw)
 
     def __init__(self, *, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
         self._max_tokens = max_tokens
@@ -81,14 +95,10 @@ class AnthropicMessagesAPI:
         return orjson.dumps(payload)
 
     def parse(self, raw: bytes, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
-        try:
-            data = orjson.loads(raw)
-            if data.get("type") == "error":
-                raise KeyError("error")
-            return _turn(data["content"], data.get("usage"), data.get("stop_reason"))
-        except _MALFORMED as exc:
-            logger.warning("malformed model answer: %s", type(exc).__name__)
-            raise malformed_answer() from None
+        return read_answer(self, raw, asked)
+
+    def finish(self, reading: ModelTurn, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
+        return reading
 
     def assembler(self, asked: Sequence[dict[str, Any]] = ()) -> StreamAssembler:
         return AnthropicAssembler()

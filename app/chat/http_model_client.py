@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from app.chat.answer_worker import OFF_LOOP_BYTES, ReaderFailedError, answer_worker
 from app.chat.model import (
     CHAT_COMPLETIONS_IDS,
     ModelAPI,
@@ -32,6 +33,7 @@ from app.chat.model import (
     ToolChoice,
     TurnAssembler,
     Usage,
+    answer_too_large,
     credentials_rejected,
     endpoint_host,
     finished,
@@ -39,6 +41,8 @@ from app.chat.model import (
     model_timed_out,
     overloaded,
     rate_limited,
+    read_answer,
+    redirected,
     tool_options,
     unreachable,
     upstream_status,
@@ -46,11 +50,20 @@ from app.chat.model import (
 )
 from app.hidden import HiddenValues
 from app.telemetry import describe_model_call
-from app.wire import Connector, WireError, WirePool, server_sent_events
+from app.tools.netguard import OutboundBlockedError
+from app.wire import (
+    BodyTooLargeError,
+    Connector,
+    WireError,
+    WirePool,
+    checked_header,
+    server_sent_events,
+)
 
 logger = logging.getLogger(__name__)
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
+MAX_ANSWER_BYTES = 8 * 1024 * 1024  # MODEL_ANSWER_MAX_BYTES
 MAX_RETRY_AFTER_S = 60.0
 INITIAL_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
 # The wait between attempts, looked up at each wait: the test suite puts a recorder here, so no
@@ -58,11 +71,42 @@ INITIAL_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
 retry_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 _RETRY_STATUSES = frozenset({408, 409, 429})
 _REJECTED = credentials_rejected().message  # `_told` names the client's own credentials
+# No answer to read: the connection failed or broke HTTP, or the connect guard refused the
+# endpoint (`app/tools/netguard.py`: blocked, or its name did not resolve).
+_UNREACHABLE = (WireError, OSError, OutboundBlockedError)
 
 
 class _Retryable(Exception):
     def __init__(self, error: ModelError, delay_s: float | None) -> None:
         self.error, self.delay_s = error, delay_s
+
+
+def read_completion(raw: bytes) -> ModelTurn:
+    """A chat.completion body -> ModelTurn (`ChatCompletionsAPI.reader`); raises on anything
+    malformed."""
+    data = orjson.loads(raw)
+    choice = data["choices"][0]
+    message = choice["message"]
+    calls = [
+        ModelToolCall(
+            id=str(call.get("id") or f"call_{index}"),
+            name=str((call.get("function") or {}).get("name") or ""),
+            arguments=_arguments_text((call.get("function") or {}).get("arguments")),
+        )
+        for index, call in enumerate(message.get("tool_calls") or [])
+    ]
+    content = message.get("content")
+    usage = data.get("usage") or {}
+    return ModelTurn(
+        content=content if isinstance(content, str) else None,
+        tool_calls=calls,
+        usage=Usage(
+            int(usage.get("prompt_tokens") or 0),
+            int(usage.get("completion_tokens") or 0),
+            int(usage.get("total_tokens") or 0),
+        ),
+        finish=finished(choice.get("finish_reason")),
+    )
 
 
 class ChatCompletionsAPI:
@@ -71,6 +115,10 @@ class ChatCompletionsAPI:
     name = "chat_completions"
     path = "/chat/completions"
     default_base_url = OPENAI_BASE_URL
+
+    @staticmethod
+    def reader(raw: bytes, /) -> ModelTurn:
+        return read_completion(raw)
 
     def headers(self, api_key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}"}
@@ -103,7 +151,10 @@ class ChatCompletionsAPI:
         return body[:-1] + options + b"}"
 
     def parse(self, raw: bytes, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
-        return parse_completion(raw)
+        return read_answer(self, raw, asked)
+
+    def finish(self, reading: ModelTurn, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
+        return reading
 
     def assembler(self, asked: Sequence[dict[str, Any]] = ()) -> StreamAssembler:
         return TurnAssembler()
@@ -121,9 +172,12 @@ class HTTPModelClient:
         connect: Connector | None = None,
         ssl_context: ssl.SSLContext | None = None,
         credentials: str = "OPENAI_API_KEY",
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         """`credentials` names where the key comes from, for the error that says it was refused;
-        an error of the endpoint that quotes the key is never passed on."""
+        an error of the endpoint that quotes the key is never passed on. A key a header cannot
+        carry (CR, LF, NUL: it would add a header or a request) is `HeaderError` here, before
+        anything is sent; `request_head` checks every header again on every call."""
         self._api: ModelAPI = api or ChatCompletionsAPI()
         self._hidden, self._credentials = HiddenValues([api_key]), credentials
         url = (base_url or self._api.default_base_url).rstrip("/") + self._api.path
@@ -136,8 +190,11 @@ class HTTPModelClient:
             "Accept-Encoding": "identity",
             "User-Agent": "toolgate/0.1",
         }
+        for name, value in self._headers.items():
+            checked_header(name, value)
         self._timeout_s = timeout_s
         self._max_retries = max_retries
+        self._max_answer = max_answer_bytes
 
     async def complete(
         self,
@@ -186,14 +243,28 @@ class HTTPModelClient:
     async def _attempt(self, body: bytes, messages: list[dict[str, Any]]) -> ModelTurn:
         try:
             async with asyncio.timeout(self._timeout_s):
-                response = await self._pool.post(body, self._headers)
+                response = await self._pool.post(body, self._headers, cap=self._max_answer)
         except TimeoutError:
             raise _Retryable(model_timed_out(), None) from None
-        except WireError as exc:
+        except BodyTooLargeError:
+            raise answer_too_large(self._max_answer) from None
+        except _UNREACHABLE as exc:
             raise _Retryable(unreachable(self._host, exc), None) from None
-        if response.status >= 400:
+        if response.status >= 300:
             raise _status_error(response.status, response.headers, response.body)
-        return self._api.parse(response.body, messages)
+        return await self._turn(response.body, messages)
+
+    async def _turn(self, raw: bytes, messages: list[dict[str, Any]]) -> ModelTurn:
+        """The answer read: on the loop when small, else in the worker process (a large parse
+        would hold every request of the process: `app/chat/answer_worker.py`)."""
+        if len(raw) <= OFF_LOOP_BYTES:
+            return self._api.parse(raw, messages)
+        try:
+            reading = await answer_worker().read(self._api.reader, raw)
+        except (ReaderFailedError, TimeoutError) as exc:
+            logger.warning("malformed model answer: %s", getattr(exc, "kind", "not read in time"))
+            raise malformed_answer() from None
+        return self._api.finish(reading, messages)
 
     async def stream(
         self,
@@ -233,13 +304,14 @@ class HTTPModelClient:
         whole: ModelTurn | None = None
         try:
             async with asyncio.timeout(self._timeout_s) as deadline:
-                async with self._pool.stream(body, self._headers) as response:
-                    if response.status >= 400:
+                stream = self._pool.stream(body, self._headers, cap=self._max_answer)
+                async with stream as response:
+                    if response.status >= 300:
                         raw = await response.read()
                         raise _status_error(response.status, response.headers, raw)
                     if "event-stream" not in response.headers.get("content-type", ""):
                         # A server that ignores `stream: true` answers with one completion.
-                        whole = self._api.parse(await response.read(), messages)
+                        whole = await self._turn(await response.read(), messages)
                     async for data in server_sent_events(response):
                         if data.strip() == "[DONE]":
                             continue
@@ -249,7 +321,9 @@ class HTTPModelClient:
                             yield added
         except TimeoutError:
             raise _Retryable(model_timed_out(), None) from None
-        except WireError as exc:
+        except BodyTooLargeError:
+            raise answer_too_large(self._max_answer) from None
+        except _UNREACHABLE as exc:
             raise _Retryable(unreachable(self._host, exc), None) from None
         if whole is not None:
             if whole.content:
@@ -321,6 +395,8 @@ def _status_error(status: int, headers: Any, raw: bytes) -> Exception:
         should_retry != "false"
     )
     error: ModelError
+    if status < 400:
+        return redirected(status, headers.get("location"))
     if status in (401, 403):
         error = credentials_rejected()
     elif status == 429:
@@ -345,44 +421,6 @@ def _error_message(raw: bytes, limit: int = 300) -> str:
     except (orjson.JSONDecodeError, AttributeError, TypeError, KeyError):
         message = raw[:limit].decode(errors="replace")
     return message if len(message) <= limit else message[:limit] + "..."
-
-
-def parse_completion(raw: bytes) -> ModelTurn:
-    """A chat.completion body -> ModelTurn; anything malformed is a 502."""
-    try:
-        data = orjson.loads(raw)
-        choice = data["choices"][0]
-        message = choice["message"]
-        calls = [
-            ModelToolCall(
-                id=str(call.get("id") or f"call_{index}"),
-                name=str((call.get("function") or {}).get("name") or ""),
-                arguments=_arguments_text((call.get("function") or {}).get("arguments")),
-            )
-            for index, call in enumerate(message.get("tool_calls") or [])
-        ]
-        content = message.get("content")
-        usage = data.get("usage") or {}
-        return ModelTurn(
-            content=content if isinstance(content, str) else None,
-            tool_calls=calls,
-            usage=Usage(
-                int(usage.get("prompt_tokens") or 0),
-                int(usage.get("completion_tokens") or 0),
-                int(usage.get("total_tokens") or 0),
-            ),
-            finish=finished(choice.get("finish_reason")),
-        )
-    except (
-        orjson.JSONDecodeError,
-        KeyError,
-        IndexError,
-        TypeError,
-        AttributeError,
-        ValueError,
-    ) as exc:
-        logger.warning("malformed model answer: %s", type(exc).__name__)
-        raise malformed_answer() from None
 
 
 def _arguments_text(arguments: Any) -> str:

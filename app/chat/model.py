@@ -249,7 +249,18 @@ class ModelAPI(Protocol):
 
     def parse(self, raw: bytes, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
         """A whole answer to the request that sent the messages `asked`; anything malformed
-        raises `malformed_answer()`."""
+        raises `malformed_answer()` (`read_answer`: `finish(reader(raw))`)."""
+        ...
+
+    @property
+    def reader(self) -> Callable[[bytes], Any]:
+        """A whole answer's bytes -> what `finish` takes: a module-level function with no
+        state, so that a worker process can run it on an answer too large to parse on the
+        event loop (`app/chat/answer_worker.py`); it raises on anything malformed."""
+        ...
+
+    def finish(self, reading: Any, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
+        """The turn of what `reader` read (with any state the API keeps across turns)."""
         ...
 
     def assembler(self, asked: Sequence[dict[str, Any]] = ()) -> StreamAssembler: ...
@@ -363,6 +374,50 @@ def unreachable(host: str, cause: BaseException) -> ModelUpstreamError:
 
 def malformed_answer() -> ModelUpstreamError:
     return ModelUpstreamError("The model endpoint sent a malformed answer.")
+
+
+# What a reader raises on an answer it cannot read.
+MALFORMED = (ValueError, KeyError, IndexError, TypeError, AttributeError)  # JSONDecodeError too
+
+
+def read_answer(api: ModelAPI, raw: bytes, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
+    """`api.parse`: the answer read on the loop, anything malformed `malformed_answer()`."""
+    try:
+        reading = api.reader(raw)
+    except MALFORMED as exc:
+        logger.warning("malformed model answer: %s", type(exc).__name__)
+        raise malformed_answer() from None
+    return api.finish(reading, asked)
+
+
+def answer_too_large(limit: int) -> ModelUpstreamError:
+    return ModelUpstreamError(
+        f"The model endpoint's answer is larger than {limit} bytes (MODEL_ANSWER_MAX_BYTES); "
+        "it was not read."
+    )
+
+
+def redirected(status: int, location: str | None) -> ModelUpstreamError:
+    """A 3xx: redirects are not followed (each hop would need the connect guard again, and the
+    key would go to wherever it points); the caller reads where it points, never its query."""
+    target = endpoint_location(location) if location else "no Location"
+    return ModelUpstreamError(
+        f"The model endpoint redirected (HTTP {status}) to {target}; redirects are not followed: "
+        "use the address it points to as the base URL."
+    )
+
+
+def endpoint_location(url: str) -> str:
+    """A URL as an error may show it: scheme, host and path (a query may carry a key)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "an unreadable URL"
+    if not parts.scheme or not parts.netloc:
+        return parts.path[:200] or "an unreadable URL"
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path[:200]}"
 
 
 def model_timed_out() -> ModelTimeoutError:

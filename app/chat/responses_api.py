@@ -18,7 +18,7 @@ import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -33,6 +33,7 @@ from app.chat.model import (
     finished,
     malformed_answer,
     native_search,
+    read_answer,
     upstream_status,
 )
 from app.tools.providers import shaped
@@ -61,19 +62,20 @@ class _TurnMemory:
     """What a turn returned that chat messages cannot carry, by `turn_key`."""
 
     def __init__(self) -> None:
-        self._turns: OrderedDict[bytes, tuple[str, list[dict[str, Any]]]] = OrderedDict()
+        # Reasoning items as dicts, or as JSON fragments (`orjson.Fragment`) read in a worker.
+        self._turns: OrderedDict[bytes, tuple[str, list[Any]]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._turns)
 
-    def remember(self, key: bytes, response_id: str, reasoning: list[dict[str, Any]]) -> None:
+    def remember(self, key: bytes, response_id: str, reasoning: list[Any]) -> None:
         self._turns[key] = (response_id, reasoning)
         while len(self._turns) > MAX_REMEMBERED_TURNS:
             self._turns.popitem(last=False)
 
     def get(
         self, before: bytes, calls: list[dict[str, Any]] | None
-    ) -> tuple[str, list[dict[str, Any]]] | None:
+    ) -> tuple[str, list[Any]] | None:
         if not calls or not self._turns:
             return None
         made = [
@@ -83,10 +85,73 @@ class _TurnMemory:
         return self._turns.get(turn_key(before, made))
 
 
+class ResponseReading(NamedTuple):
+    """What a `response` object says (`response_reading`), before the API remembers anything."""
+
+    turn: ModelTurn
+    response_id: str
+    reasoning: list[Any]  # its reasoning items: dicts, or their JSON (read in a worker)
+    failed: str | None  # the response failed: why
+
+
+def read_response(raw: bytes) -> ResponseReading:
+    """A Responses answer -> what it says (`ResponsesAPI.reader`); reasoning items as their
+    JSON, which the next request embeds as it is. Raises on anything malformed."""
+    return response_reading(orjson.loads(raw), encoded=True)
+
+
+def response_reading(response: dict[str, Any], *, encoded: bool = False) -> ResponseReading:
+    if response.get("status") == "failed" or isinstance(response.get("error"), dict):
+        error = response.get("error") or {}
+        failed = str(error.get("message") or "the response failed")
+        return ResponseReading(ModelTurn(None), "", [], failed)
+    texts: list[str] = []
+    finish: str | None = None
+    calls: list[ModelToolCall] = []
+    reasoning: list[Any] = []
+    for item in response["output"]:
+        kind = item.get("type")
+        if kind == "message":
+            for part in item.get("content") or []:
+                if part.get("type") == "output_text":
+                    texts.append(part["text"])
+                elif part.get("type") == "refusal":  # shown as the answer, and said so
+                    texts.append(str(part.get("refusal") or ""))
+                    finish = "refusal"
+        elif kind == "function_call":
+            calls.append(
+                ModelToolCall(
+                    id=str(item.get("call_id") or item.get("id") or f"call_{len(calls)}"),
+                    name=str(item.get("name") or ""),
+                    arguments=_arguments_text(item.get("arguments")),
+                )
+            )
+        elif kind == "tool_search_call":  # a client-executed search: the loop runs it
+            calls.append(
+                ModelToolCall(
+                    id=str(item.get("call_id") or item.get("id") or f"call_{len(calls)}"),
+                    name=SEARCH_CALL,
+                    arguments=_arguments_text(item.get("arguments")),
+                )
+            )
+        elif kind == "reasoning":
+            reasoning.append(orjson.dumps(item) if encoded else item)
+    if response.get("status") == "incomplete":
+        finish = finished((response.get("incomplete_details") or {}).get("reason"))
+    elif finish is None:
+        finish = "tool_calls" if calls else "stop"
+    turn = ModelTurn("".join(texts) or None, calls, _usage(response.get("usage")), finish)
+    return ResponseReading(turn, str(response.get("id") or ""), reasoning, None)
+
+
 class ResponsesAPI:
     name = "responses"
     path = "/responses"
     default_base_url = "https://api.openai.com/v1"
+
+    @staticmethod
+    def reader(raw: bytes, /) -> ResponseReading:
+        return read_response(raw)
 
     def __init__(self, *, chain: bool = False, max_output_tokens: int | None = None) -> None:
         self._chain = chain
@@ -178,59 +243,27 @@ class ResponsesAPI:
         return items
 
     def parse(self, raw: bytes, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
-        try:
-            data = orjson.loads(raw)
-            return self.turn_of(data, asked)
-        except _MALFORMED as exc:
-            logger.warning("malformed model answer: %s", type(exc).__name__)
-            raise malformed_answer() from None
+        return read_answer(self, raw, asked)
 
     def turn_of(self, response: dict[str, Any], asked: Sequence[dict[str, Any]]) -> ModelTurn:
-        """A `response` object -> ModelTurn; remembers its reasoning items for the next turn of
-        the conversation `asked` (the messages the request sent)."""
-        if response.get("status") == "failed" or isinstance(response.get("error"), dict):
-            error = response.get("error") or {}
-            raise upstream_status(500, str(error.get("message") or "the response failed"))
-        texts: list[str] = []
-        finish: str | None = None
-        calls: list[ModelToolCall] = []
-        reasoning: list[dict[str, Any]] = []
-        for item in response["output"]:
-            kind = item.get("type")
-            if kind == "message":
-                for part in item.get("content") or []:
-                    if part.get("type") == "output_text":
-                        texts.append(part["text"])
-                    elif part.get("type") == "refusal":  # shown as the answer, and said so
-                        texts.append(str(part.get("refusal") or ""))
-                        finish = "refusal"
-            elif kind == "function_call":
-                calls.append(
-                    ModelToolCall(
-                        id=str(item.get("call_id") or item.get("id") or f"call_{len(calls)}"),
-                        name=str(item.get("name") or ""),
-                        arguments=_arguments_text(item.get("arguments")),
-                    )
-                )
-            elif kind == "tool_search_call":  # a client-executed search: the loop runs it
-                calls.append(
-                    ModelToolCall(
-                        id=str(item.get("call_id") or item.get("id") or f"call_{len(calls)}"),
-                        name=SEARCH_CALL,
-                        arguments=_arguments_text(item.get("arguments")),
-                    )
-                )
-            elif kind == "reasoning":
-                reasoning.append(item)
-        if calls and (reasoning or self._chain):
-            made = [(call.id, call.name, call.arguments) for call in calls]
+        """A `response` object -> ModelTurn (see `finish`)."""
+        return self.finish(response_reading(response), asked)
+
+    def finish(self, reading: ResponseReading, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
+        """The turn read; its reasoning items (and, chained, its id) remembered for the next
+        turn of the conversation `asked` (the messages the request sent)."""
+        if reading.failed is not None:
+            raise upstream_status(500, reading.failed)
+        turn = reading.turn
+        if turn.tool_calls and (reading.reasoning or self._chain):
+            made = [(call.id, call.name, call.arguments) for call in turn.tool_calls]
             key = turn_key(conversation_digests(asked)[-1], made)
-            self._memory.remember(key, str(response.get("id") or ""), reasoning)
-        if response.get("status") == "incomplete":
-            finish = finished((response.get("incomplete_details") or {}).get("reason"))
-        elif finish is None:
-            finish = "tool_calls" if calls else "stop"
-        return ModelTurn("".join(texts) or None, calls, _usage(response.get("usage")), finish)
+            reasoning = [
+                orjson.Fragment(item) if isinstance(item, bytes) else item
+                for item in reading.reasoning
+            ]
+            self._memory.remember(key, reading.response_id, reasoning)
+        return turn
 
     def assembler(self, asked: Sequence[dict[str, Any]] = ()) -> StreamAssembler:
         return ResponsesAssembler(self, asked)

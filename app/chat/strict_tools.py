@@ -11,7 +11,7 @@ not take `null` is read as absent before the tool's own check runs.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -68,6 +68,14 @@ class StrictToolsAPI:
 
     def parse(self, raw: bytes, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
         return self._read(self._inner.parse(raw, asked))
+
+    @property
+    def reader(self) -> Callable[[bytes], Any]:
+        """The inner API's reader (a module-level function: a worker process may run it)."""
+        return self._inner.reader
+
+    def finish(self, reading: Any, asked: Sequence[dict[str, Any]] = ()) -> ModelTurn:
+        return self._read(self._inner.finish(reading, asked))
 
     def assembler(self, asked: Sequence[dict[str, Any]] = ()) -> StreamAssembler:
         return _Assembler(self._inner.assembler(asked), self._read)

@@ -214,6 +214,7 @@ def build_runtime(
         secrets=secrets,
         outbound=outbound,
         operator_model=settings.openai_model,
+        max_answer_bytes=settings.model_answer_max_bytes,
         fence=limits.fence,
         ttl_s=settings.tool_cache_ttl_s,
         stale_if_error_s=settings.cache_stale_if_error_s,

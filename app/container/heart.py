@@ -7,8 +7,6 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 
-import httpx
-
 from app.chat.apis import build_model_api
 from app.chat.http_model_client import HTTPModelClient
 from app.chat.loop import ChatLoop, LoopLimits
@@ -50,6 +48,7 @@ def build_model_client(settings: Settings) -> ModelClient | None:
         api_key=api_key,
         timeout_s=settings.model_timeout_s,
         max_retries=settings.model_max_retries,
+        max_answer_bytes=settings.model_answer_max_bytes,
         api=build_model_api(
             settings.model_api,
             max_tokens=settings.model_max_tokens,
@@ -69,16 +68,15 @@ def build_tool_http_client(settings: Settings, policy: OutboundPolicy) -> Outbou
 
 def build_web_access(settings: Settings, stack: AsyncExitStack) -> WebAccess | None:
     """The web built-ins' search service client and settings; None when neither is configured.
-    The search service is the operator's (it may be on a private network): its client is not
-    guarded; pages go through each tenant's guarded client instead."""
+    The search service is the operator's (it may be on a private network): its client reaches
+    any address; pages go through each tenant's guarded client instead."""
     if not settings.capabilities & {"web_search", "web_fetch"}:
         return None
     timeout = settings.web_search_timeout_s
-    search_http = httpx.AsyncClient(
-        timeout=httpx.Timeout(timeout, connect=min(5.0, timeout)),
-        follow_redirects=False,
-        trust_env=False,
-        headers={"User-Agent": "toolgate/0.1"},
+    search_http = OutboundClient(  # the service's one HTTP client, reaching where it is told
+        OutboundPolicy.unrestricted(ca_bundle=settings.outbound_ca_bundle),
+        timeout_s=timeout,
+        connect_timeout_s=min(5.0, timeout),
     )
     stack.push_async_callback(search_http.aclose)
     key = settings.web_search_api_key

@@ -1,8 +1,9 @@
 """Talking to one MCP server with the `mcp` SDK: connect, list tools, call a tool.
 
-HTTP transports use an httpx2 client (the SDK's HTTP library) whose connections go through the
-same outbound guard as external tools when the server is a tenant's; stdio servers (operator
-only) are started with the SDK's minimal environment, never the service's own.
+HTTP transports use an httpx2 client (the SDK's HTTP library) that sends through the service's
+own HTTP client (`app/mcp/transport.py`), under the tenant's outbound policy when the server is
+a tenant's; stdio servers (operator only) are started with the SDK's minimal environment, never
+the service's own.
 """
 
 from __future__ import annotations
@@ -13,13 +14,10 @@ import functools
 import logging
 import os
 import re
-import ssl
 import sys
 from collections.abc import AsyncIterator
 from typing import Any, BinaryIO, TextIO
 
-import certifi
-import httpcore2
 import httpx2
 import mcp_types
 import orjson
@@ -30,11 +28,11 @@ from mcp.client.streamable_http import streamable_http_client
 
 from app.mcp.config import McpServer
 from app.mcp.stdio import stdio_transport
-from app.telemetry import inject_headers
-from app.tools.netguard import OutboundBlockedError, OutboundPolicy, guarded_transport
+from app.mcp.transport import WireTransport
+from app.tools.netguard import OutboundBlockedError, OutboundPolicy
+from app.tools.outbound_client import OutboundClient
 from app.tools.outcome import ToolOutcome
 
-logger = logging.getLogger(__name__)
 stderr_logger = logging.getLogger("app.mcp.stderr")
 STDERR_DRAIN_S = 2.0
 STDERR_LINE_BYTES = 4096
@@ -43,12 +41,7 @@ MAX_LIST_PAGES = 20
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
 # An SSE or streamable-HTTP response may stay open while a tool runs; the tool timeout bounds it.
 STREAM_READ_TIMEOUT_S = 300.0
-
-
-@functools.cache
-def _trusted_roots() -> ssl.SSLContext:
-    """One TLS context for every session's client (each new one costs 10-30 ms of CPU)."""
-    return ssl.create_default_context(cafile=certifi.where())
+MAX_CONNECTIONS = 4  # one session's requests at once
 
 
 LISTING_TOO_LARGE = "its tool list is too large"
@@ -94,71 +87,6 @@ class ListingCap(httpx2.AsyncBaseTransport):
         )
 
 
-class _ClosedKeptAlive(Exception):
-    def __init__(self, error: httpx2.TransportError) -> None:
-        self.error = error
-
-
-class ResendingTransport(httpx2.AsyncBaseTransport):
-    """Sends a request again, on another connection, when it met a kept-alive connection the
-    server had closed before any answer came, as browsers do: a server closes an idle
-    connection when its keep-alive timeout passes (uvicorn: 5 s), and a request sent on it just
-    then is never read. The SDK would take the failure for the end of the session.
-
-    Only a connection that served earlier requests counts (httpcore's public `trace`
-    extension tells: no connect before the request went out), and only before the answer's head
-    (the transport returns at the head): a request on a fresh connection that fails is the
-    server's failure and is not sent twice. At most MAX_RESENDS times, each on a connection
-    the pool has not yet found closed."""
-
-    MAX_RESENDS = 8  # the pool's idle connections all closed at once, then a fresh one
-
-    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
-        self._inner = inner
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        resendable = isinstance(request.stream, httpx2.ByteStream)  # the body can go again
-        for _ in range(self.MAX_RESENDS):
-            try:
-                return await self._attempt(request)
-            except _ClosedKeptAlive as closed:
-                if not resendable:
-                    raise closed.error from None
-                logger.info(
-                    "MCP request met a kept-alive connection the server had closed (%s): "
-                    "sent again",
-                    type(closed.error).__name__,
-                )
-        return await self._inner.handle_async_request(request)
-
-    async def _attempt(self, request: httpx2.Request) -> httpx2.Response:
-        """One sending; a failure before the answer on a connection that was not opened for
-        it is `_ClosedKeptAlive`."""
-        traced = request.extensions.get("trace")
-        connected = False
-
-        async def trace(name: str, info: dict[str, Any]) -> None:
-            nonlocal connected
-            connected = connected or name.startswith("connection.connect_tcp")
-            if traced is not None:
-                await traced(name, info)
-
-        request.extensions = {**request.extensions, "trace": trace}
-        try:
-            return await self._inner.handle_async_request(request)
-        except (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError) as exc:
-            if connected:
-                raise
-            raise _ClosedKeptAlive(exc) from exc
-        finally:
-            request.extensions = {k: v for k, v in request.extensions.items() if k != "trace"}
-            if traced is not None:
-                request.extensions["trace"] = traced
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
 def _request_id(body: bytes) -> Any:
     try:
         message = orjson.loads(body)
@@ -186,29 +114,30 @@ def _http_client(
     timeout_s: float,
     max_list_bytes: int | None = None,
 ) -> httpx2.AsyncClient:
-    if policy is not None:  # a tenant's server: every connection is checked where it is made
-        limits = httpx2.Limits(max_connections=4, max_keepalive_connections=4)
-        inner = guarded_transport(policy, limits=limits, http=httpx2, core=httpcore2)
-    else:
-        inner = httpx2.AsyncHTTPTransport(retries=0, verify=_trusted_roots(), trust_env=False)
-    transport: httpx2.AsyncBaseTransport = ResendingTransport(inner)
+    """The SDK's HTTP client, sending through the service's own (`app/mcp/transport.py`): a
+    tenant's server under the tenant's policy, the operator's anywhere (it may be private)."""
+    outbound = OutboundClient(
+        policy if policy is not None else _operator_policy(),
+        timeout_s=STREAM_READ_TIMEOUT_S,
+        connect_timeout_s=timeout_s,
+        max_connections=MAX_CONNECTIONS,
+    )
+    transport: httpx2.AsyncBaseTransport = WireTransport(outbound)
     if max_list_bytes is not None:
         transport = ListingCap(transport, max_list_bytes)
     return httpx2.AsyncClient(
         headers={"User-Agent": "toolgate/0.1", **headers},
         timeout=httpx2.Timeout(timeout_s, read=STREAM_READ_TIMEOUT_S),
-        transport=transport,
-        verify=_trusted_roots(),  # a new client's own context loads the CA bundle: CPU on the loop
+        transport=transport,  # the trace's traceparent is added where the head is built
         follow_redirects=False,
         trust_env=False,
-        # The trace's traceparent on each request: the SDK sends a message in its sender's
-        # context, so the current span is the call's.
-        event_hooks={"request": [_traced]},
     )
 
 
-async def _traced(request: httpx2.Request) -> None:
-    inject_headers(request.headers)
+@functools.cache
+def _operator_policy() -> OutboundPolicy:
+    """One policy (and TLS context: each costs 10-30 ms of CPU) for the operator's servers."""
+    return OutboundPolicy.unrestricted()
 
 
 @contextlib.asynccontextmanager

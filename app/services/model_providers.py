@@ -16,7 +16,7 @@ from typing import Any
 
 from app.cache import LoadingCache
 from app.chat.apis import build_model_api
-from app.chat.http_model_client import HTTPModelClient
+from app.chat.http_model_client import MAX_ANSWER_BYTES, HTTPModelClient
 from app.chat.model import ModelClient
 from app.chat.strict_tools import StrictToolsAPI
 from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
@@ -25,18 +25,12 @@ from app.repositories.model_providers import ModelProviderRepository
 from app.schemas.model_providers import ModelProviderPut
 from app.services.outbound import TenantOutbound
 from app.services.secrets import SecretService
-from app.tools.netguard import (
-    OutboundBlockedError,
-    OutboundPolicy,
-    UnresolvableError,
-    system_resolver,
-    url_problems,
-    vetted_addresses,
-)
-from app.wire import Connector, WireError
+from app.tools.netguard import OutboundPolicy, guarded_connector, url_problems
+from app.wire import HeaderError, header_problem
 
 MAX_CLIENTS = 256  # provider clients open at once; the least used is closed first
 CLOSE_DELAY_S = 60.0  # a replaced client is closed once the calls it carries have ended
+CONNECT_LOOKUP_S = 10.0  # a provider's host name lookup, at each new connection
 _SHOWN = (
     "name", "api", "base_url", "api_key_secret", "default_model", "allowed_models", "default",
     "timeout_s", "max_retries", "max_tokens", "previous_response_id", "tool_search",
@@ -66,6 +60,7 @@ class ModelProviderService:
         secrets: SecretService,
         outbound: TenantOutbound,
         operator_model: str,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
         max_providers: int = 20,
         fence: Fence | None = None,
         ttl_s: float = 0.0,
@@ -84,6 +79,7 @@ class ModelProviderService:
         self._secrets = secrets
         self._outbound = outbound
         self._operator_model = operator_model
+        self._max_answer_bytes = max_answer_bytes
         self._max = max_providers
         self._fence = fence or local_fence()
         self._clients: OrderedDict[tuple[Any, ...], HTTPModelClient] = OrderedDict()
@@ -97,9 +93,12 @@ class ModelProviderService:
         problems = url_problems(body.base_url, await self._outbound.policy(tenant_id))
         errors = [field_error("$.base_url", problem) for problem in problems]
         found = await self._secrets.resolve({body.api_key_secret}, tenant_id=tenant_id)
-        if found.get(body.api_key_secret) is None:
+        key = found.get(body.api_key_secret)
+        if key is None:
             problem = f"the tenant has no secret named '{body.api_key_secret}' (PUT /secrets/...)"
             errors.append(field_error("$.api_key_secret", problem))
+        elif header_problem("Authorization", key) is not None:
+            errors.append(field_error("$.api_key_secret", _unsendable(body.api_key_secret)))
         if errors:
             raise UnprocessableError("The model provider cannot be used as given.", errors=errors)
         document = body.model_dump()
@@ -213,6 +212,11 @@ class ModelProviderService:
             return client
         try:
             client = self._new_client(doc, key, policy)
+        except HeaderError:  # the secret changed since the provider was written
+            raise UnprocessableError(
+                "The model provider's key cannot be sent.",
+                errors=[field_error("$.provider", f"{doc['name']}: {_unsendable(secret)}")],
+            ) from None
         except ValueError as exc:  # a URL that passed an older version's checks
             raise UnprocessableError(
                 "The model provider's base URL is not usable.",
@@ -236,9 +240,10 @@ class ModelProviderService:
             timeout_s=doc["timeout_s"],
             max_retries=doc["max_retries"],
             api=api,
-            connect=guarded_connector(policy),
+            connect=guarded_connector(policy, lookup_s=CONNECT_LOOKUP_S),
             ssl_context=policy.ssl_context(),
             credentials=f"secret '{secret}' of model provider '{doc['name']}'",
+            max_answer_bytes=self._max_answer_bytes,
         )
 
     def _retire(self, client: HTTPModelClient) -> None:
@@ -262,17 +267,11 @@ class ModelProviderService:
         await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
 
 
-def guarded_connector(policy: OutboundPolicy) -> Connector:
-    """The addresses a provider's client may dial: resolved and checked at connect time."""
-
-    async def connect(host: str, port: int) -> list[str]:
-        try:
-            addresses = await vetted_addresses(policy, system_resolver, host, port, 10.0)
-        except (OutboundBlockedError, UnresolvableError) as exc:
-            raise WireError(str(exc)) from None
-        return [str(address) for address in addresses]
-
-    return connect
+def _unsendable(secret: str) -> str:
+    return (
+        f"the secret '{secret}' holds a character a header cannot carry (CR, LF, NUL or another "
+        "control character): it cannot be sent as a model key"
+    )
 
 
 def _shown(doc: dict[str, Any]) -> dict[str, Any]:

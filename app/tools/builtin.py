@@ -5,6 +5,7 @@ configures them (app/tools/web.py)."""
 from __future__ import annotations
 
 import ast
+import importlib
 import operator
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
@@ -147,3 +148,23 @@ def _bounded(value: Any) -> float | int:
     if isinstance(value, complex) or abs(value) > MAX_MAGNITUDE:
         raise ValueError("result out of range")
     return value  # type: ignore[no-any-return]
+
+
+# What a built-in imports only when it first runs (its imports are slow), by tool id: `python -m
+# app check` imports each, so an install that lacks one fails there rather than on a page fetch.
+# trafilatura's HTML cleaning is lxml_html_clean's (lxml's own `lxml.html.clean` moved out).
+DEFERRED_IMPORTS: dict[str, tuple[str, ...]] = {"web-fetch": ("lxml_html_clean", "trafilatura")}
+
+
+def missing_imports() -> list[str]:
+    """One line per module a built-in needs that cannot be imported."""
+    problems = []
+    for tool_id, modules in DEFERRED_IMPORTS.items():
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                reason = " ".join(str(exc).split())
+                problem = f"built-in '{tool_id}' needs '{module}', which fails to import: {reason}"
+                problems.append(problem)
+    return problems

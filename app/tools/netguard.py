@@ -7,9 +7,10 @@ become a way into the network it runs in. Two layers:
   control characters) and, under a tenant's policy, where it points (ports, local names,
   non-public addresses): tool writes, MCP server writes and the OpenAPI import fetch call it
   (a 422); parsing a stored tool calls it without a policy.
-- `GuardedNetworkBackend` resolves the host once per connection, refuses unless every address
-  is allowed, and connects to the checked address itself, so a DNS answer that changes between
-  check and connect (rebinding) cannot slip through. Redirects are never followed.
+- `guarded_connector` (the service's HTTP client, `app/wire.py`, dials only what it returns)
+  resolves the host once per connection, refuses unless every address is allowed, and gives
+  the checked addresses to connect to, so a DNS answer that changes between check and connect
+  (rebinding) cannot slip through. Redirects are never followed.
 
 The rules are our own rather than `ipaddress.is_global`, which calls 192.0.0.192, 6to4, NAT64
 and IPv4-compatible IPv6 addresses global.
@@ -24,15 +25,15 @@ import os
 import re
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 import certifi
-import httpcore
 import httpx
 
 from app.outbound import DEFAULT_BLOCKED_PORTS, DEFAULT_PORTS, open_ports
+from app.wire import Connector
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -73,7 +74,7 @@ _BLOCKED: tuple[Network, ...] = tuple(
 _DOT_LOOKALIKES = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
 
 
-class OutboundBlockedError(httpx.TransportError):
+class OutboundBlockedError(Exception):
     """The destination is not a public address (and not allowed by the operator)."""
 
 
@@ -131,6 +132,12 @@ class OutboundPolicy:
         it); its TLS context is built again there when needed."""
         ports, blocked = self._port_specs
         return _policy, (self.allow, ports, blocked, self._ca_bundle)
+
+    @classmethod
+    def unrestricted(cls, *, ca_bundle: str | None = None) -> OutboundPolicy:
+        """Every address on every port: for the operator's own destinations (its MCP servers),
+        which may live on a private network; TLS is verified as for any policy."""
+        return cls(["0.0.0.0/0", "::/0"], ports="1-65535", blocked_ports="", ca_bundle=ca_bundle)
 
     def extended(self, allow: Sequence[str]) -> OutboundPolicy:
         """This policy with more allow-list entries (a tenant's own), sharing its TLS context."""
@@ -387,84 +394,19 @@ async def _resolve(
     return addresses
 
 
-class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
-    """Resolve, check every address, then connect to a checked address (never re-resolve).
+def guarded_connector(
+    policy: OutboundPolicy, resolver: Resolver = system_resolver, *, lookup_s: float | None = None
+) -> Connector:
+    """The one connect-time guard, for every outbound connection the service's HTTP client
+    (`app/wire.py`) makes under a policy (external tools, web fetch, the import fetch, tenants'
+    model providers, MCP servers over HTTP): the addresses the pool may dial, each checked by
+    `vetted_addresses`; the pool dials only these, so nothing is looked up twice."""
 
-    `core` is the httpcore module the pool comes from: `httpcore` (httpx) or `httpcore2`
-    (httpx2, which the MCP SDK uses); both have the same backend interface.
-    """
+    async def connect(host: str, port: int) -> list[str]:
+        addresses = await vetted_addresses(policy, resolver, host, port, lookup_s)
+        return [str(address) for address in addresses]
 
-    def __init__(
-        self, policy: OutboundPolicy, resolver: Resolver = system_resolver, *, core: Any = httpcore
-    ) -> None:
-        self._policy = policy
-        self._resolver = resolver
-        self._backend = core.AnyIOBackend()
-        self._connect_errors = (core.ConnectError, core.ConnectTimeout)
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        try:
-            addresses = await vetted_addresses(self._policy, self._resolver, host, port, timeout)
-        except UnresolvableError as exc:
-            raise httpx.ConnectError(str(exc)) from exc
-        last_error: Exception | None = None
-        for address in addresses:  # every one was checked: try them in the resolver's order
-            try:
-                stream: httpcore.AsyncNetworkStream = await self._backend.connect_tcp(
-                    str(address),
-                    port,
-                    timeout=timeout,
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-                return stream
-            except self._connect_errors as exc:
-                last_error = exc
-        assert last_error is not None
-        raise last_error
-
-    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
-        raise OutboundBlockedError("unix sockets are not reachable from external tools")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._backend.sleep(seconds)
-
-
-def guarded_transport(
-    policy: OutboundPolicy,
-    *,
-    limits: Any,
-    resolver: Resolver = system_resolver,
-    http: Any = httpx,
-    core: Any = httpcore,
-) -> Any:
-    """A transport whose every connection goes through `GuardedNetworkBackend`.
-
-    `http`/`core` pick the stack: httpx + httpcore (external tools) or httpx2 + httpcore2 (the
-    MCP SDK's); both build their pool without a network-backend option, so the pool is swapped
-    for one with the same settings.
-    """
-    # trust_env=False: the CAs come from the policy, never from SSL_CERT_FILE and the like.
-    transport = http.AsyncHTTPTransport(
-        limits=limits, retries=0, verify=policy.ssl_context(), trust_env=False
-    )
-    transport._pool = core.AsyncConnectionPool(
-        ssl_context=transport._pool._ssl_context,
-        max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry,
-        http1=True,
-        http2=False,
-        network_backend=GuardedNetworkBackend(policy, resolver, core=core),
-    )
-    return transport
+    return connect
 
 
 def _policy(

@@ -9,9 +9,10 @@ included, 0.13-0.24 ms; this client 0.07-0.12 ms (the two interleaved in one pro
 rounds; `scripts/bench/outbound.py` measures all three).
 What each call can rely on:
 
-- Every connection goes to an address `vetted_addresses` checked (resolved once, the port and
-  every address judged, IPv4-mapped IPv6 by its IPv4): the pool dials only the addresses the
-  guard returns, for a literal host too, and nothing is looked up again for that connection.
+- Every connection goes to an address the one connect guard (`guarded_connector`) checked
+  (resolved once, the port and every address judged, IPv4-mapped IPv6 by its IPv4): the pool
+  dials only the addresses the guard returns, for a literal host too, and nothing is looked up
+  again for that connection.
   A kept-alive connection serves only the client that opened it (one per policy: a tenant's
   allow list has its own client, `app/services/outbound.py`).
 - TLS is verified against the policy's CA bundle only; nothing is read from the environment
@@ -35,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import functools
-import re
 import ssl
 import time
 import zlib
@@ -46,17 +46,14 @@ from urllib.parse import urlencode
 
 import httpx
 
-from app.outbound import RESERVED_HEADERS
-from app.schemas.fields import HEADER_NAME_PATTERN, HEADER_VALUE_PATTERN
-from app.tools.netguard import OutboundPolicy, Resolver, system_resolver, vetted_addresses
+from app.tools.netguard import OutboundPolicy, Resolver, guarded_connector, system_resolver
 from app.wire import (
     READ_SIZE,
     Connection,
-    DroppedConnectionError,
+    ConnectionClosedError,
+    Head,
     WireError,
     WirePool,
-    body_chunks,
-    framing_length,
 )
 
 USER_AGENT = "toolgate/0.1"
@@ -65,9 +62,6 @@ KEEPALIVE_S = 15.0
 # Requests that may be sent again when a kept-alive connection turns out closed before any
 # answer (RFC 9110 9.2.2); any other method fails instead of being sent twice.
 _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
-# The rules stored tools' header names and values follow (`app/schemas/fields.py`).
-_HEADER_NAME = re.compile(HEADER_NAME_PATTERN)
-_HEADER_VALUE = re.compile(HEADER_VALUE_PATTERN)
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 
 
@@ -99,45 +93,19 @@ class OutboundUnreachableError(OutboundError):
 class OutboundResponse:
     """A response whose body has not been read yet; `headers` has lower-case names."""
 
-    __slots__ = (
-        "_chunks",
-        "_connection",
-        "_read_s",
-        "_ready",
-        "_remaining",
-        "finished",
-        "headers",
-        "status",
-    )
+    __slots__ = ("_connection", "_read_s", "_ready", "headers", "status")
 
-    def __init__(
-        self,
-        status: int,
-        headers: dict[str, str],
-        connection: Connection,
-        *,
-        bodiless: bool,
-        read_s: float,
-    ) -> None:
-        self.status = status
-        self.headers = headers
+    def __init__(self, head: Head, connection: Connection, *, read_s: float) -> None:
+        self.status = head.status
+        self.headers = head.headers
         self._connection = connection
         self._read_s = read_s
-        self._chunks: AsyncIterator[bytes] | None = None
-        self._remaining: int | None = None
         self._ready: bytes | None = None  # read with the head
-        self.finished = bodiless  # its body read to the end: the connection may be reused
-        if not bodiless:
-            try:
-                self._remaining = framing_length(headers)
-            except ValueError as exc:
-                raise WireError(str(exc)) from None
-            self.finished = self._remaining == 0
 
     async def read_capped(self, cap: int) -> tuple[bytes, bool]:
         """At most `cap` decoded bytes, and whether there was more."""
         inflater = Inflater.for_encoding(self.headers.get("content-encoding", ""))
-        if inflater is None and self.finished and self._ready is not None:  # the usual answer
+        if inflater is None and self._ready is not None:  # the usual answer
             data, self._ready = self._ready, None
             return (data[:cap], True) if len(data) > cap else (data, False)
         chunks: list[bytes] = []
@@ -161,43 +129,24 @@ class OutboundResponse:
     async def prefetch(self) -> None:
         """A body of known length up to READ_SIZE read now, under the head's deadline (the
         usual answer: one deadline for the whole exchange instead of two)."""
-        if self._remaining is None or not 0 < self._remaining <= READ_SIZE:
-            return
-        try:
-            self._ready = await self._connection.reader.readexactly(self._remaining)
-        except (ConnectionError, asyncio.IncompleteReadError) as exc:
-            raise DroppedConnectionError("the connection closed mid-response") from exc
-        self._remaining = 0
-        self.finished = True
+        length = self.headers.get("content-length")
+        if length is not None and "transfer-encoding" not in self.headers:
+            if length.isdigit() and 0 < int(length) <= READ_SIZE:
+                self._ready = await self._connection.body(READ_SIZE)
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        """The body as it arrives, content codings left as they came, each piece within the
+        read deadline (for a caller that decodes the body itself: the MCP SDK's client)."""
+        while (piece := await self._next()) is not None:
+            yield piece
 
     async def _next(self) -> bytes | None:
         """The body's next piece (None at its end), each within the read deadline."""
         if self._ready is not None:
             ready, self._ready = self._ready, None
             return ready
-        if self.finished:
-            return None
-        reader = self._connection.reader
-        try:
-            piece: bytes | None
-            async with asyncio.timeout(self._read_s):
-                if self._remaining is not None:
-                    piece = await reader.readexactly(min(self._remaining, READ_SIZE))
-                    self._remaining -= len(piece)
-                    self.finished = self._remaining == 0
-                    return piece
-                if self._chunks is None:
-                    self._chunks = body_chunks(reader, self.headers)
-                piece = await anext(self._chunks)
-        except StopAsyncIteration:
-            piece = None
-        except (ConnectionError, asyncio.IncompleteReadError) as exc:
-            raise DroppedConnectionError("the connection closed mid-response") from exc
-        except (asyncio.LimitOverrunError, ValueError) as exc:
-            raise WireError(f"malformed HTTP response body: {exc}") from exc
-        if piece is None:
-            self.finished = True
-        return piece
+        async with asyncio.timeout(self._read_s):
+            return await self._connection.piece()
 
 
 def _charset(content_type: str) -> str:
@@ -229,7 +178,7 @@ class OutboundClient:
         self.policy = policy
         self._read_s = timeout_s
         self._connect_s = connect_timeout_s
-        self._resolver = resolver
+        self._connector = guarded_connector(policy, resolver)
         self._max_connections = max_connections
         self._slots: asyncio.Semaphore | None = None  # made on the running loop
         self._pools: dict[str, WirePool] = {}
@@ -237,17 +186,13 @@ class OutboundClient:
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
 
-    async def _vetted(self, host: str, port: int) -> list[str]:
-        addresses = await vetted_addresses(self.policy, self._resolver, host, port, None)
-        return [str(address) for address in addresses]
-
     def _pool(self, origin: str) -> WirePool:
         pool = self._pools.get(origin)
         if pool is None:
             https = origin.startswith("https:")
             pool = WirePool(
                 origin,
-                connect=self._vetted,
+                connect=self._connector,
                 ssl_context=self.policy.ssl_context() if https else None,
                 max_idle=self._max_connections,
             )
@@ -264,11 +209,16 @@ class OutboundClient:
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
         timeout_s: float | None = None,
+        resend_dropped: bool = False,
     ) -> AsyncIterator[OutboundResponse]:
         """Send one request (never following a redirect) and give its response to read; every
-        failure, while sending or while reading, comes out as an `OutboundError`."""
+        failure, while sending or while reading, comes out as an `OutboundError`.
+        `resend_dropped`: a request of any method that met a pooled connection the server had
+        closed before any byte of its answer is sent once more on a fresh one (an idempotent
+        method always is)."""
         read_s = self._read_s if timeout_s is None else timeout_s
         exchange = await self._begin(method, url, query, body, headers)
+        exchange.resend_dropped = resend_dropped or method in _IDEMPOTENT
         try:
             response = await exchange.head(read_s)
             yield response
@@ -388,10 +338,10 @@ class _Exchange:
         "connect_s",
         "connection",
         "headers",
-        "keep_alive",
         "method",
         "origin",
         "pool",
+        "resend_dropped",
         "response",
         "target",
     )
@@ -410,8 +360,7 @@ class _Exchange:
         self.method, self.target, self.body, self.headers = method, target, body, headers
         self.connect_s = connect_s
         self.connection: Connection | None = None
-        self.response: OutboundResponse | None = None
-        self.keep_alive = False
+        self.resend_dropped = method in _IDEMPOTENT  # sent again on a dropped kept-alive
 
     async def head(self, read_s: float, *, deadline: bool = True) -> OutboundResponse:
         """`send` within `read_s` (from sending to the head, and a small body); without the
@@ -428,22 +377,17 @@ class _Exchange:
             self.target,
             self.body,
             self.headers,
-            retry_dropped=self.method in _IDEMPOTENT,
+            retry_dropped=self.resend_dropped,
             connect_timeout_s=self.connect_s,
         )
-        self.keep_alive = head.keep_alive
-        response = OutboundResponse(
-            head.status, head.headers, self.connection, bodiless=head.bodiless, read_s=read_s
-        )
+        response = OutboundResponse(head, self.connection, read_s=read_s)
         await response.prefetch()
-        self.response = response
         return response
 
     def end(self, client: OutboundClient) -> None:
+        """The connection back to its pool: kept only if its answer was read to the end."""
         if self.connection is not None:
-            response = self.response
-            reusable = response is not None and response.finished and self.keep_alive
-            self.pool.release(self.connection, reusable and not client._closed)
+            self.pool.release(self.connection, not client._closed)
         client._done(self.origin)
 
 
@@ -469,32 +413,20 @@ def _reason(exc: WireError) -> str:
         return "CertificateVerificationError"
     if isinstance(cause, OSError):
         return type(cause).__name__
-    if isinstance(exc, DroppedConnectionError):
+    if isinstance(exc, ConnectionClosedError):
         return "ServerDisconnectedError"
     return "MalformedResponseError"
 
 
 def _headers(given: dict[str, str] | None, body: bytes | None) -> dict[str, str]:
     """The request's headers: the client's defaults, replaced by the caller's of the same
-    name (in any case), and a Content-Type for a body. A name or a value that a stored tool's
-    header could not have is refused (a line break could add a header or end the head); the
-    headers the client owns (`RESERVED_HEADERS`: Host, the body's framing, the connection's)
-    are left out, as a stored tool may not set them either: a second length would let the
-    upstream read another request into the body."""
+    name (in any case), and a Content-Type for a body. The head is built and every header
+    checked where it is written (`app.wire.request_head`)."""
     sent = {"User-Agent": USER_AGENT, "Accept-Encoding": "gzip, deflate"}
     if body is not None:
         sent["Content-Type"] = "application/json"
     for name, value in (given or {}).items():
-        if not _HEADER_NAME.fullmatch(name) or not _HEADER_VALUE.fullmatch(value):
-            raise ValueError(f"the header {name[:40]!r} cannot be sent as it is")
-        if not value.isascii():
-            try:
-                value.encode()
-            except UnicodeEncodeError:  # a lone surrogate
-                raise ValueError(f"the header {name[:40]!r} cannot be sent as it is") from None
         lower = name.lower()
-        if lower in RESERVED_HEADERS:
-            continue
         for default in [key for key in sent if key.lower() == lower]:
             del sent[default]
         sent[name] = value

@@ -12,14 +12,11 @@ appear); past the budget it stops, and the output is left as it is.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from jmespath.parser import ParsedResult
 from jmespath.visitor import TreeInterpreter
-
-if TYPE_CHECKING:
-    from jmespath.visitor import _TreeNode
 
 MAX_STEPS = 200_000  # nodes visited (a projection visits its expression once per element)
 SLACK_CHARS = 4096  # on top of four times the result's own size
@@ -39,7 +36,7 @@ class BoundedInterpreter(TreeInterpreter):
         self._steps = 0
         self._sizes: dict[int, tuple[Any, int]] = {}  # id -> (the value, kept alive; its size)
 
-    def visit(self, node: _TreeNode, *args: Any, **kwargs: Any) -> Any:
+    def visit(self, node: Any, *args: Any, **kwargs: Any) -> Any:  # a parsed node (a dict)
         self._steps += 1
         if self._steps > MAX_STEPS:
             raise _OverBudget(f"it takes more than {MAX_STEPS} steps")

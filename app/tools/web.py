@@ -15,17 +15,19 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urljoin
 
-import httpx
 import orjson
 
 from app.tools.outbound_client import (
     OutboundClient,
+    OutboundError,
     OutboundInvalidURLError,
     OutboundResponse,
     OutboundTimeoutError,
     OutboundUnreachableError,
+    request_url,
 )
 from app.tools.outcome import ToolFailure
+from app.wire import HeaderError
 
 SearchBackend = Literal["searxng", "tavily", "brave"]
 DEFAULT_URLS = {"tavily": "https://api.tavily.com", "brave": "https://api.search.brave.com"}
@@ -59,7 +61,8 @@ class WebConfig:
 class WebAccess:
     """Search and fetch for the `web_search` and `web_fetch` functions (app/tools/builtin.py)."""
 
-    def __init__(self, config: WebConfig, *, search_http: httpx.AsyncClient) -> None:
+    def __init__(self, config: WebConfig, *, search_http: OutboundClient) -> None:
+        """`search_http`: the client of the operator's search service (not a tenant's)."""
         self.config = config
         self._search_http = search_http
 
@@ -67,40 +70,46 @@ class WebAccess:
         """Title, URL and snippet of the first `max_results` results."""
         if not self.config.search_enabled:
             raise WebError("web search is not configured on this server (WEB_SEARCH_URL)")
-        request = self._search_request(query, max_results)
+        method, url, body, headers = self._search_request(query, max_results)
         try:
-            response = await self._search_http.send(request)
-        except httpx.HTTPError as exc:
+            fetched = await self._search_http.fetch(
+                method, url, cap=self.config.response_max_bytes, body=body, headers=headers
+            )
+        except HeaderError:
+            raise WebError("the search service's key cannot be sent in a header") from None
+        except OutboundUnreachableError as exc:
+            raise WebError(
+                f"the search service cannot be reached ({exc.reason})", "unreachable"
+            ) from None
+        except OutboundError as exc:
             raise WebError(
                 f"the search service cannot be reached ({type(exc).__name__})", "unreachable"
             ) from None
-        if response.status_code != 200:
-            raise WebError(
-                f"the search service answered HTTP {response.status_code}", "upstream_status"
-            )
+        if fetched.status != 200:
+            raise WebError(f"the search service answered HTTP {fetched.status}", "upstream_status")
         try:
-            found = _results(self.config.search_backend, response.json())
-        except (ValueError, TypeError, AttributeError):
+            found = _results(self.config.search_backend, orjson.loads(fetched.text))
+        except (ValueError, TypeError, AttributeError, KeyError):
             raise WebError("the search service sent an answer in an unknown format") from None
         return found[:max_results]
 
-    def _search_request(self, query: str, max_results: int) -> httpx.Request:
+    def _search_request(
+        self, query: str, max_results: int
+    ) -> tuple[str, str, bytes | None, dict[str, str]]:
+        """(method, URL, body, headers) of the search backend's request."""
         backend, key = self.config.search_backend, self.config.search_api_key
         base = (self.config.search_url or DEFAULT_URLS.get(backend, "")).rstrip("/")
         if backend == "tavily":
-            body = {"query": query, "max_results": max_results}
-            headers = {"Authorization": f"Bearer {key}"}
-            return self._search_http.build_request(
-                "POST", f"{base}/search", json=body, headers=headers
-            )
+            body = orjson.dumps({"query": query, "max_results": max_results})
+            return "POST", f"{base}/search", body, {"Authorization": f"Bearer {key}"}
         if backend == "brave":
             headers = {"X-Subscription-Token": key or "", "Accept": "application/json"}
-            params: dict[str, Any] = {"q": query, "count": max_results}
-            return self._search_http.build_request(
-                "GET", f"{base}/res/v1/web/search", params=params, headers=headers
+            url = request_url(
+                f"{base}/res/v1/web/search", [("q", query), ("count", str(max_results))]
             )
-        params = {"q": query, "format": "json"}
-        return self._search_http.build_request("GET", f"{base}/search", params=params)
+            return "GET", url, None, headers
+        url = request_url(f"{base}/search", [("q", query), ("format", "json")])
+        return "GET", url, None, {}
 
     async def fetch(self, url: str, http: OutboundClient) -> tuple[str, str]:
         """The page's (content type, text), read up to the byte cap; redirects followed

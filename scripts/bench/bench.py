@@ -36,13 +36,16 @@ MCP_CALL_MODERN = "MCP tools/call over /mcp (function tool, protocol 2026-07-28)
 INVOKE_REST = "POST /tools/{tool_id}/invoke (external tool, local upstream)"
 MCP_REST = "MCP tools/call over /mcp (external tool, protocol 2025-06-18)"
 MCP_REST_MODERN = "MCP tools/call over /mcp (external tool, protocol 2026-07-28)"
+INVOKE_MCP = "POST /tools/{tool_id}/invoke (MCP server's tool, streamable HTTP, local upstream)"
 OUTBOUND = "outbound client alone, c=16 (CPU ms per request)"
 # Slices of a few hundred requests: small enough that a drift of the machine's speed falls on
 # every route alike, large enough to average a slice's own ups and downs.
 SLICE = 500
 SETTLE_S = 0.02
 # The rows whose answers must show the tool ran (`tool_call_succeeded`).
-TOOL_CALLS = frozenset({INVOKE, INVOKE_REST, MCP_CALL, MCP_CALL_MODERN, MCP_REST, MCP_REST_MODERN})
+TOOL_CALLS = frozenset(
+    {INVOKE, INVOKE_REST, INVOKE_MCP, MCP_CALL, MCP_CALL_MODERN, MCP_REST, MCP_REST_MODERN}
+)
 # A route measured by `Bench.endpoints`: method, path, headers, JSON body.
 Request = tuple[str, str, dict[str, str] | None, dict[str, Any] | None]
 REST_TOOL = {
@@ -321,12 +324,12 @@ class Bench:
         self,
         args: argparse.Namespace,
         service_env: dict[str, str] | None = None,
-        source: Path = ROOT,
+        tree: Path = ROOT,
     ) -> None:
         self.args = args
         self.results: dict[str, list[dict[str, float]]] = {}
         self.service_env = service_env or {}  # settings on top of the benchmark's own
-        self.source = source  # the checkout whose service runs (another commit's, to compare)
+        self.tree = tree  # the source tree the service runs (scripts/bench/compare.py: another)
         split = core_split() if getattr(args, "pin", False) else None
         self.service_cpus, self.load_cpus = split if split is not None else (None, None)
 
@@ -361,10 +364,10 @@ class Bench:
                 "30",
             ],
             self.service_port,
-            env,
+            {**env, "PYTHONPATH": str(self.tree)},
             stderr=self._service_log(),
             cpus=self.service_cpus,
-            cwd=self.source,
+            cwd=self.tree,
         )
 
     async def setup(self) -> None:
@@ -383,6 +386,13 @@ class Bench:
             self.upstream_port,
             cpus=self.load_cpus,
         )
+        self.mcp_port = free_port()
+        self.mcp_upstream = Process(  # an MCP server's tool (INVOKE_MCP)
+            [sys.executable, str(HERE / "mcp_upstream.py"), "--port", str(self.mcp_port)],
+            self.mcp_port,
+            stderr=subprocess.DEVNULL,  # a pipe nobody reads would fill and stop it
+            cpus=self.load_cpus,
+        )
         admin = secrets.token_urlsafe(32)
         env = {
             "APP_ENV": "production",
@@ -396,7 +406,10 @@ class Bench:
             "OPENAI_BASE_URL": f"http://127.0.0.1:{self.model_port}/v1",
             "OPENAI_API_KEY": "bench",
             "MONGODB_URL": "",
-            "OUTBOUND_ALLOW": f"127.0.0.1:{self.upstream_port}",
+            "OUTBOUND_ALLOW": f"127.0.0.1:{self.upstream_port},127.0.0.1:{self.mcp_port}",
+            # The routes run at concurrency 10: a session pooled for each (the default keeps 8
+            # a tenant, and each call past them would open and close a session of its own).
+            "MCP_POOL_PER_TENANT": "16",
             **self.service_env,
         }
         try:
@@ -404,6 +417,7 @@ class Bench:
         except Exception:
             self.fake.stop()  # never leave the fake model behind when the service fails
             self.upstream.stop()
+            self.mcp_upstream.stop()
             raise
         self.base = f"http://127.0.0.1:{self.service_port}"
         # Idle connections are dropped by the driver before the service's keep-alive (75 s) ends.
@@ -418,6 +432,15 @@ class Bench:
         rest["function"]["url"] = f"http://127.0.0.1:{self.upstream_port}/weather"
         async with self.session.post(
             f"{self.base}/tools/create", json=rest, headers=self.key
+        ) as response:
+            assert response.status == 201, await response.text()
+        server = {
+            "name": "up",
+            "type": "streamable-http",
+            "url": f"http://127.0.0.1:{self.mcp_port}/mcp",
+        }
+        async with self.session.post(
+            f"{self.base}/mcp-servers", json=server, headers=self.key
         ) as response:
             assert response.status == 201, await response.text()
         for index in range(50 - 3):  # 3 seeded function tools + 47 external tools = 50
@@ -536,7 +559,7 @@ class Bench:
                 batch = min(size, count - int(total["sent"]))
                 if batch <= 0:
                     continue
-                cpu, upstream_cpu = self.service.cpu_s(), self.upstream.cpu_s()
+                cpu, upstream_cpu = self.service.cpu_s(), self.upstreams_cpu_s()
                 _, wall = await self.driver.drive(
                     method,
                     f"{self.base}{path}",
@@ -549,7 +572,7 @@ class Bench:
                 # Work left after the answers (run records) counts for this slice.
                 await asyncio.sleep(SETTLE_S)
                 total["cpu"] += self.service.cpu_s() - cpu
-                total["upstream"] += self.upstream.cpu_s() - upstream_cpu
+                total["upstream"] += self.upstreams_cpu_s() - upstream_cpu
                 total["wall"] += wall
                 total["sent"] += batch
         return {
@@ -586,6 +609,10 @@ class Bench:
             self.record(OUTBOUND, **self.outbound_alone())
         await self.slow_model()
 
+    def upstreams_cpu_s(self) -> float:
+        """The local upstreams' CPU (the REST API's and the MCP server's)."""
+        return self.upstream.cpu_s() + self.mcp_upstream.cpu_s()
+
     def endpoint_cases(self) -> dict[str, Request]:
         """`/ping`, reads, and one tool call through each entry point: a function tool, and an
         external tool (a GET to the local upstream)."""
@@ -597,6 +624,7 @@ class Bench:
             "GET /tools/ (50 tools)": ("GET", "/tools/?limit=50", self.list_key, None),
             INVOKE: ("POST", "/tools/rolldice/invoke", self.key, invoke),
             INVOKE_REST: ("POST", "/tools/weather/invoke", self.key, weather),
+            INVOKE_MCP: ("POST", "/tools/up__weather/invoke", self.key, weather),
         }
         for name, rest, version in (
             (MCP_CALL, None, "2025-06-18"),
@@ -656,6 +684,7 @@ class Bench:
         self.service.stop()
         self.fake.stop()
         self.upstream.stop()
+        self.mcp_upstream.stop()
 
 
 def summarize(results: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, list[float]]]:
@@ -693,6 +722,7 @@ def headline(summary: dict[str, dict[str, list[float]]]) -> list[str]:
         MCP_CALL,
         MCP_CALL_MODERN,
         INVOKE_REST,
+        INVOKE_MCP,
         MCP_REST,
         MCP_REST_MODERN,
     ):

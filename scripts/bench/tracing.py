@@ -53,7 +53,7 @@ async def measure(
         "on, 1 in 10 sampled": Bench(args, {**endpoint, **one_in_ten}),
     }
     if before is not None:
-        benches = {"before": Bench(args, source=before), **benches}
+        benches = {"before": Bench(args, tree=before), **benches}
     results: dict[str, dict[int, list[float]]] = {name: {} for name in benches}
     try:
         for bench in benches.values():

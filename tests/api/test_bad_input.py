@@ -240,7 +240,7 @@ async def test_chat_answers_bad_bodies_as_every_body_route_does(
     content_type: str,
     with_key: bool,
 ) -> None:
-    """`POST /chat` is answered below FastAPI's routing (app/api/hot_routes.py): a body it
+    """`POST /chat` is answered by a route ahead of FastAPI's (app/api/hot_routes.py): a body it
     cannot read gets the answer a FastAPI body route gives, in the same order of checks."""
     headers = {**(acme.headers if with_key else {}), "content-type": content_type}
     answers = []

@@ -237,8 +237,8 @@ async def test_the_route_answers_alike_at_its_edges(
 
 
 def test_the_routes_are_found_by_name() -> None:
-    """The hot routes are answered by `HotLane`, not the router: `url_path_for` finds the
-    FastAPI routes of their paths, which stay the documented ones."""
+    """The hot routes stand first in the routing table under no name of their own:
+    `url_path_for` finds the FastAPI routes of their paths, which stay the documented ones."""
     app = create_app(make_settings(None), registry=functions.registry)
     assert app.url_path_for("invoke_tool", tool_id="adder") == "/tools/adder/invoke"
     assert app.url_path_for("chat") == "/chat"

@@ -306,3 +306,53 @@ async def test_an_international_host_name_goes_on_the_wire_as_ascii(chat: ChatCl
     assert WirePool("https://bücher.example/v1/messages").host_header == "xn--bcher-kva.example"
     body = provider("https://bücher.example", max_retries=0)
     assert (await put(chat, "idn", body)).status_code == 201
+
+
+INJECTING_KEY = "sk-ant-x\r\nX-Injected: 1\r\n\r\nPOST /v1/messages HTTP/1.1"
+
+
+@pytest.mark.parametrize("api", ["anthropic_messages", "chat_completions", "responses"])
+async def test_a_key_a_header_cannot_carry_is_refused_on_every_path(
+    chat: ChatClient, fake: FakeModel, fake_model_server: tuple[FakeModel, ThreadedServer], api: str
+) -> None:
+    """A secret with CR/LF used as a provider's key: 422 naming the secret when the provider is
+    written, and, once the secret is changed under a provider, on every chat (whole and
+    streamed) before anything is sent: the model server never sees the extra header."""
+    url = fake_model_server[1].url
+    headers = chat.tenant.headers
+    await chat.http.put("/secrets/bad-key", json={"value": INJECTING_KEY}, headers=headers)
+    refused = await put(chat, "p", provider(url, api=api, api_key_secret="bad-key"))
+    assert refused.status_code == 422, refused.text
+    assert "secret 'bad-key' holds a character a header cannot carry" in refused.text
+    assert (await put(chat, "p", provider(url, api=api, default=True))).status_code == 201
+    await chat.http.put("/secrets/model-key", json={"value": INJECTING_KEY}, headers=headers)
+    fake.reset(script.text("never"))
+    for stream in (False, True):
+        answered = await chat.chat(stream=stream)
+        assert answered.status_code == 422, answered.text
+        assert "secret 'model-key' holds a character a header cannot carry" in answered.text
+        assert "X-Injected" not in answered.text
+    assert fake.raw_requests == []
+
+
+async def test_a_header_rule_guards_the_wire_itself(
+    fake_model_server: tuple[FakeModel, ThreadedServer], fake: FakeModel
+) -> None:
+    """Whatever builds a request, its head is checked where it is written: a model client
+    with such a key cannot be made, and a pool sends nothing with such a header."""
+    from app.chat.http_model_client import HTTPModelClient
+    from app.config import Settings
+    from app.wire import HeaderError, WirePool
+
+    url = fake_model_server[1].url
+    with pytest.raises(HeaderError, match="control character"):
+        HTTPModelClient(base_url=url, api_key=INJECTING_KEY, timeout_s=1, max_retries=0)
+    with pytest.raises(ValueError, match="openai_api_key"):
+        Settings(openai_api_key=INJECTING_KEY)
+    pool = WirePool(f"{url}/v1/chat/completions")
+    fake.reset(script.text("never"))
+    for name, value in (("X-Key", "a\r\nX-Injected: 1"), ("X-Key", "a\nb"), ("X Key", "a")):
+        with pytest.raises(HeaderError):
+            await pool.post(b"{}", {name: value})
+    await pool.close()
+    assert fake.raw_requests == []

@@ -132,7 +132,25 @@ async def test_a_secret_with_a_line_break_never_reaches_a_header(
     fake.reset(script.tool_calls(("echo", {"city": "Paris"})), script.text("done"))
     response = await chat.chat()
     [call] = response.json()["tool_calls"]
-    assert call["status"] == "error" and "line break" in call["error"]
+    invoked = await chat.http.post(
+        "/tools/echo/invoke", json={"arguments": {"city": "Paris"}}, headers=chat.tenant.headers
+    )
+    mcp = await chat.http.post(
+        "/mcp",
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"city": "Paris"}},
+        },
+        headers={**chat.tenant.headers, "Accept": "application/json, text/event-stream"},
+    )
+    [mcp_text] = mcp.json()["result"]["content"]
+    assert mcp.json()["result"]["isError"] is True
+    for error in (call["error"], invoked.json()["error"]["message"], mcp_text["text"]):
+        assert "'X-Key' cannot be sent: its value holds a control character" in error
+        assert "'pem'" in error and "Injected" not in error
+    assert call["status"] == "error" and invoked.json()["status"] == "error"
     assert len(RECEIVED) == calls_before
 
 

@@ -140,7 +140,7 @@ async def test_a_call_cancelled_from_outside_is_not_taken_for_its_clients(
         await asyncio.Event().wait()  # never set: only a cancellation ends it
         return True
 
-    monkeypatch.setattr(gateway, "_answer_directly", hangs)
+    monkeypatch.setattr(gateway, "_answer", hangs)
     scope = {"type": "http", CALLER: TenantContext("acme", services=None)}  # type: ignore[arg-type]
     leave = asyncio.Event()
 
@@ -220,12 +220,12 @@ async def test_only_a_call_still_running_gets_a_watcher(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(mcp_endpoint, "_stop_when_gone", watch)
     scope = {"type": "http", mcp_endpoint.CALLER: TenantContext("acme", services=None)}  # type: ignore[arg-type]
-    monkeypatch.setattr(gateway, "_answer_directly", quick)
+    monkeypatch.setattr(gateway, "_answer", quick)
     assert await gateway._answered_unless_gone(scope, _call(1), receive, _refuse)
     assert pending_watch_timers() == [] and started == []  # none made, none left to start
 
     monkeypatch.setattr(mcp_endpoint, "WATCH_AFTER_S", 0)  # "still running" from the next turn
-    monkeypatch.setattr(gateway, "_answer_directly", slow)
+    monkeypatch.setattr(gateway, "_answer", slow)
     before = asyncio.all_tasks()
     task = asyncio.create_task(gateway._answered_unless_gone(scope, _call(2), receive, _refuse))
     await asyncio.wait_for(watching.wait(), 5)

@@ -1,6 +1,7 @@
-"""`/mcp` answers 2026-07-28 clients' `server/discover`, `tools/list` and `tools/call` itself
-(app/api/mcp_modern.py): each answer must be the one the SDK's own transport gives, which is
-what the fast path falls back to for anything it declines."""
+"""`/mcp` answers every single JSON-RPC request of both protocol eras with one answerer on the
+SDK's kernel (`McpGateway._answer`, the 2026-07-28 transport checks in app/api/mcp_modern.py):
+each answer must be the one the SDK's own transport gives, which is where the answerer sends
+anything it does not take."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import httpx
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server.lowlevel import Server
-from mcp.types import CallToolResult, TextContent
+from mcp.shared.inbound import InboundLadderRejection, InboundModernRoute
+from starlette.requests import Request
 
-from app.api.mcp_modern import ModernAnswers, _shape
+from app.api.mcp_endpoint import McpGateway
+from app.api.mcp_modern import modern_route
 from tests.mcp.test_mcp_gateway import Served, served  # noqa: F401 - a fixture: a real port
 from tests.support.apps import TenantCredentials, create_tenant
 
@@ -28,17 +30,20 @@ META = {
 }
 
 
-def _request(method: str, params: dict[str, Any], **headers: str) -> tuple[Any, dict[str, str]]:
-    sent = {
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": MODERN,
-        "Mcp-Method": method,
-        **headers,
-    }
-    if "name" in params and "Mcp-Name" not in headers:
-        sent["Mcp-Name"] = str(params["name"])
-    body = {"jsonrpc": "2.0", "id": 11, "method": method, "params": {**params, "_meta": META}}
-    return body, sent
+HANDSHAKE = "2025-06-18"
+
+
+def _request(
+    method: str, params: dict[str, Any], version: str = MODERN, **headers: str
+) -> tuple[Any, dict[str, str]]:
+    sent = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": version}
+    if version == MODERN:
+        sent["Mcp-Method"] = method
+        if "name" in params and "Mcp-Name" not in headers:
+            sent["Mcp-Name"] = str(params["name"])
+        params = {**params, "_meta": META}
+    sent.update(headers)
+    return {"jsonrpc": "2.0", "id": 11, "method": method, "params": params}, sent
 
 
 def _deep(levels: int) -> Any:
@@ -73,44 +78,45 @@ async def acme(served: Served) -> AsyncIterator[TenantCredentials]:  # noqa: F81
     yield await create_tenant(served.http, "acme")
 
 
+@pytest.mark.parametrize("version", [MODERN, HANDSHAKE])
 async def test_every_answer_is_the_sdks_own(
     served: Served,  # noqa: F811
     acme: TenantCredentials,
     monkeypatch: pytest.MonkeyPatch,
+    version: str,
 ) -> None:
     async def send_all() -> list[tuple[int, Any]]:
         answers = []
         for method, params, headers in CASES:
-            body, sent = _request(method, params, **headers)
+            if version != MODERN and (method == "server/discover" or "Mcp-Name" in headers):
+                continue  # of the 2026-07-28 era only
+            body, sent = _request(method, params, version, **headers)
             response = await served.http.post("/mcp", json=body, headers={**acme.headers, **sent})
             content = response.json() if response.content else None
             answers.append((response.status_code, content))
         return answers
 
     answered: list[bool] = []
-    original = ModernAnswers.answer
+    original = McpGateway._answer
 
-    async def watched(self: ModernAnswers, scope: Any, message: Any, send: Any) -> bool:
+    async def watched(self: McpGateway, scope: Any, message: Any, send: Any) -> bool:
         answered.append(await original(self, scope, message, send))
         return answered[-1]
 
-    monkeypatch.setattr(ModernAnswers, "answer", watched)
-    fast = await send_all()
-    # answered here: discover, list, the calls the SDK would run; the rest went to the SDK
-    assert answered[:11] == [True] * 6 + [False, True, False, False, False]
-    assert all(status < 500 for status, _ in fast)
-    declined: list[str] = []
+    monkeypatch.setattr(McpGateway, "_answer", watched)
+    ours = await send_all()
+    assert all(status < 500 for status, _ in ours)
+    # what the SDK's transport answers: a refused Accept (406)
+    assert answered.count(False) == 1 and len(answered) == len(ours)
 
-    async def decline(self: ModernAnswers, scope: Any, message: Any, send: Any) -> bool:
-        declined.append(message.get("method"))
-        return False  # what the fast path does with anything it does not answer
+    async def decline(self: McpGateway, scope: Any, message: Any, send: Any) -> bool:
+        return False  # what the answerer does with anything it does not take
 
-    monkeypatch.setattr(ModernAnswers, "answer", decline)
+    monkeypatch.setattr(McpGateway, "_answer", decline)
     sdk = await send_all()
-    assert len(declined) == len(CASES)
-    for case, ours, theirs in zip(CASES, fast, sdk, strict=True):
-        assert ours == theirs, case
-    assert fast[2][1]["result"]["content"][0]["text"] == "42"
+    for index, (mine, theirs) in enumerate(zip(ours, sdk, strict=True)):
+        assert mine == theirs, index
+    assert ours[2 if version == MODERN else 1][1]["result"]["content"][0]["text"] == "42"
 
 
 async def test_the_sdks_client_in_the_2026_era_lists_and_calls(
@@ -133,248 +139,28 @@ async def test_the_sdks_client_in_the_2026_era_lists_and_calls(
     assert not added.is_error and json.dumps(added.model_dump()).count('"5"') == 1
 
 
-async def test_an_mcp_param_header_that_disagrees_with_its_argument_goes_to_the_sdk() -> None:
+async def test_an_mcp_param_header_is_checked_against_the_called_tools_schema() -> None:
     """Only an upstream MCP server's tool can carry `x-mcp-header` (stored schemas refuse it):
-    the header check runs against that one tool's schema, and a refusal is the SDK's to send."""
+    the header check runs against that one tool's schema; a disagreement is the SDK's
+    rejection, an agreement routes the call."""
     schema = {
         "type": "object",
         "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
     }
-    calls: list[str] = []
-
-    async def call_tool(ctx: Any, params: Any, *, progress: Any = None) -> CallToolResult:
-        calls.append(params.name)
-        return CallToolResult(content=[TextContent(type="text", text="ok")])
-
-    async def list_tools(ctx: Any, params: Any) -> Any:
-        raise AssertionError("not listed for a call")
+    asked: list[str] = []
 
     async def input_schema(request: Any, name: str) -> dict[str, Any] | None:
+        asked.append(name)
         return schema if name == "regional" else None
 
-    answers = ModernAnswers(
-        Server("t"), list_tools=list_tools, call_tool=call_tool, input_schema=input_schema
-    )
-
-    async def answer(**headers: str) -> tuple[bool, list[Any]]:
+    async def route(**headers: str) -> Any:
         body, sent = _request("tools/call", {"name": "regional", "arguments": {"region": "eu"}})
         raw = [(k.lower().encode(), v.encode()) for k, v in {**sent, **headers}.items()]
         scope = {"type": "http", "method": "POST", "headers": raw, "path": "/mcp"}
-        sent_messages: list[Any] = []
+        return await modern_route(Request(scope), body, input_schema)
 
-        async def send(message: Any) -> None:
-            sent_messages.append(message)
-
-        return await answers.answer(scope, body, send), sent_messages
-
-    assert await answer() == (False, [])  # the header is missing
-    assert await answer(**{"Mcp-Param-Region": "us"}) == (False, [])  # it disagrees
-    agreed, messages = await answer(**{"Mcp-Param-Region": "eu"})
-    assert agreed and calls == ["regional"] and messages[0]["status"] == 200
-
-
-async def test_the_accept_check_is_the_sdks_for_every_value_and_its_memory_bounded() -> None:
-    """Its verdict is kept per Accept value: a value that refuses JSON still goes to the SDK
-    (its 406) after one that allowed it, and a client sending a new value on every request
-    keeps no more than a few dozen of them. One `serverInfo` stamp serves every answer."""
-    server: Server[Any] = Server("t")
-
-    async def call_tool(ctx: Any, params: Any, *, progress: Any = None) -> CallToolResult:
-        return CallToolResult(content=[TextContent(type="text", text="ok")])
-
-    async def unused(*args: Any) -> Any:
-        raise AssertionError("not used")
-
-    answers = ModernAnswers(server, list_tools=unused, call_tool=call_tool, input_schema=unused)
-
-    async def answer(accept: str) -> list[Any]:
-        body, sent = _request("tools/call", {"name": "add", "arguments": {}}, Accept=accept)
-        raw = [(k.lower().encode(), v.encode()) for k, v in sent.items()]
-        scope = {"type": "http", "method": "POST", "headers": raw, "path": "/mcp"}
-        sent_messages: list[Any] = []
-
-        async def send(message: Any) -> None:
-            sent_messages.append(message)
-
-        await answers.answer(scope, body, send)
-        return sent_messages
-
-    for accept in ("application/json, text/event-stream", "text/event-stream", "*/*"):
-        first, again = await answer(accept), await answer(accept)
-        assert bool(first) == bool(again) == (accept != "text/event-stream"), accept
-    stamps = [json.loads((await answer("*/*"))[1]["body"]) for _ in range(2)]
-    meta = [stamp["result"]["_meta"]["io.modelcontextprotocol/serverInfo"] for stamp in stamps]
-    assert meta[0] == meta[1] == server.server_info_stamp
-    for n in range(500):
-        assert await answer(f"application/json;q=0.{n}")
-    assert len(answers._accept_verdicts) <= 64
-
-
-_RESULTS: list[dict[str, Any]] = [
-    {"content": [{"type": "text", "text": "4"}]},
-    {"content": [{"type": "text", "text": "no such city"}], "isError": True},
-    {"content": [{"type": "text", "text": 'héllo ✓ \u0000 "q"'}, {"type": "text", "text": ""}]},
-    {"content": []},
-    {"content": [{"type": "text", "text": "x", "annotations": {"audience": ["user"]}}]},
-    {"content": [{"type": "text", "text": "x", "_meta": {"k": 1}}]},
-    {"content": [{"type": "text", "text": "x"}], "structuredContent": {"n": 1}},
-    {"content": [{"type": "text", "text": "x"}], "_meta": {"k": 1}},
-    {"content": [{"type": "image", "data": "aGk=", "mimeType": "image/png"}]},
-    {
-        "content": [
-            {"type": "text", "text": "x"},
-            {"type": "audio", "data": "aGk=", "mimeType": "a/b"},
-        ]
-    },
-]
-
-
-@pytest.mark.parametrize("given", _RESULTS)
-def test_a_text_results_wire_form_is_the_sdks_on_every_modern_version(
-    given: dict[str, Any],
-) -> None:
-    """`text_call_result` skips the SDK's validate-and-dump for plain text results: its form
-    must be the one the SDK gives (to the byte), and anything else must be left to the SDK."""
-    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-
-    from app.api.mcp_modern import sieved, text_call_result
-
-    result = CallToolResult.model_validate(given)
-    fast = text_call_result(result)
-    plain = all(
-        block.get("type") == "text" and set(block) == {"type", "text"} for block in given["content"]
-    )
-    assert (fast is not None) == (plain and set(given) <= {"content", "isError"})
-    for version in MODERN_PROTOCOL_VERSIONS:
-        sdk = sieved("tools/call", version, result)
-        sdk.pop("resultType", None)  # set by the caller of both, as the SDK's runner does
-        if fast is not None:
-            assert json.dumps(fast) == json.dumps(sdk)
-    built = CallToolResult(content=[TextContent(type="text", text="7")])
-    assert text_call_result(built) == {"content": [{"text": "7", "type": "text"}], "isError": False}
-
-
-@pytest.mark.parametrize("text", ["7", "", 'a "quoted" \u00e9 line\nand more', "x" * 5000])
-@pytest.mark.parametrize("is_error", [False, True])
-def test_a_one_text_results_wire_form_is_the_sdks_in_both_eras(text: str, is_error: bool) -> None:
-    """`TextResult.wire` writes what the SDK gives for the same `CallToolResult`, to the byte:
-    sieved on every modern version, dumped for the handshake era (as the SDK's own
-    `on_call_tool` path builds it, `is_error` left unset on success)."""
-    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-
-    from app.api.mcp_endpoint import _dumped
-    from app.api.mcp_modern import TextResult, sieved
-
-    content = [TextContent(type="text", text=text)]
-    model = (
-        CallToolResult(content=content, is_error=True)
-        if is_error
-        else CallToolResult(content=content)
-    )
-    fast = TextResult(text, is_error)
-    assert json.dumps(fast.wire(modern=False)) == json.dumps(_dumped(model))
-    for version in MODERN_PROTOCOL_VERSIONS:
-        sdk = sieved("tools/call", version, model)
-        sdk.pop("resultType", None)
-        assert json.dumps(fast.wire(modern=True)) == json.dumps(sdk)
-
-
-_SHAPES: list[dict[str, Any] | None] = [
-    {"name": "add", "arguments": {"a": 1}, "_meta": META},
-    {"name": "add", "arguments": {"a": [1, {"b": None}], "c": "x" * 300}, "_meta": META},
-    {"name": "add", "arguments": {}, "_meta": META},
-    {"name": "add", "_meta": META},
-    {"name": "add", "arguments": None, "_meta": META},
-    {"name": "add", "arguments": [1, 2], "_meta": META},
-    {"name": "add", "arguments": "x", "_meta": META},
-    {"name": 7, "arguments": {"a": 1}, "_meta": META},
-    {"arguments": {"a": 1}, "_meta": META},
-    {
-        "name": "add",
-        "arguments": {"a": 1},
-        "_meta": {**META, "io.modelcontextprotocol/clientCapabilities": 3},
-    },
-    {"name": "add", "arguments": {"a": 1}, "_meta": {**META, "pad": "p" * 5000}},  # not kept
-    {"name": "add", "arguments": {"a": 1}, "_meta": META, "task": {"ttl": "soon"}},
-    {"name": "add", "arguments": {"a": 1}, "_meta": META, "extra": True},
-    {"cursor": 5, "_meta": META},
-    None,
-]
-
-
-@pytest.mark.parametrize("method", ["tools/call", "tools/list", "server/discover"])
-def test_a_kept_validation_verdict_is_the_sdks_for_every_shape(method: str) -> None:
-    """The SDK's request validation is kept per shape of the params (the values of a call's
-    `arguments` aside): in any order, repeated, every verdict must be the SDK's own."""
-    from mcp_types import methods as mcp_methods
-
-    def sdk(params: dict[str, Any] | None) -> bool:
-        try:
-            mcp_methods.validate_client_request(method, MODERN, params)
-        except (KeyError, ValueError):
-            return False
-        return True
-
-    answers = ModernAnswers(Server("t"), list_tools=None, call_tool=None, input_schema=None)  # type: ignore[arg-type]
-    for params in [*_SHAPES, *reversed(_SHAPES), *_SHAPES]:
-        shape = _shape(method, params)
-        assert answers._valid_as(method, MODERN, params, shape) is sdk(params), params
-    verdicts = {sdk(p) for p in _SHAPES}
-    assert verdicts == {True, False}  # both kinds of shape are exercised
-    assert len(answers._verdicts) < len(_SHAPES)  # the long envelope was not kept
-
-
-_ROUTED = [
-    {},
-    {"Mcp-Name": "other"},
-    {"Mcp-Method": "tools/list"},
-    {"MCP-Protocol-Version": "2025-06-18"},
-    {"MCP-Protocol-Version": "1999-01-01"},
-]
-
-
-@pytest.mark.parametrize("method", ["tools/call", "tools/list"])
-def test_a_kept_routing_verdict_is_the_sdks_for_every_header_and_shape(method: str) -> None:
-    """The SDK's ladder (a routing header sent twice, then `classify_inbound_request`) is kept
-    per routing headers and shape of the params: for each combination, in any order and
-    repeated, the version it routes by (or its refusal) must be the SDK's own."""
-    from mcp.shared.inbound import (
-        InboundLadderRejection,
-        classify_inbound_request,
-        find_duplicated_routing_header,
-    )
-
-    from app.api.mcp_modern import _shape
-
-    def sdk(message: dict[str, Any], pairs: list[tuple[str, str]]) -> str | None:
-        if find_duplicated_routing_header(pairs) is not None:
-            return None
-        first: dict[str, str] = {}
-        for name, value in pairs:
-            first.setdefault(name, value)
-        verdict = classify_inbound_request(message, headers=first)
-        return None if isinstance(verdict, InboundLadderRejection) else verdict.protocol_version
-
-    answers = ModernAnswers(Server("t"), list_tools=None, call_tool=None, input_schema=None)  # type: ignore[arg-type]
-    cases = []
-    for params in _SHAPES:
-        for extra in _ROUTED:
-            name = params.get("name") if isinstance(params, dict) else None
-            sent = {"MCP-Protocol-Version": MODERN, "Mcp-Method": method, "Accept": "*/*"}
-            if method == "tools/call" and isinstance(name, str):
-                sent["Mcp-Name"] = name
-            sent.update(extra)
-            pairs = [(k.lower(), v) for k, v in sent.items()]
-            cases.append(({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, pairs))
-        twice = [*cases[-1][1], ("mcp-method", method)]  # a routing header sent twice
-        cases.append((cases[-1][0], twice))
-    routed = set()
-    for message, pairs in [*cases, *reversed(cases), *cases]:
-        first: dict[str, str] = {}
-        for header, value in pairs:
-            first.setdefault(header, value)
-        shape = _shape(method, message["params"])
-        got = answers._ladder(message, pairs, first, shape)
-        assert got == sdk(message, pairs), (message, pairs)
-        routed.add(got)
-    assert MODERN in routed and None in routed  # both outcomes exercised
+    assert isinstance(await route(), InboundLadderRejection)  # the header is missing
+    assert isinstance(await route(**{"Mcp-Param-Region": "us"}), InboundLadderRejection)
+    agreed = await route(**{"Mcp-Param-Region": "eu"})
+    assert isinstance(agreed, InboundModernRoute) and agreed.protocol_version == MODERN
+    assert asked == ["regional"] * 3

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from app.tools.netguard import OutboundBlockedError, OutboundPolicy, guarded_transport
+from app.tools.netguard import OutboundBlockedError, OutboundPolicy, Resolver
+from app.tools.outbound_client import Fetched, OutboundClient, OutboundUnreachableError
 from tests.support.servers import ThreadedServer
 from tests.support.tls import make_certificates
 from tests.support.upstream import upstream_app
@@ -174,10 +174,25 @@ async def test_connect_time_holds_an_entry_to_its_port(local_api: ThreadedServer
             await client.get(f"{local_api.url}/echo")
 
 
-def _client(policy: OutboundPolicy, resolver=None) -> httpx.AsyncClient:  # type: ignore[no-untyped-def]
-    options = {"resolver": resolver} if resolver else {}
-    transport = guarded_transport(policy, limits=httpx.Limits(), **options)
-    return httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False)
+class _Client:
+    """The service's HTTP client under `policy`, read as the tests read an answer."""
+
+    def __init__(self, policy: OutboundPolicy, resolver: Resolver | None = None) -> None:
+        options = {"resolver": resolver} if resolver else {}
+        self.client = OutboundClient(policy, timeout_s=5, connect_timeout_s=5, **options)
+
+    async def get(self, url: str) -> Fetched:
+        return await self.client.fetch("GET", url, cap=10_000)
+
+    async def __aenter__(self) -> _Client:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.client.aclose()
+
+
+def _client(policy: OutboundPolicy, resolver: Resolver | None = None) -> _Client:
+    return _Client(policy, resolver)
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +212,7 @@ async def test_connect_time_blocks_loopback_spellings(local_api: ThreadedServer,
 async def test_allowed_destination_connects(local_api: ThreadedServer) -> None:
     async with _client(OutboundPolicy(["127.0.0.1"])) as client:
         response = await client.get(f"{local_api.url}/echo?a=1")
-    assert response.status_code == 200
+    assert response.status == 200
 
 
 async def test_a_name_resolving_to_any_private_address_is_blocked(
@@ -219,7 +234,7 @@ async def test_connection_goes_to_the_checked_address(local_api: ThreadedServer)
 
     async with _client(OutboundPolicy(["127.0.0.1"]), once) as client:
         response = await client.get(f"http://api.example:{local_api.port}/echo")
-    assert response.status_code == 200  # connected to 127.0.0.1, the address that was checked
+    assert response.status == 200  # connected to 127.0.0.1, the address that was checked
 
 
 async def test_connect_time_refuses_a_port_outside_the_policy(local_api: ThreadedServer) -> None:
@@ -229,7 +244,7 @@ async def test_connect_time_refuses_a_port_outside_the_policy(local_api: Threade
             await client.get(f"{local_api.url}/echo")
     opened = OutboundPolicy([f"127.0.0.1:{local_api.port}"], ports="80,443")
     async with _client(opened) as client:
-        assert (await client.get(f"{local_api.url}/echo")).status_code == 200
+        assert (await client.get(f"{local_api.url}/echo")).status == 200
 
 
 @pytest.fixture(scope="module")
@@ -248,8 +263,8 @@ async def test_tls_trusts_the_configured_bundle_never_the_environment(
     monkeypatch.setenv("SSL_CERT_FILE", ca)
     monkeypatch.setenv("SSL_CERT_DIR", str(Path(ca).parent))
     async with _client(OutboundPolicy(["127.0.0.1"])) as client:
-        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        with pytest.raises(OutboundUnreachableError, match="CertificateVerificationError"):
             await client.get(f"{server.url}/echo")
     # Named explicitly (OUTBOUND_CA_BUNDLE), it is trusted.
     async with _client(OutboundPolicy(["127.0.0.1"], ca_bundle=ca)) as client:
-        assert (await client.get(f"{server.url}/echo")).status_code == 200
+        assert (await client.get(f"{server.url}/echo")).status == 200

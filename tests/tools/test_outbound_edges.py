@@ -374,11 +374,6 @@ async def test_bytes_past_an_answer_never_become_the_next_calls_answer(raw: Star
         (b"HTTP/1.1 200 OK\r\nConnection: Keep-Alive\r\ncontent-length: 2\r\n\r\nok", True),
         (b"HTTP/1.0 200 OK\r\nconnection: keep-alive, x\r\ncontent-length: 2\r\n\r\nok", True),
         (b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok", False),
-        (  # chunked with a length: the chunks frame it, the connection is not used again
-            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 99\r\n\r\n"
-            b"2\r\nok\r\n0\r\n\r\n",
-            False,
-        ),
     ],
 )
 async def test_a_connection_is_kept_only_when_the_answer_says_so(

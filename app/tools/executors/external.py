@@ -23,6 +23,7 @@ from app.tools.outbound_client import (
 from app.tools.outcome import ToolOutcome, unset_secret
 from app.tools.rules import SECRET_REFERENCE
 from app.tools.typed import ExternalTool
+from app.wire import header_problem
 
 UPSTREAM_ERROR_BODY_CHARS = 300
 
@@ -30,10 +31,28 @@ UPSTREAM_ERROR_BODY_CHARS = 300
 def render_headers(
     templates: dict[str, str] | None, secrets: Mapping[str, str | None]
 ) -> tuple[dict[str, str] | None, list[str]]:
-    """An external tool's headers with `{secret:NAME}` replaced; problems name secrets only."""
+    """An external tool's headers with `{secret:NAME}` replaced; a header that cannot be sent
+    as rendered (a secret holding CR, LF or NUL: the header rule of `app.wire`) is a problem.
+    Problems name secrets and headers, never values."""
     if not templates:
         return None, []
     problems: list[str] = []
+    rendered: dict[str, str] = {}
+    for header, template in templates.items():
+        value, used = _filled(template, secrets, problems)
+        problem = header_problem(header, value)
+        if problem is not None:
+            names = ", ".join(f"'{name}'" for name in used) or "none"
+            problems.append(f"{problem} (secrets in it: {names})")
+        rendered[header] = value
+    return rendered, problems
+
+
+def _filled(
+    template: str, secrets: Mapping[str, str | None], problems: list[str]
+) -> tuple[str, list[str]]:
+    """`template` with its `{secret:NAME}` references replaced, and the names it used."""
+    used: list[str] = []
 
     def value_of(match: re.Match[str]) -> str:
         name = match.group(1)
@@ -41,13 +60,10 @@ def render_headers(
         if value is None:
             problems.append(unset_secret(name))
             return ""
-        if any(ch in value for ch in "\r\n\x00"):
-            problems.append(f"the secret '{name}' contains a line break and cannot go in a header")
-            return ""
+        used.append(name)
         return value
 
-    rendered = {name: SECRET_REFERENCE.sub(value_of, value) for name, value in templates.items()}
-    return rendered, problems
+    return SECRET_REFERENCE.sub(value_of, template), used
 
 
 class ExternalExecutor:

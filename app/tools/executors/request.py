@@ -25,6 +25,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import orjson
 
 from app.tools.typed import ExternalTool
+from app.wire import header_problem
 
 _TEMPLATE = re.compile(r"\{([^{}]*)\}")
 # What a query value may hold as it is (RFC 3986), less `&`, `=` and `+` (which form decoders
@@ -92,8 +93,9 @@ def build_request(tool: ExternalTool, arguments: dict[str, Any]) -> BuiltRequest
                 path[name] = _simple(value, bool(explode), path_segment)
         elif where == "header":
             rendered = _simple(value, bool(explode), text)
-            if any(ch in rendered for ch in "\r\n\x00"):
-                problems.append(f"the header parameter '{name}' contains a line break")
+            problem = header_problem(name, rendered)
+            if problem is not None:
+                problems.append(f"the header parameter '{name}': {problem}")
             else:
                 headers[name] = rendered
         elif where == "query":
