@@ -35,12 +35,12 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from app.config import Settings
 from app.logs import carry_trace_ids, redact
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
+    from app.config import Settings
     from app.metrics import Metrics
 
 logger = logging.getLogger(__name__)
