@@ -73,10 +73,13 @@ async def _rotate_secrets(settings: Settings) -> int:
     try:
         secrets, servers = SecretRepository(database), McpServerRepository(database)
         tokens = ClientTokenRepository(database)
-        for tenant_id in await TenantRepository(database).all_ids():
-            await reseal_secrets(secrets, box, tenant_id=tenant_id, report=report)
-            await reseal_mcp_headers(servers, box, tenant_id=tenant_id, report=report)
-            await reseal_client_tokens(tokens, box, tenant_id=tenant_id, report=report)
+        tenants, after = TenantRepository(database), ""
+        while page := await tenants.ids_after(after, limit=500):
+            for tenant_id in page:
+                await reseal_secrets(secrets, box, tenant_id=tenant_id, report=report)
+                await reseal_mcp_headers(servers, box, tenant_id=tenant_id, report=report)
+                await reseal_client_tokens(tokens, box, tenant_id=tenant_id, report=report)
+            after = page[-1]
     finally:
         await database.close()
     print(

@@ -11,8 +11,10 @@ read passed MONGODB_TIMEOUT_MS answered 503 (trust issue, item 11). Here:
   steadily used entry never expires and a request never waits for the database;
 - an entry is served past its TTL only when refreshing it failed (the database is slow or
   down), and then for at most `stale_if_error_s` more (CACHE_STALE_IF_ERROR_S; Kong's
-  `db_resurrect_ttl` is the same idea); otherwise a change made elsewhere (another replica) is
-  seen within the TTL, counted from when the entry's read started;
+  `db_resurrect_ttl` is the same idea), or, whatever its age, during the first
+  `stale_if_error_s` of an outage the circuit knows of (app/repositories/circuit.py: the read
+  fails at once); otherwise a change made elsewhere (another replica) is seen within the TTL,
+  counted from when the entry's read started;
 - `invalidate` drops an entry and detaches its read in flight, so a read that started before a
   local write is never stored; `mark_stale` detaches the read too but keeps the entry, expired,
   for stale-if-error (a tool edit: an outage right after it still serves the tenant; a rotated
@@ -27,6 +29,8 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from app.errors import DatabaseUnavailable
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -78,8 +82,10 @@ class LoadingCache(Generic[K, V]):
             return entry.value
         try:
             return await self._read(key)
-        except Exception:
-            if age < self._ttl_s + self._stale_s:  # still within the grace: the last value
+        except Exception as exc:
+            # Within the grace, counted from the entry's expiry or from the outage's start:
+            # the last value (an idle tenant's, too: the circuit answers at once).
+            if age < self._ttl_s + self._stale_s or _early_in_outage(exc, self._stale_s):
                 entry.refresh_failed = True
                 return entry.value
             raise
@@ -159,3 +165,11 @@ class LoadingCache(Generic[K, V]):
                 type(error).__name__,
                 self._stale_s,
             )
+
+
+def _early_in_outage(exc: BaseException, stale_s: float) -> bool:
+    """The outage circuit (app/repositories/circuit.py) refused the read: the database has
+    been down for less than `stale_s`, so whatever this process knew may still serve."""
+    return (
+        isinstance(exc, DatabaseUnavailable) and exc.outage_s is not None and exc.outage_s < stale_s
+    )

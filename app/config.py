@@ -76,6 +76,14 @@ class Settings(BaseSettings):
     mongodb_url: str | None = None
     mongodb_database: str = Field(default="toolgate", pattern=r"^[A-Za-z0-9_-]{1,63}$")
     mongodb_timeout_ms: int = Field(default=2000, ge=100, le=60_000)
+    # Where each tenant's tool collection lives (docs/replicas.md, "Sharding"): all in
+    # MONGODB_DATABASE (`tools.<tenant>`), or each in a database of its own
+    # (`<MONGODB_DATABASE>-<tenant>`), which a sharded cluster can place on any shard.
+    tool_collections: Literal["one_database", "database_per_tenant"] = "one_database"
+    # Liveness (/healthz) fails when no database call of this process has completed and its
+    # driver has not checked the server for this long while a fresh client reaches the
+    # database: the driver is wedged, and only a restart brings it back.
+    database_wedged_s: float = Field(default=60.0, ge=5, le=3600)
 
     admin_api_key: SecretStr | None = None
     api_key_secret: SecretStr | None = None

@@ -80,6 +80,7 @@ async def authenticate(services: Services, presented: str, *, client_tokens: boo
         if not client_tokens:
             raise ForbiddenError("Client tokens open /mcp and /chat only; use the tenant API key.")
         tenant_id = token.tenant_id
+        await services.tenants.ensure_current(tenant_id)  # reconciled on first use
     else:
         found = await services.tenants.tenant_for_key(presented)
         if found is None:

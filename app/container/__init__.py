@@ -23,9 +23,11 @@ from app.container.stores import (
     build_health,
     build_limits,
     build_mcp_service,
+    build_reconciler,
     build_recorder,
     build_secret_service,
     build_stores,
+    start_upkeep,
 )
 from app.limits import Limits
 from app.mcp.config import McpServer
@@ -34,6 +36,7 @@ from app.metrics import Metrics
 from app.repositories.approvals import ApprovalRepository
 from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Database
+from app.repositories.tenants import TenantStore
 from app.services.approvals import ApprovalBook
 from app.services.catalog import ToolCatalog
 from app.services.categories import CategoryService
@@ -47,7 +50,7 @@ from app.services.model_providers import ModelProviderService
 from app.services.outbound import TenantOutbound
 from app.services.runs import RunRecorder, RunService
 from app.services.secrets import SecretService
-from app.services.seeding import Seeder
+from app.services.seeding import Reconciler
 from app.services.tenants import TenantService
 from app.services.tool_import import ToolImporter
 from app.services.toolbox import Toolbox
@@ -65,6 +68,8 @@ class Services:
 
     settings: Settings
     database: Database  # for tests and operator commands; routes go through services
+    tenant_store: TenantStore  # the same
+    reconciler: Reconciler  # the same
     health: HealthService
     tenants: TenantService
     tools: ToolService
@@ -88,7 +93,7 @@ class Services:
 def build_tenant_service(
     settings: Settings,
     stores: Stores,
-    seeder: Seeder,
+    reconciler: Reconciler,
     outbound: TenantOutbound,
     client_tokens: ClientTokenService,
 ) -> TenantService:
@@ -96,7 +101,7 @@ def build_tenant_service(
         tenants=stores.tenants,
         tools=stores.tools,
         categories=stores.categories,
-        seeder=seeder,
+        reconciler=reconciler,
         catalog=stores.catalog,
         runs=stores.runs,
         mcp_servers=stores.mcp_servers,
@@ -214,14 +219,11 @@ async def build_services(
     mcp_operator: dict[str, McpServer] | None = None,
     metrics: Metrics | None = None,
 ) -> Services:
-    """Connect, check indexes and seed every tenant; build the clients the routes share."""
+    """Build the clients the routes share; the shared indexes and the reconciliation of stale
+    tenants go on in the background (start-up is the same at any number of tenants)."""
     metrics = metrics or Metrics()
     stores = build_stores(settings, registry, stack)
-    seeder = Seeder(
-        registry=registry, tenants=stores.tenants, tools=stores.tools, categories=stores.categories
-    )
-    prepared = await seeder.prepare_all()
-    logger.info("seeded %d function tool(s) into %d tenant(s)", len(registry), prepared)
+    reconciler = build_reconciler(settings, registry, stores)
     run = build_runtime(settings, registry, stores, mcp_operator or {}, metrics, stack)
     client_tokens = ClientTokenService(
         tokens=ClientTokenRepository(stores.database),
@@ -234,7 +236,7 @@ async def build_services(
         publish=stores.publish,
     )
     stack.push_async_callback(client_tokens.aclose)
-    tenants = build_tenant_service(settings, stores, seeder, run.outbound, client_tokens)
+    tenants = build_tenant_service(settings, stores, reconciler, run.outbound, client_tokens)
     stack.push_async_callback(tenants.aclose)
     tools = ToolService(
         tools=stores.tools,
@@ -256,10 +258,15 @@ async def build_services(
         stores.changes.listen(tenants.changed_elsewhere)
         stores.changes.start()
         stack.push_async_callback(stores.changes.aclose)
+    start_upkeep(stores, reconciler, stack)
+    health = build_health(settings, stores.database, metrics, stack)
+    await health.first_answer()  # one round trip at most: ready at once if the database is up
     return Services(
         settings=settings,
         database=stores.database,
-        health=build_health(settings, stores.database, metrics, stack),
+        tenant_store=stores.tenants,
+        reconciler=reconciler,
+        health=health,
         tenants=tenants,
         tools=tools,
         chat=build_chat_service(settings, run, stack),

@@ -3,6 +3,7 @@ front of them, limits, secrets, MCP server entries, run records and health."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -20,11 +21,12 @@ from app.repositories.changes import ChangeStampRepository
 from app.repositories.database import Database
 from app.repositories.limits import LimitRepository
 from app.repositories.mcp_servers import McpServerRepository
+from app.repositories.migration import LayoutMigration
 from app.repositories.model_providers import ModelProviderRepository
 from app.repositories.run_journal import RunJournal
 from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
 from app.repositories.secrets import SecretRepository
-from app.repositories.tenants import TenantRepository
+from app.repositories.tenants import MemoryTenantRepository, TenantRepository, TenantStore
 from app.repositories.tools import ToolRepository
 from app.services.catalog import ToolCatalog
 from app.services.changes import ChangeFeed, Publish, unpublished
@@ -33,6 +35,7 @@ from app.services.mcp_servers import McpServerService
 from app.services.outbound import TenantOutbound
 from app.services.runs import RunRecorder
 from app.services.secrets import SecretService
+from app.services.seeding import Reconciler
 from app.services.shared_limits import SharedLimits
 from app.tools.registry import FunctionRegistry
 
@@ -44,7 +47,7 @@ class Stores:
     """The repositories over one database, and the caches in front of them."""
 
     database: Database
-    tenants: TenantRepository
+    tenants: TenantStore
     tools: ToolRepository
     categories: CategoryRepository
     mcp_servers: McpServerRepository
@@ -94,7 +97,7 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
     stack.push_async_callback(catalog.aclose)  # its reads in flight stop before the database
     return Stores(
         database=database,
-        tenants=TenantRepository(database),
+        tenants=MemoryTenantRepository() if database.in_memory else TenantRepository(database),
         tools=tools,
         categories=categories,
         mcp_servers=McpServerRepository(database),
@@ -111,6 +114,35 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
             )
         ),
     )
+
+
+def build_reconciler(settings: Settings, registry: FunctionRegistry, stores: Stores) -> Reconciler:
+    database = stores.database
+    return Reconciler(
+        registry=registry,
+        tenants=stores.tenants,
+        tools=stores.tools,
+        categories=stores.categories,
+        migration=None if database.in_memory else LayoutMigration(database),
+        placement=settings.tool_collections,
+    )
+
+
+def start_upkeep(stores: Stores, reconciler: Reconciler, stack: AsyncExitStack) -> None:
+    """In the background, once every repository is built: the shared collections' indexes
+    (retried with backoff, never fatal) and the sweep that reconciles stale tenants. Start-up
+    waits for neither: it is the same whatever the number of tenants."""
+    database = stores.database
+    if not database.in_memory:
+        indexes = asyncio.create_task(database.ensure_indexes_forever(), name="indexes")
+        stack.push_async_callback(_stopped, indexes)
+    reconciler.start()
+    stack.push_async_callback(reconciler.aclose)
+
+
+async def _stopped(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.wait([task], timeout=3.0)
 
 
 def build_limits(settings: Settings, database: Database, stack: AsyncExitStack) -> Limits:
@@ -163,6 +195,7 @@ def build_health(
         # Cached keys and tools serve this long after the database's last answer.
         serve_without_database_s=cache_ttl_s + settings.cache_stale_if_error_s,
         check_timeout_s=min(2.0, settings.mongodb_timeout_ms / 1000),
+        wedged_after_s=settings.database_wedged_s,
     )
     health.start()
     stack.push_async_callback(health.aclose)

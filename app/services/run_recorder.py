@@ -82,7 +82,6 @@ class RunRecorder:
         self._held_bytes = 0
         self._spilled = False  # the current segment holds records that are not in memory
         self._orphans: list[Segment] = []
-        self._prepared: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._closing = asyncio.Event()  # shutdown: one last try per batch, no more waiting
@@ -228,9 +227,6 @@ class RunRecorder:
         attempt = 0
         while True:
             try:
-                if tenant_id not in self._prepared:
-                    await self._runs.ensure_indexes(tenant_id=tenant_id)
-                    self._prepared.add(tenant_id)
                 await self._runs.insert_many(runs, tenant_id=tenant_id)
                 self._recovered()
                 return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import re
 import secrets
@@ -12,20 +13,20 @@ from typing import Any
 
 from app.cache import LoadingCache
 from app.crypto import key_hash
-from app.errors import NotFoundError
+from app.errors import DatabaseError, NotFoundError
 from app.repositories.approvals import ApprovalRepository
 from app.repositories.categories import CategoryRepository
 from app.repositories.mcp_servers import McpServerRepository
 from app.repositories.model_providers import ModelProviderRepository
 from app.repositories.runs import RunStore
 from app.repositories.secrets import SecretRepository
-from app.repositories.tenants import TenantRepository
+from app.repositories.tenants import KeyOwner, TenantStore
 from app.repositories.tools import ToolRepository
-from app.services.catalog import TOOLS_STAMP, ToolCatalog
+from app.services.catalog import TOOLS_STAMP, ToolCatalog, tools_stamp
 from app.services.changes import Publish, unpublished
 from app.services.client_tokens import ClientTokenService
 from app.services.outbound import TenantOutbound
-from app.services.seeding import Seeder
+from app.services.seeding import Reconciler
 
 KEY_PREFIX = "tg_"
 _KEY_SHAPE = re.compile(r"^tg_[A-Za-z0-9_-]{43}$")
@@ -49,9 +50,9 @@ class TenantService:
     def __init__(
         self,
         *,
-        tenants: TenantRepository,
+        tenants: TenantStore,
         tools: ToolRepository,
-        seeder: Seeder,
+        reconciler: Reconciler,
         categories: CategoryRepository | None = None,
         catalog: ToolCatalog,
         runs: RunStore,
@@ -75,7 +76,8 @@ class TenantService:
         self._tenants = tenants
         self._tools = tools
         self._categories = categories
-        self._seeder = seeder
+        self._reconciler = reconciler
+        reconciler.listen(self._reconciled)
         self._catalog = catalog
         self._runs = runs
         self._mcp_servers = mcp_servers
@@ -83,16 +85,15 @@ class TenantService:
         self._secrets = secrets
         self._key_secret = key_secret
         self._admin_key = admin_key.encode()
-        # key hash -> tenant id. Rotation and deletion here drop entries at once; another
-        # replica's rotation takes effect here within AUTH_CACHE_TTL_S. Unknown keys are not
-        # kept (a new tenant's key works at once).
-        self._auth_cache: LoadingCache[str, str | None] = LoadingCache(
-            self._tenants.find_id_by_key_hash,
+        # key hash -> tenant (and stamp). Rotation and deletion here drop entries at once;
+        # another replica's rotation in AUTH_CACHE_TTL_S. Unknown keys are not kept.
+        self._auth_cache: LoadingCache[str, KeyOwner | None] = LoadingCache(
+            self._tenants.find_by_key_hash,
             ttl_s=auth_cache_ttl_s,
             stale_if_error_s=stale_if_error_s,
             max_entries=MAX_CACHED_KEYS,
             name="api keys",
-            keep=lambda tenant_id: tenant_id is not None,
+            keep=lambda owner: owner is not None,
             clock=clock,
         )
 
@@ -104,13 +105,26 @@ class TenantService:
         return hmac.compare_digest(presented.encode(), self._admin_key)
 
     async def tenant_for_key(self, presented: str) -> str | None:
-        """The tenant a key belongs to, or None for a malformed, unknown or rotated key."""
+        """The tenant a key belongs to, or None for a malformed, unknown or rotated key. A
+        tenant's first use after a change of the function dictionary (or of the layout)
+        reconciles it first (app/services/seeding.py)."""
         if not _KEY_SHAPE.match(presented):
             return None
-        return await self._auth_cache.get(self._hash(presented))
+        owner = await self._auth_cache.get(self._hash(presented))
+        if owner is None:
+            return None
+        await self._reconciler.ensure_current(owner.tenant_id, owner.stamp, known=True)
+        return owner.tenant_id
+
+    async def ensure_current(self, tenant_id: str) -> None:
+        """A tenant reached by another credential than its key (a client token): reconciled
+        on its first use here, as `tenant_for_key` does (one read of its stamp per process)."""
+        await self._reconciler.ensure_current(tenant_id, None, known=False)
 
     def _forget_keys_of(self, tenant_id: str) -> None:
-        self._auth_cache.invalidate_values(lambda cached: cached == tenant_id)
+        self._auth_cache.invalidate_values(
+            lambda cached: cached is not None and cached.tenant_id == tenant_id
+        )
 
     def changed_elsewhere(self, stamp: str) -> None:
         """Another replica changed something of a tenant (app/services/changes.py): a tool
@@ -133,12 +147,20 @@ class TenantService:
         await self._auth_cache.aclose()
 
     async def create(self, *, tenant_id: str) -> tuple[dict[str, Any], str]:
-        """Create a tenant with its tool collection and seeded tools; return it and its key."""
+        """Create a tenant with its tool collection and seeded tools; return it and its key.
+        If that fails half-way, the tenant is removed again (a retry can create it)."""
         api_key = new_api_key()
         tenant = await self._tenants.insert(tenant_id=tenant_id, key_hash=self._hash(api_key))
-        # A crash during an earlier delete may have left this id's data behind: never inherit it.
-        await self._drop_data(tenant_id)
-        await self._seeder.prepare_tenant(tenant_id)
+        self._reconciler.forget(tenant_id)
+        try:
+            # A crash during an earlier delete may have left this id's data behind: never
+            # inherit it.
+            await self._drop_data(tenant_id)
+            await self._reconciler.reconcile(tenant_id, self._reconciler.new_tenant_stamp)
+        except DatabaseError:
+            with contextlib.suppress(DatabaseError):
+                await self._tenants.delete(tenant_id=tenant_id)
+            raise
         self._forget_cached(tenant_id)
         await self._publish(tenant_id)
         return tenant, api_key
@@ -173,9 +195,15 @@ class TenantService:
             await self._client_tokens.drop_all(tenant_id=tenant_id)
         if not await self._tenants.delete(tenant_id=tenant_id):
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")
+        self._reconciler.forget(tenant_id)
         await self._drop_data(tenant_id)
         self._forget_cached(tenant_id)
         await self._publish(tenant_id)
+
+    async def _reconciled(self, tenant_id: str) -> None:
+        """Reconciliation moved or seeded tools: read them again here and elsewhere."""
+        self._catalog.mark_stale(tenant_id)
+        await self._publish(tools_stamp(tenant_id))
 
     def _forget_cached(self, tenant_id: str) -> None:
         self._catalog.invalidate(tenant_id)

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pymongo.errors import NetworkTimeout, OperationFailure, ServerSelectionTimeoutError
 
+from app.errors import DatabaseError, DatabaseUnavailable
 from app.repositories.run_journal import RunJournal, encode
 from app.repositories.runs import MemoryRunRepository
 from app.services.run_recorder import RunRecorder
@@ -49,11 +49,11 @@ class FlakyRuns(MemoryRunRepository):
 
     async def insert_many(self, runs: list[dict[str, Any]], *, tenant_id: str) -> None:
         if self.time.now < self.up_at:
-            raise ServerSelectionTimeoutError("no server")
+            raise DatabaseUnavailable(unreachable=True)
         if self.refuse:
-            raise OperationFailure("refused", code=2)
+            raise DatabaseError()
         if len(runs) > self.most:
-            raise NetworkTimeout("timed out")
+            raise DatabaseUnavailable(too_slow=True)
         self.inserts += 1
         for run in runs:
             self.stored.setdefault(run["run_id"], {**run, "tenant": tenant_id})
@@ -185,7 +185,7 @@ async def test_a_record_the_database_refuses_is_counted_and_logged(
     made = recorder(runs, time, lost)
     await record_all(made, 0, 3)
     await until(lambda: sum(lost) == 3)
-    assert "the database refused them (OperationFailure)" in caplog.text
+    assert "the database refused them (DatabaseError)" in caplog.text
     await made.close()
 
 
