@@ -18,6 +18,7 @@ from app.metrics import Metrics
 from app.repositories.approvals import ApprovalRepository
 from app.repositories.categories import CategoryRepository
 from app.repositories.changes import ChangeStampRepository
+from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Database
 from app.repositories.limits import LimitRepository
 from app.repositories.mcp_servers import McpServerRepository
@@ -126,6 +127,40 @@ def build_reconciler(settings: Settings, registry: FunctionRegistry, stores: Sto
         migration=None if database.in_memory else LayoutMigration(database),
         placement=settings.tool_collections,
     )
+
+
+@dataclass(frozen=True)
+class CommandStores:
+    """What `python -m app migrate` works with."""
+
+    database: Database
+    tenants: TenantStore
+    reconciler: Reconciler
+    migration: LayoutMigration
+
+
+def build_stores_for_command(settings: Settings, registry: FunctionRegistry) -> CommandStores:
+    """The repositories over one database, for an operator command: each declares its indexes
+    (created by the command), no cache, no background task."""
+    database = Database.from_settings(settings)
+    tenants = TenantRepository(database)
+    for declares in (SecretRepository, McpServerRepository, ModelProviderRepository):
+        declares(database)
+    ApprovalRepository(database)
+    ClientTokenRepository(database)
+    ChangeStampRepository(database)
+    LimitRepository(database)
+    RunRepository(database, retention_days=settings.run_retention_days)
+    migration = LayoutMigration(database)
+    reconciler = Reconciler(
+        registry=registry,
+        tenants=tenants,
+        tools=ToolRepository(database),
+        categories=CategoryRepository(database),
+        migration=migration,
+        placement=settings.tool_collections,
+    )
+    return CommandStores(database, tenants, reconciler, migration)
 
 
 def start_upkeep(stores: Stores, reconciler: Reconciler, stack: AsyncExitStack) -> None:

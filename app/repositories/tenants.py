@@ -59,6 +59,10 @@ class TenantStore(Protocol):
         self, current: str, *, lease_s: float
     ) -> tuple[str, str | None] | None: ...
 
+    async def stale_after(
+        self, current: str, after: str, *, limit: int
+    ) -> list[tuple[str, str | None]]: ...
+
     async def delete(self, *, tenant_id: str) -> bool: ...
 
 
@@ -164,6 +168,21 @@ class TenantRepository:
         )
         return None if doc is None else (str(doc["tenant_id"]), doc.get("stamp"))
 
+    async def stale_after(
+        self, current: str, after: str, *, limit: int
+    ) -> list[tuple[str, str | None]]:
+        """Up to `limit` tenants after `after` (by id) whose stamp is not `current`, claimed
+        or not: (id, stamp) each, in order (the migration command's walk)."""
+        cursor = (
+            self._collection.find(
+                {"tenant_id": {"$gt": after}, "stamp": {"$ne": current}},
+                {"_id": 0, "tenant_id": 1, "stamp": 1},
+            )
+            .sort("tenant_id", ASCENDING)
+            .limit(limit)
+        )
+        return [(str(doc["tenant_id"]), doc.get("stamp")) async for doc in cursor]
+
     async def delete(self, *, tenant_id: str) -> bool:
         result = await self._collection.delete_one({"tenant_id": tenant_id})
         return bool(result.deleted_count == 1)
@@ -250,6 +269,19 @@ class MemoryTenantRepository:
                 doc["reconciling_until"] = now + timedelta(seconds=lease_s)
                 return tenant_id, doc.get("stamp")
         return None
+
+    async def stale_after(
+        self, current: str, after: str, *, limit: int
+    ) -> list[tuple[str, str | None]]:
+        start = bisect.bisect_right(self._ids, after)
+        found = []
+        for tenant_id in self._ids[start:]:
+            stamp = self._tenants[tenant_id].get("stamp")
+            if stamp != current:
+                found.append((tenant_id, stamp))
+                if len(found) >= limit:
+                    break
+        return found
 
     async def delete(self, *, tenant_id: str) -> bool:
         doc = self._tenants.pop(tenant_id, None)

@@ -86,7 +86,7 @@ class Reconciler:
         self.stamp = f"{LAYOUT}|{placement}|{dictionary_version(registry)}"
         self.new_tenant_stamp = f"{LAYOUT}|{placement}|"  # nothing to migrate, nothing seeded
         self._sleep = sleep
-        self._running: dict[str, asyncio.Task[None]] = {}
+        self._running: dict[str, asyncio.Task[int]] = {}
         self._known: set[str] = set()  # reconciled here at the current stamp
         self._listeners: list[Callable[[str], Awaitable[None]]] = []
         self._sweep: asyncio.Task[None] | None = None
@@ -99,15 +99,16 @@ class Reconciler:
     def is_current(self, tenant_id: str, stamp: str | None) -> bool:
         return stamp == self.stamp or tenant_id in self._known
 
-    async def reconcile(self, tenant_id: str, stamp: str | None) -> None:
+    async def reconcile(self, tenant_id: str, stamp: str | None) -> int:
         """Bring the tenant to the current stamp (one reconciliation per tenant at a time in
-        this process; it runs to its end even if the caller stops waiting)."""
+        this process; it runs to its end even if the caller stops waiting); how many records
+        were moved from another layout."""
         task = self._running.get(tenant_id)
         if task is None:
             task = asyncio.create_task(self._reconcile(tenant_id, stamp), name="reconcile")
             self._running[tenant_id] = task
             task.add_done_callback(lambda _: self._running.pop(tenant_id, None))
-        await asyncio.shield(task)
+        return await asyncio.shield(task)
 
     async def ensure_current(self, tenant_id: str, stamp: str | None, *, known: bool) -> None:
         """A tenant's first use here: reconcile it if its stamp is not current, waiting at most
@@ -130,7 +131,7 @@ class Reconciler:
         except DatabaseError as exc:  # served as it is; the sweep or the next use retries
             logger.warning("tenant %s: not reconciled on first use (%s)", tenant_id, exc)
 
-    async def _reconcile(self, tenant_id: str, stamp: str | None) -> None:
+    async def _reconcile(self, tenant_id: str, stamp: str | None) -> int:
         layout, placement, _ = parse_stamp(stamp)
         moved = 0
         if self._migration is not None:
@@ -148,6 +149,7 @@ class Reconciler:
         if moved or seeded:
             for listener in self._listeners:
                 await listener(tenant_id)
+        return moved
 
     async def _move_legacy(self, tenant_id: str) -> int:
         assert self._migration is not None
@@ -266,6 +268,6 @@ def _report(tenant_id: str, moved: Moved) -> int:
     return moved.moved
 
 
-def _retrieved(task: asyncio.Future[None]) -> None:
+def _retrieved(task: asyncio.Future[int]) -> None:
     if not task.cancelled() and (error := task.exception()) is not None:
         logger.warning("reconciliation in the background failed (%s)", error)
