@@ -14,17 +14,11 @@ from typing import Any
 from bson import json_util
 from pymongo import AsyncMongoClient, IndexModel
 
+from app.repositories.migration import LEGACY_RESOURCES
+
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "legacy_layout" / "installation.json"
 MADE_AT = datetime(2026, 11, 28, 19, 25, 36, tzinfo=UTC)  # when the fixture was written
-RESOURCES = (
-    "tools",
-    "categories",
-    "secrets",
-    "mcp_servers",
-    "model_providers",
-    "approvals",
-    "runs",
-)
+RESOURCES = LEGACY_RESOURCES
 
 
 @cache
