@@ -83,7 +83,7 @@ class Settings(BaseSettings):
     # Liveness (/healthz) fails when no database call of this process has completed and its
     # driver has not checked the server for this long while a fresh client reaches the
     # database: the driver is wedged, and only a restart brings it back.
-    database_wedged_s: float = Field(default=60.0, ge=5, le=3600)
+    database_wedged_s: float = Field(default=60.0, ge=1, le=3600)
 
     admin_api_key: SecretStr | None = None
     api_key_secret: SecretStr | None = None
