@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
+from app import exit_deadline
 from app.api import (
     categories,
     chat,
@@ -134,7 +135,8 @@ def create_app(
 ) -> FastAPI:
     """Build the application; `registry` replaces FUNCTIONS_MODULE (tests use it). `tune_gc`:
     the app owns its process, so the garbage collector is set for serving once start-up is done
-    (app/heap.py); only an entry point says so."""
+    (app/heap.py) and its shutdown ends the process in time (app/exit_deadline.py); only an
+    entry point says so."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -157,6 +159,8 @@ def create_app(
                 stack.enter_context(settled_heap())
             # Entered last, closed first: the probe watches the loop while requests are served.
             await stack.enter_async_context(loop_lag_probe(app.state.metrics))
+            if tune_gc:  # the app owns its process: the shutdown ends it in time, come what may
+                stack.callback(exit_deadline.arm)
             yield
 
     app = FastAPI(
