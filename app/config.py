@@ -139,6 +139,10 @@ class Settings(BaseSettings):
     run_journal_max_bytes: int = Field(default=1_073_741_824, ge=1_048_576, le=1_099_511_627_776)
     # fsync each record: survives a machine crash too, at the disk's sync cost per chat.
     run_journal_fsync: bool = False
+    # Every this many seconds, claim and replay the segments of processes that stopped (a
+    # replica killed on another host, when RUN_JOURNAL_DIR is a volume every replica mounts);
+    # 0: only at start (docs/replicas.md, "Run records that outlive their pod").
+    run_journal_adopt_s: float = Field(default=10.0, ge=0, le=3600)
 
     # Limits (docs/operating.md, "Limits"); 0 turns a rate limit or cap off.
     rate_limit_chat_per_minute: int = Field(default=60, ge=0, le=1_000_000)

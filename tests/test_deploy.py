@@ -110,3 +110,21 @@ def test_the_run_journal_is_on_a_volume_that_outlives_the_container() -> None:
     volume = mounts[named["RUN_JOURNAL_DIR"]]
     volumes = load("deployment.yaml")["spec"]["template"]["spec"]["volumes"]
     assert "emptyDir" in next(v for v in volumes if v["name"] == volume)
+
+
+def test_the_shared_journal_overlay_puts_the_journal_on_one_volume() -> None:
+    """deploy/kubernetes/shared-journal: a ReadWriteMany claim, valid for Kubernetes, and a
+    patch that replaces exactly the base Deployment's run-journal volume with it."""
+    claim = load("shared-journal/run-journal-pvc.yaml")
+    kubernetes_validate.validate(claim, KUBERNETES, strict=True)
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    overlay = load("shared-journal/kustomization.yaml")
+    assert overlay["resources"] == ["..", "run-journal-pvc.yaml"]
+    patch = yaml.safe_load(overlay["patches"][0]["patch"])
+    test, replace = patch
+    volumes = load("deployment.yaml")["spec"]["template"]["spec"]["volumes"]
+    index = int(test["path"].split("/")[-2])
+    assert volumes[index]["name"] == test["value"] == "run-journal"
+    assert replace["value"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    mounted = [m["name"] for m in container()["volumeMounts"]]
+    assert "run-journal" in mounted

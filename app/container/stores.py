@@ -252,6 +252,7 @@ def build_recorder(settings: Settings, runs: RunStore, metrics: Metrics) -> RunR
         max_records=settings.run_queue_max_records,
         max_bytes=settings.run_queue_max_bytes,
         lost=metrics.run_records_lost.inc,
+        adopt_every_s=settings.run_journal_adopt_s,
     )
     metrics.track_records(held=lambda: recorder.held, journal_bytes=lambda: recorder.journal_bytes)
     return recorder

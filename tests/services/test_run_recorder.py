@@ -197,3 +197,28 @@ async def test_a_batch_too_large_for_a_slow_database_is_written_in_smaller_parts
     await until(lambda: len(runs.stored) == 600)
     assert lost == []
     await made.close()
+
+
+async def test_a_live_replica_adopts_a_dead_ones_journal_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    """RUN_JOURNAL_DIR on a volume every replica mounts: a replica killed during an outage
+    leaves its segments there, unlocked (the kernel drops a dead process's locks); another one
+    claims them at its next look (RUN_JOURNAL_ADOPT_S) and stores them when the database is
+    back, though the dead one never starts again. The live one's own segments stay its own."""
+    time, lost = FakeTime(), []
+    runs = FlakyRuns(time, up_at=60.0)
+    live = recorder(
+        runs, time, lost, journal=RunJournal(tmp_path, max_bytes=10_000_000), adopt_every_s=10.0
+    )
+    await record_all(live, 0, 5)
+    dead = RunJournal(tmp_path, max_bytes=10_000_000)
+    assert dead.open() == []  # the live replica holds its own segments
+    for index in range(100, 130):
+        assert dead.append(encode("globex", run(index)))
+    dead.close()  # killed: its segment stays, its lock goes with the process
+    await until(lambda: len(runs.stored) == 35)  # adopted, then stored once the database is up
+    assert {r["tenant"] for r in runs.stored.values()} == {"acme", "globex"}
+    assert time.now >= 60.0 and lost == []
+    await live.close()
+    assert segments(tmp_path, "*") == []
