@@ -185,6 +185,7 @@ async def test_an_idle_tenants_first_chat_during_an_outage_answers_at_once(
         openai_api_key="k",
         auth_cache_ttl_s=0.05,
         tool_cache_ttl_s=0.05,
+        cache_sync_interval_s=0,  # one replica: its own stamps would only empty its cache
         mongodb_timeout_ms=2000,
         limits_check_timeout_s=0.5,
         rate_limit_chat_per_minute=60,

@@ -12,8 +12,10 @@ runs TOOLGATE_WEDGE_RUNS times (1). The issue's run, documented in docs/operatin
     TOOLGATE_WEDGE_OUTAGE_S=180 TOOLGATE_WEDGE_RUNS=10 \\
         .venv/bin/python -m pytest tests/test_wedge.py -n 0 -p no:randomly
 
-TOOLGATE_WEDGE_APP_ROOT runs another checkout's service instead (reproducing the wedge on the
-version before: `git archive f3bbec3 | tar -x -C /tmp/before`, then point it there).
+TOOLGATE_WEDGE_OUTAGE (kill, freeze) and TOOLGATE_WEDGE_STARVE (seconds stopped, seconds
+running) vary the fault. TOOLGATE_WEDGE_APP_ROOT runs another checkout's service instead
+(reproducing the wedge on the version before: `git archive f3bbec3 | tar -x -C /tmp/before`,
+then point it there).
 """
 
 from __future__ import annotations
@@ -41,6 +43,13 @@ from tests.support.waiting import within
 pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
 OUTAGE_S = float(os.environ.get("TOOLGATE_WEDGE_OUTAGE_S", "20"))
+# How the database goes away: `kill` (kill -9: connections refused) or `freeze` (SIGSTOP: it
+# accepts connections and answers nothing, as a partitioned or overloaded server does).
+OUTAGE = os.environ.get("TOOLGATE_WEDGE_OUTAGE", "kill")
+# The starvation: seconds stopped, then seconds running, over and over.
+STOPPED_S, RUNNING_S = (
+    float(part) for part in os.environ.get("TOOLGATE_WEDGE_STARVE", "0.2,0.05").split(",")
+)
 RUNS = int(os.environ.get("TOOLGATE_WEDGE_RUNS", "1"))
 APP_ROOT = Path(os.environ.get("TOOLGATE_WEDGE_APP_ROOT", str(ROOT)))
 RECOVERY_S = 60.0  # the database back: the service serves again within this
@@ -126,6 +135,22 @@ async def send_chats(
         await asyncio.sleep(0.2)  # the traffic's pace, not a wait for a result
 
 
+def outage_starts(database: SecantusServer) -> None:
+    if OUTAGE == "freeze":
+        assert database.process is not None
+        os.killpg(database.process.pid, signal.SIGSTOP)
+    else:
+        database.kill()
+
+
+def outage_ends(database: SecantusServer) -> None:
+    if OUTAGE == "freeze":
+        assert database.process is not None
+        os.killpg(database.process.pid, signal.SIGCONT)
+    else:
+        database.start()
+
+
 async def recovered(client: httpx.AsyncClient, auth: dict[str, str]) -> bool:
     try:
         health = await client.get("/healthz", timeout=5)
@@ -163,10 +188,10 @@ async def test_the_service_comes_back_after_a_long_outage_under_cpu_starvation(
             await send_chats(client, auth, time.monotonic() + 2, traffic)
             assert traffic.run_ids, traffic.statuses
 
-            await asyncio.to_thread(database.kill)
-            with starved(process.pid):
+            await asyncio.to_thread(outage_starts, database)
+            with starved(process.pid, stopped_s=STOPPED_S, running_s=RUNNING_S):
                 await send_chats(client, auth, time.monotonic() + OUTAGE_S, traffic)
-            await asyncio.to_thread(database.start)
+            await asyncio.to_thread(outage_ends, database)
 
             await within(lambda: recovered(client, auth), RECOVERY_S)
             # Every chat answered 200, before, during and after the outage, has its record.

@@ -223,6 +223,10 @@ async def build_services(
     tenants go on in the background (start-up is the same at any number of tenants)."""
     metrics = metrics or Metrics()
     stores = build_stores(settings, registry, stack)
+    health = build_health(settings, stores.database, metrics, stack)
+    # One round trip at most, before anything else asks: ready at once if the database is up,
+    # and the connection made (the limits' first check would otherwise pay for it).
+    await health.first_answer()
     reconciler = build_reconciler(settings, registry, stores)
     run = build_runtime(settings, registry, stores, mcp_operator or {}, metrics, stack)
     client_tokens = ClientTokenService(
@@ -259,8 +263,6 @@ async def build_services(
         stores.changes.start()
         stack.push_async_callback(stores.changes.aclose)
     start_upkeep(stores, reconciler, stack)
-    health = build_health(settings, stores.database, metrics, stack)
-    await health.first_answer()  # one round trip at most: ready at once if the database is up
     return Services(
         settings=settings,
         database=stores.database,

@@ -19,6 +19,7 @@ from app.repositories.database import (
     Database,
     Document,
     ToolPlacement,
+    create_missing_indexes,
     repository,
     utc_now,
 )
@@ -40,7 +41,7 @@ class ToolRepository:
         """The function-name index (idempotent; created with the collection, at the tenant's
         creation or reconciliation)."""
         with pymongo.timeout(INDEX_TIMEOUT_S):
-            await self._tools(tenant_id).create_indexes(TOOL_INDEXES)
+            await create_missing_indexes(self._tools(tenant_id), TOOL_INDEXES)
 
     async def insert(self, document: Document, *, tenant_id: str) -> Document:
         now = utc_now()

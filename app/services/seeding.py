@@ -244,8 +244,9 @@ class Reconciler:
             delay = SWEEP_RETRY_S[min(failures, len(SWEEP_RETRY_S) - 1)]
             logger.log(
                 logging.WARNING if isinstance(error, DatabaseUnavailable) else logging.ERROR,
-                "reconciliation sweep interrupted (%s); again in %g s",
+                "reconciliation sweep interrupted (%s: %s); again in %g s",
                 type(error).__name__,
+                error.__cause__ or error,
                 delay,
                 exc_info=None if isinstance(error, DatabaseUnavailable) else error,
             )

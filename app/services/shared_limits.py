@@ -218,7 +218,11 @@ class SharedLimits:
                 replica=self.replica, now_ms=now * 1000, lease_ms=self._lease_ms
             )
         except DatabaseError as exc:
-            self._alone.failed(exc)
+            # Before its first answer (start-up's own work can hold the loop past the check's
+            # timeout) the replica does not count alone for it: the next tick asks again, and
+            # a chat meanwhile checks the database itself.
+            if self.replicas:
+                self._alone.failed(exc)
             return
         self.replicas = tuple(sorted(live))
         self._alone.answered()
