@@ -12,8 +12,9 @@ runs TOOLGATE_WEDGE_RUNS times (1). The issue's run, documented in docs/operatin
     TOOLGATE_WEDGE_OUTAGE_S=180 TOOLGATE_WEDGE_RUNS=10 \\
         .venv/bin/python -m pytest tests/test_wedge.py -n 0 -p no:randomly
 
-TOOLGATE_WEDGE_OUTAGE (kill, freeze) and TOOLGATE_WEDGE_STARVE (seconds stopped, seconds
-running) vary the fault. TOOLGATE_WEDGE_APP_ROOT runs another checkout's service instead
+TOOLGATE_WEDGE_OUTAGE (kill, freeze), TOOLGATE_WEDGE_STARVE (seconds stopped, seconds
+running), TOOLGATE_WEDGE_CLIENTS (chats at once) and TOOLGATE_WEDGE_TIMEOUT_MS (the driver's
+timeout) vary the fault. TOOLGATE_WEDGE_APP_ROOT runs another checkout's service instead
 (reproducing the wedge on the version before: `git archive f3bbec3 | tar -x -C /tmp/before`,
 then point it there).
 """
@@ -52,6 +53,8 @@ STOPPED_S, RUNNING_S = (
 )
 RUNS = int(os.environ.get("TOOLGATE_WEDGE_RUNS", "1"))
 APP_ROOT = Path(os.environ.get("TOOLGATE_WEDGE_APP_ROOT", str(ROOT)))
+CLIENTS = int(os.environ.get("TOOLGATE_WEDGE_CLIENTS", "1"))  # chats in flight at once
+DRIVER_TIMEOUT_MS = os.environ.get("TOOLGATE_WEDGE_TIMEOUT_MS", "2000")  # MONGODB_TIMEOUT_MS
 RECOVERY_S = 60.0  # the database back: the service serves again within this
 STOP_S = 30.0  # SIGTERM with nothing in flight: the process ends within this
 CHAT = {"messages": [{"role": "user", "content": "roll"}], "tool_ids": ["rolldice"]}
@@ -108,6 +111,7 @@ def start_service(
             OPENAI_BASE_URL=model,
             OPENAI_API_KEY="fake",
             RUN_JOURNAL_DIR=str(tmp / "journal"),
+            MONGODB_TIMEOUT_MS=DRIVER_TIMEOUT_MS,
         ),
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -190,7 +194,10 @@ async def test_the_service_comes_back_after_a_long_outage_under_cpu_starvation(
 
             await asyncio.to_thread(outage_starts, database)
             with starved(process.pid, stopped_s=STOPPED_S, running_s=RUNNING_S):
-                await send_chats(client, auth, time.monotonic() + OUTAGE_S, traffic)
+                ends = time.monotonic() + OUTAGE_S
+                await asyncio.gather(
+                    *(send_chats(client, auth, ends, traffic) for _ in range(CLIENTS))
+                )
             await asyncio.to_thread(outage_ends, database)
 
             await within(lambda: recovered(client, auth), RECOVERY_S)
