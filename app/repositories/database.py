@@ -285,12 +285,17 @@ class Database:
         except DatabaseUnavailable:
             work.close()
             raise
-        task = asyncio.ensure_future(work)
-        task.add_done_callback(self._completed)
         try:
-            return await asyncio.shield(task)
+            return await self._detached(work)
         except PyMongoError as exc:
             raise self.translate(exc) from exc
+
+    async def _detached(self, work: Coroutine[Any, Any, T]) -> T:
+        """`work` in a task of its own: the caller may stop waiting (it is cancelled, a
+        deadline passes), the driver call goes on to its own timeout, never cut half-way."""
+        task = asyncio.ensure_future(work)
+        task.add_done_callback(self._completed)
+        return await asyncio.shield(task)
 
     def _completed(self, task: asyncio.Future[Any]) -> None:
         self.answered_at = self._clock()
@@ -337,15 +342,16 @@ class Database:
         it: a failing check repeats every second). Bounded by `pymongo.timeout`, never
         cancelled; the circuit follows the answer."""
         try:
-            with pymongo.timeout(timeout_s):
-                await self._db.command("ping")
+            await self._detached(self._ping(timeout_s))
         except PyMongoError as exc:
-            self.answered_at = self._clock()
             self.circuit.open(type(exc).__name__, unreachable=self.unreachable(exc))
             return type(exc).__name__
-        self.answered_at = self._clock()
         self.circuit.close()
         return None
+
+    async def _ping(self, timeout_s: float) -> None:
+        with pymongo.timeout(timeout_s):
+            await self._db.command("ping")
 
     async def fresh_ping(self, *, timeout_s: float) -> bool:
         """Whether a new client, with a topology of its own, reaches the database: when this

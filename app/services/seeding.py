@@ -128,7 +128,9 @@ class Reconciler:
                 work.result()
             else:
                 work.add_done_callback(_retrieved)
-        except DatabaseError as exc:  # served as it is; the sweep or the next use retries
+        except DatabaseUnavailable:  # served as it is; the sweep or the next use retries
+            logger.debug("tenant %s: not reconciled on first use (database away)", tenant_id)
+        except DatabaseError as exc:
             logger.warning("tenant %s: not reconciled on first use (%s)", tenant_id, exc)
 
     async def _reconcile(self, tenant_id: str, stamp: str | None) -> int:
