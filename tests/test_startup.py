@@ -19,7 +19,7 @@ from app.crypto import new_key
 from app.heap import YOUNG_THRESHOLD
 from tests.support.processes import ROOT, run_app, service_env, start_app, wait_serving
 from tests.support.secantus import free_port
-from tests.support.waiting import within as within_async
+from tests.support.waiting import within
 
 pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
@@ -213,7 +213,7 @@ async def test_start_up_does_not_wait_for_tenants_and_the_sweep_reconciles_them(
         async def all_current() -> bool:
             return not await store.stale_after(current, "", limit=1)
 
-        await within_async(all_current, 120)
+        await within(all_current, 120)
         tools = await app.state.services.database.tools("t0042").count_documents({})
         assert tools == len(registry)
 
