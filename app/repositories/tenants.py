@@ -35,7 +35,9 @@ class KeyOwner:
 class TenantStore(Protocol):
     """What the services need of the tenants' directory (MongoDB or the embedded store)."""
 
-    async def insert(self, *, tenant_id: str, key_hash: str) -> Document: ...
+    async def insert(
+        self, *, tenant_id: str, key_hash: str, stamp: str | None = None
+    ) -> Document: ...
 
     async def find_by_key_hash(self, key_hash: str) -> KeyOwner | None: ...
 
@@ -81,8 +83,10 @@ class TenantRepository:
             ],
         )
 
-    async def insert(self, *, tenant_id: str, key_hash: str) -> Document:
-        doc = _new_tenant(tenant_id, key_hash)
+    async def insert(self, *, tenant_id: str, key_hash: str, stamp: str | None = None) -> Document:
+        """A new tenant; `stamp`: what it needs no reconciliation for (the layout it is born
+        in: the sweep leaves it to its creation)."""
+        doc = _new_tenant(tenant_id, key_hash, stamp)
         try:
             await self._collection.insert_one(doc)
         except DuplicateKeyError as exc:
@@ -188,9 +192,12 @@ class TenantRepository:
         return bool(result.deleted_count == 1)
 
 
-def _new_tenant(tenant_id: str, key_hash: str) -> Document:
+def _new_tenant(tenant_id: str, key_hash: str, stamp: str | None) -> Document:
     now = utc_now()
-    return {"tenant_id": tenant_id, "key_hash": key_hash, "created_at": now, "key_rotated_at": now}
+    doc = {"tenant_id": tenant_id, "key_hash": key_hash, "created_at": now, "key_rotated_at": now}
+    if stamp is not None:
+        doc["stamp"] = stamp
+    return doc
 
 
 class MemoryTenantRepository:
@@ -201,10 +208,10 @@ class MemoryTenantRepository:
         self._by_key: dict[str, str] = {}
         self._ids: list[str] = []  # sorted
 
-    async def insert(self, *, tenant_id: str, key_hash: str) -> Document:
+    async def insert(self, *, tenant_id: str, key_hash: str, stamp: str | None = None) -> Document:
         if tenant_id in self._tenants or key_hash in self._by_key:
             raise ConflictError(f"tenant '{tenant_id}' already exists")
-        doc = _new_tenant(tenant_id, key_hash)
+        doc = _new_tenant(tenant_id, key_hash, stamp)
         self._tenants[tenant_id] = doc
         self._by_key[key_hash] = tenant_id
         bisect.insort(self._ids, tenant_id)

@@ -150,13 +150,16 @@ class TenantService:
         """Create a tenant with its tool collection and seeded tools; return it and its key.
         If that fails half-way, the tenant is removed again (a retry can create it)."""
         api_key = new_api_key()
-        tenant = await self._tenants.insert(tenant_id=tenant_id, key_hash=self._hash(api_key))
+        born = self._reconciler.new_tenant_stamp
+        tenant = await self._tenants.insert(
+            tenant_id=tenant_id, key_hash=self._hash(api_key), stamp=born
+        )
         self._reconciler.forget(tenant_id)
         try:
             # A crash during an earlier delete may have left this id's data behind: never
             # inherit it.
             await self._drop_data(tenant_id)
-            await self._reconciler.reconcile(tenant_id, self._reconciler.new_tenant_stamp)
+            await self._reconciler.reconcile(tenant_id, born)
         except DatabaseError:
             with contextlib.suppress(DatabaseError):
                 await self._tenants.delete(tenant_id=tenant_id)
