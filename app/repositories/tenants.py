@@ -36,7 +36,7 @@ class TenantStore(Protocol):
     """What the services need of the tenants' directory (MongoDB or the embedded store)."""
 
     async def insert(
-        self, *, tenant_id: str, key_hash: str, stamp: str | None = None
+        self, *, tenant_id: str, key_hash: str, stamp: str | None = None, claim_s: float = 0.0
     ) -> Document: ...
 
     async def find_by_key_hash(self, key_hash: str) -> KeyOwner | None: ...
@@ -83,10 +83,12 @@ class TenantRepository:
             ],
         )
 
-    async def insert(self, *, tenant_id: str, key_hash: str, stamp: str | None = None) -> Document:
-        """A new tenant; `stamp`: what it needs no reconciliation for (the layout it is born
-        in: the sweep leaves it to its creation)."""
-        doc = _new_tenant(tenant_id, key_hash, stamp)
+    async def insert(
+        self, *, tenant_id: str, key_hash: str, stamp: str | None = None, claim_s: float = 0.0
+    ) -> Document:
+        """A new tenant, `stamp`ed as born, and claimed for `claim_s` (its creation reconciles
+        it; a sweep does if the creation could not)."""
+        doc = _new_tenant(tenant_id, key_hash, stamp, claim_s)
         try:
             await self._collection.insert_one(doc)
         except DuplicateKeyError as exc:
@@ -192,11 +194,13 @@ class TenantRepository:
         return bool(result.deleted_count == 1)
 
 
-def _new_tenant(tenant_id: str, key_hash: str, stamp: str | None) -> Document:
+def _new_tenant(tenant_id: str, key_hash: str, stamp: str | None, claim_s: float) -> Document:
     now = utc_now()
     doc = {"tenant_id": tenant_id, "key_hash": key_hash, "created_at": now, "key_rotated_at": now}
     if stamp is not None:
         doc["stamp"] = stamp
+    if claim_s:
+        doc["reconciling_until"] = now + timedelta(seconds=claim_s)
     return doc
 
 
@@ -208,10 +212,12 @@ class MemoryTenantRepository:
         self._by_key: dict[str, str] = {}
         self._ids: list[str] = []  # sorted
 
-    async def insert(self, *, tenant_id: str, key_hash: str, stamp: str | None = None) -> Document:
+    async def insert(
+        self, *, tenant_id: str, key_hash: str, stamp: str | None = None, claim_s: float = 0.0
+    ) -> Document:
         if tenant_id in self._tenants or key_hash in self._by_key:
             raise ConflictError(f"tenant '{tenant_id}' already exists")
-        doc = _new_tenant(tenant_id, key_hash, stamp)
+        doc = _new_tenant(tenant_id, key_hash, stamp, claim_s)
         self._tenants[tenant_id] = doc
         self._by_key[key_hash] = tenant_id
         bisect.insort(self._ids, tenant_id)

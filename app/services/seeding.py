@@ -40,6 +40,7 @@ from app.tools.registry import FunctionRegistry
 logger = logging.getLogger(__name__)
 
 LAYOUT = 2  # shared collections, a tool collection per tenant (1: a collection per resource)
+NEWBORN = "new"  # the dictionary version of a tenant being created
 RECONCILE_WAIT_S = 5.0  # a first use waits this long for its tenant's reconciliation at most
 SWEEP_CONCURRENCY = 4  # tenants reconciled at once by the sweep
 CLAIM_S = 120.0  # a tenant claimed by a sweep is left to it this long
@@ -84,7 +85,10 @@ class Reconciler:
         self._migration = migration
         self.placement: ToolPlacement = placement
         self.stamp = f"{LAYOUT}|{placement}|{dictionary_version(registry)}"
-        self.new_tenant_stamp = f"{LAYOUT}|{placement}|"  # nothing to migrate, nothing seeded
+        # A tenant being created: nothing to migrate; whatever an earlier tenant of its id left
+        # (a delete that crashed half-way) is purged before it is seeded.
+        self.new_tenant_stamp = f"{LAYOUT}|{placement}|{NEWBORN}"
+        self._purge: Callable[[str], Awaitable[None]] | None = None
         self._sleep = sleep
         self._running: dict[str, asyncio.Task[int]] = {}
         self._known: set[str] = set()  # reconciled here at the current stamp
@@ -95,6 +99,10 @@ class Reconciler:
         """Call `reconciled(tenant_id)` after a reconciliation that changed the tenant's data
         (records moved, tools seeded): caches to forget."""
         self._listeners.append(reconciled)
+
+    def purge_with(self, purge: Callable[[str], Awaitable[None]]) -> None:
+        """How a tenant being created is cleared of an earlier tenant's leftovers."""
+        self._purge = purge
 
     def is_current(self, tenant_id: str, stamp: str | None) -> bool:
         return stamp == self.stamp or tenant_id in self._known
@@ -134,8 +142,10 @@ class Reconciler:
             logger.warning("tenant %s: not reconciled on first use (%s)", tenant_id, exc)
 
     async def _reconcile(self, tenant_id: str, stamp: str | None) -> int:
-        layout, placement, _ = parse_stamp(stamp)
+        layout, placement, version = parse_stamp(stamp)
         moved = 0
+        if version == NEWBORN and self._purge is not None:
+            await self._purge(tenant_id)
         if self._migration is not None:
             if layout < LAYOUT:
                 moved = await self._move_legacy(tenant_id)

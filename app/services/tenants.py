@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import hmac
+import logging
 import re
 import secrets
 import time
@@ -26,8 +26,9 @@ from app.services.catalog import TOOLS_STAMP, ToolCatalog, tools_stamp
 from app.services.changes import Publish, unpublished
 from app.services.client_tokens import ClientTokenService
 from app.services.outbound import TenantOutbound
-from app.services.seeding import Reconciler
+from app.services.seeding import CLAIM_S, Reconciler
 
+logger = logging.getLogger(__name__)
 KEY_PREFIX = "tg_"
 _KEY_SHAPE = re.compile(r"^tg_[A-Za-z0-9_-]{43}$")
 MAX_CACHED_KEYS = 100_000
@@ -78,6 +79,7 @@ class TenantService:
         self._categories = categories
         self._reconciler = reconciler
         reconciler.listen(self._reconciled)
+        reconciler.purge_with(self._drop_data)
         self._catalog = catalog
         self._runs = runs
         self._mcp_servers = mcp_servers
@@ -148,22 +150,20 @@ class TenantService:
 
     async def create(self, *, tenant_id: str) -> tuple[dict[str, Any], str]:
         """Create a tenant with its tool collection and seeded tools; return it and its key.
-        If that fails half-way, the tenant is removed again (a retry can create it)."""
+        Once its document is written the tenant exists: if reconciling it (leftovers of an
+        earlier tenant of this id purged, its index, its tools) fails, it is done at its first
+        use or by the sweep, and the key is still returned (a 503 would leave a tenant nobody
+        has the key of)."""
         api_key = new_api_key()
         born = self._reconciler.new_tenant_stamp
         tenant = await self._tenants.insert(
-            tenant_id=tenant_id, key_hash=self._hash(api_key), stamp=born
+            tenant_id=tenant_id, key_hash=self._hash(api_key), stamp=born, claim_s=CLAIM_S
         )
         self._reconciler.forget(tenant_id)
         try:
-            # A crash during an earlier delete may have left this id's data behind: never
-            # inherit it.
-            await self._drop_data(tenant_id)
             await self._reconciler.reconcile(tenant_id, born)
-        except DatabaseError:
-            with contextlib.suppress(DatabaseError):
-                await self._tenants.delete(tenant_id=tenant_id)
-            raise
+        except DatabaseError as exc:
+            logger.warning("tenant %s created; reconciled later (%s)", tenant_id, exc)
         self._forget_cached(tenant_id)
         await self._publish(tenant_id)
         return tenant, api_key

@@ -196,6 +196,9 @@ class CurrentTenants:
     def listen(self, reconciled: object) -> None:
         pass
 
+    def purge_with(self, purge: object) -> None:
+        pass
+
     async def ensure_current(self, tenant_id: str, stamp: str | None, *, known: bool) -> None:
         assert stamp == CURRENT
 
