@@ -191,8 +191,12 @@ async def test_the_service_comes_back_after_a_long_outage_under_cpu_starvation(
             created = await client.post("/tenants", json={"tenant_id": "acme"}, headers=ADMIN)
             auth = {"Authorization": f"Bearer {created.json()['api_key']}"}
             await within(lambda: recovered(client, auth), RECOVERY_S)  # a fresh server warms up
-            await send_chats(client, auth, time.monotonic() + 2, traffic)
-            assert traffic.run_ids, traffic.statuses
+
+            async def answered() -> bool:  # a limit check that timed out refuses for a while
+                await send_chats(client, auth, time.monotonic() + 1, traffic)
+                return bool(traffic.run_ids)
+
+            await within(answered, RECOVERY_S)
 
             await asyncio.to_thread(outage_starts, database)
             with starved(process.pid, stopped_s=STOPPED_S, running_s=RUNNING_S):
