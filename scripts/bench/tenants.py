@@ -99,6 +99,28 @@ class Service:
         self.log.close()
 
 
+async def create_one(
+    session: aiohttp.ClientSession, base: str, admin: str, tenant_id: str
+) -> str | None:
+    """POST /tenants until it is done: its key (None: a retried first try went through late)."""
+    retried = False
+    while True:  # a 503 (the database too slow for once) is retried, as a client would
+        async with session.post(
+            f"{base}/tenants",
+            json={"tenant_id": tenant_id},
+            headers={"Authorization": f"Bearer {admin}"},
+        ) as answer:
+            if answer.status == 201:
+                return str((await answer.json())["api_key"])
+            if answer.status == 409 and retried:
+                return None
+            if answer.status != 503:
+                raise RuntimeError(f"POST /tenants: {answer.status} {await answer.text()}")
+            RETRIED[0] += 1
+            retried = True
+        await asyncio.sleep(0.5)
+
+
 async def create_tenants(
     session: aiohttp.ClientSession, base: str, admin: str, first: int, last: int, concurrency: int
 ) -> float:
@@ -108,25 +130,18 @@ async def create_tenants(
 
     async def creator() -> None:
         for number in numbers:
-            retried = False
-            while True:  # a 503 (the database too slow for once) is retried, as a client would
-                async with session.post(
-                    f"{base}/tenants",
-                    json={"tenant_id": f"t{number:06d}"},
-                    headers={"Authorization": f"Bearer {admin}"},
-                ) as answer:
-                    if answer.status == 201:
-                        break
-                    if answer.status == 409 and retried:  # the first try went through late
-                        break
-                    if answer.status != 503:
-                        raise RuntimeError(f"POST /tenants: {answer.status} {await answer.text()}")
-                    RETRIED[0] += 1
-                    retried = True
-                await asyncio.sleep(0.5)
+            await create_one(session, base, admin, f"t{number:06d}")
 
     await asyncio.gather(*(creator() for _ in range(concurrency)))
-    return (last - first) / (time.perf_counter() - started)
+    return (last - first) / max(time.perf_counter() - started, 1e-9)
+
+
+async def tenant_count(url: str, database: str) -> int:
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(url)
+    try:
+        return int(await client[database]["tenants"].count_documents({}))
+    finally:
+        await client.close()
 
 
 async def namespaces(url: str, database: str) -> int:
@@ -172,12 +187,9 @@ async def first_chat_in_an_outage(
             await service.ready_after(session)
             keys = {}
             for tenant in ("idle", "stranger"):
-                async with session.post(
-                    f"{service.url}/tenants",
-                    json={"tenant_id": tenant},
-                    headers={"Authorization": f"Bearer {admin}"},
-                ) as created:
-                    keys[tenant] = {"Authorization": f"Bearer {(await created.json())['api_key']}"}
+                key = await create_one(session, service.url, admin, tenant)
+                assert key is not None
+                keys[tenant] = {"Authorization": f"Bearer {key}"}
             # Past the change feed's next read: the creation's own stamp, read back, empties
             # this replica's cache of the tenant once (the cache is filled after that).
             await asyncio.sleep(2.5)
@@ -222,17 +234,17 @@ def service_env(url: str, database: str, admin: str, model: str) -> dict[str, st
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
-    sizes = [int(size) for size in args.sizes.split(",")]
+    sizes = [int(size) for size in args.sizes.split(",") if size]
     model_port = free_port()
     model = Process(
         [sys.executable, "-m", "app", "fake-model", "--port", str(model_port)], model_port
     )
-    db, url = start_secantus(out / f"secantus-{secrets.token_hex(3)}")
-    admin, database = secrets.token_urlsafe(32), f"tenants_{secrets.token_hex(4)}"
+    db, url = start_secantus(Path(args.storage) if args.storage else out / "secantus")
+    admin, database = secrets.token_urlsafe(32), args.database or f"t_{secrets.token_hex(4)}"
     env = service_env(url, database, admin, f"http://127.0.0.1:{model_port}/v1")
     rows: list[dict[str, Any]] = []
     try:
-        created = 0
+        created = await tenant_count(url, database)  # a database kept from an earlier run
         for size in sizes:
             before = await namespaces(url, database)
             writer = Service(env, out / f"service-create-{size}.log")
@@ -247,10 +259,10 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             after = await namespaces(url, database)
             row = {
                 "tenants": size,
-                "created_per_s": rate,
+                "created_per_s": rate if size > created else None,
                 "creations_retried": RETRIED[0],
                 "namespaces": after,
-                "namespaces_per_tenant": (after - before) / (size - created),
+                "namespaces_per_tenant": (after - before) / max(size - created, 1),
                 "one": await start_up(env, out, 1, f"{size}-one"),
                 "three": await start_up(env, out, 3, f"{size}-three"),
             }
@@ -277,7 +289,7 @@ def markdown(result: dict[str, Any], args: argparse.Namespace) -> str:
     ]
     for row in result["sizes"]:
         lines.append(
-            f"| {row['tenants']:,} | {row['created_per_s']:.0f} | {row['namespaces']:,} | "
+            f"| {row['tenants']:,} | {row['created_per_s'] or 0:.0f} | {row['namespaces']:,} | "
             f"{row['namespaces_per_tenant']:.2f} | {row['one']['ready_s']:.2f} | "
             f"{row['one']['lifespan_s']:.2f} | {row['one']['cpu_s']:.2f} | "
             f"{row['one']['rss_mb']:.0f} | {row['three']['ready_s']:.2f} |"
@@ -305,3 +317,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", default="1000,10000", help="tenant counts, increasing")
     parser.add_argument("--concurrency", type=int, default=16, help="tenants created at once")
     parser.add_argument("--idle-s", type=float, default=5.0, help="idle before the outage")
+    parser.add_argument("--storage", help="SecantusDB's directory (kept: measure again later)")
+    parser.add_argument("--database", help="the database in it, from an earlier run")
