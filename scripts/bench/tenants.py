@@ -102,8 +102,7 @@ class Service:
 async def create_one(
     session: aiohttp.ClientSession, base: str, admin: str, tenant_id: str
 ) -> str | None:
-    """POST /tenants until it is done: its key (None: a retried first try went through late)."""
-    retried = False
+    """POST /tenants until it is done: its key (None: it exists already)."""
     while True:  # a 503 (the database too slow for once) is retried, as a client would
         async with session.post(
             f"{base}/tenants",
@@ -112,12 +111,11 @@ async def create_one(
         ) as answer:
             if answer.status == 201:
                 return str((await answer.json())["api_key"])
-            if answer.status == 409 and retried:
+            if answer.status == 409:  # a retried first try went through late; or a kept run's
                 return None
             if answer.status != 503:
                 raise RuntimeError(f"POST /tenants: {answer.status} {await answer.text()}")
             RETRIED[0] += 1
-            retried = True
         await asyncio.sleep(0.5)
 
 
