@@ -184,8 +184,9 @@ async def first_chat_in_an_outage(
         async with aiohttp.ClientSession() as session:
             await service.ready_after(session)
             keys = {}
+            suffix = secrets.token_hex(3)
             for tenant in ("idle", "stranger"):
-                key = await create_one(session, service.url, admin, tenant)
+                key = await create_one(session, service.url, admin, f"{tenant}-{suffix}")
                 assert key is not None
                 keys[tenant] = {"Authorization": f"Bearer {key}"}
             # Past the change feed's next read: the creation's own stamp, read back, empties
