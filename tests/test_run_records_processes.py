@@ -219,7 +219,9 @@ async def test_kill_9_of_a_replica_loses_no_record_of_a_chat_it_answered(stack: 
     print(f"the killed replica answered {len(by_doomed)} chats; other: {answered.other}")
     assert len(by_doomed) > 20
     stack.replicas[0] = stack.start(0)  # same journal directory: it replays the dead one's
-    assert "replaying" in stack.replicas[0].log.read_text()
+    # ... unless the other replica, sharing the directory, adopted them first (every 2 s here).
+    replayed = "replaying" in stack.replicas[0].log.read_text()
+    assert replayed or "adopting" in stack.replicas[1].log.read_text()
     missing = await missing_after_landing(stack, answered.all())
     assert not missing, f"{len(missing)} records of answered chats lost: {sorted(missing)[:5]}"
 

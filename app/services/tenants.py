@@ -87,8 +87,7 @@ class TenantService:
         self._secrets = secrets
         self._key_secret = key_secret
         self._admin_key = admin_key.encode()
-        # key hash -> tenant (and stamp). Rotation and deletion here drop entries at once;
-        # another replica's rotation in AUTH_CACHE_TTL_S. Unknown keys are not kept.
+        # key hash -> tenant and stamp; rotated here: dropped at once; elsewhere: within the TTL
         self._auth_cache: LoadingCache[str, KeyOwner | None] = LoadingCache(
             self._tenants.find_by_key_hash,
             ttl_s=auth_cache_ttl_s,
