@@ -28,6 +28,7 @@ from app.container.stores import (
     build_recorder,
     build_secret_service,
     build_stores,
+    build_tenant_service,
     start_upkeep,
 )
 from app.forwarded import TrustedProxies
@@ -57,7 +58,7 @@ from app.services.outbound import TenantOutbound
 from app.services.runs import RunRecorder, RunService
 from app.services.secrets import SecretService
 from app.services.seeding import Reconciler
-from app.services.tenants import TenantData, TenantService
+from app.services.tenants import TenantService
 from app.services.tool_import import ToolImporter
 from app.services.toolbox import Toolbox
 from app.services.tools import ToolService
@@ -100,37 +101,6 @@ class Services:
     proxies: TrustedProxies  # whose forwarded headers say the URL clients used
     approvals: ApprovalBook  # what waits for a person (GET /approvals), and operators' decisions
     mcp_tool_settings: McpToolSettingsService  # MCP tools' settings by `{server}__{tool}` id
-
-
-def build_tenant_service(
-    settings: Settings,
-    stores: Stores,
-    reconciler: Reconciler,
-    outbound: TenantOutbound,
-    client_tokens: ClientTokenService,
-    also_drop: tuple[TenantData, ...] = (),
-) -> TenantService:
-    return TenantService(
-        tenants=stores.tenants,
-        tools=stores.tools,
-        categories=stores.categories,
-        reconciler=reconciler,
-        catalog=stores.catalog,
-        runs=stores.runs,
-        mcp_servers=stores.mcp_servers,
-        secrets=stores.secrets,
-        key_secret=settings.effective_api_key_secret,
-        admin_key=settings.effective_admin_api_key,
-        auth_cache_ttl_s=settings.auth_cache_ttl_s,
-        stale_if_error_s=settings.cache_stale_if_error_s,
-        outbound=outbound,
-        client_tokens=client_tokens,
-        publish=stores.publish,
-        model_providers=stores.model_providers,
-        approvals=stores.approvals,
-        mcp_tool_settings=stores.mcp_tool_settings,
-        also_drop=also_drop,
-    )
 
 
 @dataclass(frozen=True)

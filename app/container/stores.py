@@ -32,6 +32,7 @@ from app.repositories.tenants import MemoryTenantRepository, TenantRepository, T
 from app.repositories.tools import ToolRepository
 from app.services.catalog import ToolCatalog, always
 from app.services.changes import ChangeFeed, Publish, unpublished
+from app.services.client_tokens import ClientTokenService
 from app.services.health import HealthService
 from app.services.mcp_servers import McpServerService
 from app.services.outbound import TenantOutbound
@@ -39,6 +40,7 @@ from app.services.runs import RunRecorder
 from app.services.secrets import SecretService
 from app.services.seeding import Reconciler
 from app.services.shared_limits import SharedLimits
+from app.services.tenants import TenantData, TenantService
 from app.tools.registry import FunctionRegistry
 
 logger = logging.getLogger("app")
@@ -263,3 +265,34 @@ def build_recorder(settings: Settings, runs: RunStore, metrics: Metrics) -> RunR
     )
     metrics.track_records(held=lambda: recorder.held, journal_bytes=lambda: recorder.journal_bytes)
     return recorder
+
+
+def build_tenant_service(
+    settings: Settings,
+    stores: Stores,
+    reconciler: Reconciler,
+    outbound: TenantOutbound,
+    client_tokens: ClientTokenService,
+    also_drop: tuple[TenantData, ...] = (),
+) -> TenantService:
+    return TenantService(
+        tenants=stores.tenants,
+        tools=stores.tools,
+        categories=stores.categories,
+        reconciler=reconciler,
+        catalog=stores.catalog,
+        runs=stores.runs,
+        mcp_servers=stores.mcp_servers,
+        secrets=stores.secrets,
+        key_secret=settings.effective_api_key_secret,
+        admin_key=settings.effective_admin_api_key,
+        auth_cache_ttl_s=settings.auth_cache_ttl_s,
+        stale_if_error_s=settings.cache_stale_if_error_s,
+        outbound=outbound,
+        client_tokens=client_tokens,
+        publish=stores.publish,
+        model_providers=stores.model_providers,
+        approvals=stores.approvals,
+        mcp_tool_settings=stores.mcp_tool_settings,
+        also_drop=also_drop,
+    )

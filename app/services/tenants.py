@@ -91,12 +91,9 @@ class TenantService:
         self._reconciler = reconciler
         reconciler.listen(self._reconciled)
         reconciler.purge_with(self._drop_data)
-        self._catalog = catalog
-        self._runs = runs
-        self._mcp_servers = mcp_servers
-        self._model_providers = model_providers
-        self._secrets = secrets
-        self._key_secret = key_secret
+        self._catalog, self._runs = catalog, runs
+        self._mcp_servers, self._model_providers = mcp_servers, model_providers
+        self._secrets, self._key_secret = secrets, key_secret
         self._admin_key = admin_key.encode()
         # key hash -> tenant and stamp; rotated here: dropped at once; elsewhere: within the TTL
         self._auth_cache: LoadingCache[str, KeyOwner | None] = LoadingCache(

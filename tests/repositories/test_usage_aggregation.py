@@ -283,7 +283,7 @@ async def test_every_pipeline_opens_with_the_tenant_and_time_range_an_index_serv
     repo = RunRepository(database, retention_days=7)
     await database.ensure_indexes()
     indexes = await database.scoped("runs", "acme").index_information()
-    assert RUNS_BY_TIME in [info["key"] for info in indexes.values()]
+    assert RUNS_BY_TIME in [list(info["key"]) for info in indexes.values()]
     await repo.tool_usage(WINDOW, tenant_id="acme")
     await repo.tool_usage_series(WINDOW, ["dice"], tenant_id="acme")
     await repo.model_usage_series(WINDOW, tenant_id="acme")
