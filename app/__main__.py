@@ -87,7 +87,7 @@ def _check_imports(settings: Settings) -> None:
 async def _rotate_secrets(settings: Settings) -> int:
     """Re-seal every tenant's secrets, MCP header values and client tokens' bound context
     under the current key."""
-    from app.crypto import SecretBox
+    from app.kit.crypto import SecretBox
     from app.repositories.client_tokens import ClientTokenRepository
     from app.repositories.database import Database
     from app.repositories.mcp_servers import McpServerRepository
@@ -151,7 +151,7 @@ def _check_registry(settings: Settings) -> Any:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["fake-model"]:
-        from app.fake_model import main as fake_model
+        from app.chat.fake_model import main as fake_model
 
         fake_model(argv[1:])
         return
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args(argv)
     if args.command == "new-secrets-key":
-        from app.crypto import new_key
+        from app.kit.crypto import new_key
 
         print(new_key())
         return
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     import uvicorn
 
-    from app.logs import configure_logging
+    from app.observe.logs import configure_logging
 
     configure_logging(settings.log_level, settings.log_format)
     uvicorn.run(
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
         proxy_headers=False,
         # uvicorn's httptools protocol with HEADER_TIMEOUT_S and MAX_CONNECTIONS (it reads them
         # from the settings in each worker).
-        http="app.http_server:GuardedHttpProtocol",
+        http="app.http.server:GuardedHttpProtocol",
         timeout_keep_alive=settings.keepalive_timeout_s,
         # On SIGTERM: stop accepting, let in-flight chats finish up to their deadline, then
         # run the lifespan's shutdown (clients closed, run records flushed).

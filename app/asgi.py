@@ -2,4 +2,4 @@
 
 from app.main import create_app
 
-app = create_app(tune_gc=True)  # this process serves the app alone (app/heap.py)
+app = create_app(tune_gc=True)  # this process serves the app alone (app/kit/heap.py)

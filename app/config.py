@@ -9,10 +9,10 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.crypto import parse_key
-from app.forwarded import parse_proxies
-from app.outbound import DEFAULT_BLOCKED_PORTS, DEFAULT_PORTS, parse_ports
-from app.wire import header_problem
+from app.http.forwarded import parse_proxies
+from app.http.outbound import DEFAULT_BLOCKED_PORTS, DEFAULT_PORTS, parse_ports
+from app.http.wire import header_problem
+from app.kit.crypto import parse_key
 
 # Documented development fall-backs (docs/settings.md, .env.example). Never accepted in production.
 DEV_ADMIN_API_KEY = "dev-admin-key"
@@ -94,7 +94,7 @@ class Settings(BaseSettings):
     # rotations, revocations), so their changes are seen here within about this (0: only TTLs).
     cache_sync_interval_s: float = Field(default=1.0, ge=0, le=60)
     # How long past their TTL cached keys and tools are still served while the database cannot
-    # be read (app/cache.py); 0: never.
+    # be read (app/kit/cache.py); 0: never.
     cache_stale_if_error_s: float = Field(default=30.0, ge=0, le=3600)
 
     functions_module: str = "app.tools.builtin:registry"
@@ -212,7 +212,7 @@ class Settings(BaseSettings):
 
     cors_allow_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Peers (addresses, CIDR ranges, or *) whose Forwarded / X-Forwarded-* headers say which
-    # URL clients used (app/forwarded.py); from any other peer they are ignored.
+    # URL clients used (app/http/forwarded.py); from any other peer they are ignored.
     trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Tenants' identity providers (docs/security.md, "End users' own tokens"): how long their
     # signing keys are kept, how often a token naming an unknown key may fetch them again, the

@@ -13,8 +13,8 @@ from fastapi.security import HTTPBearer
 
 from app.container import Services
 from app.errors import BadRequestError, ForbiddenError, UnauthorizedError
-from app.forwarded import Origin
-from app.logs import request_context
+from app.http.forwarded import Origin
+from app.observe.logs import request_context
 from app.services.client_tokens import ClientToken, is_client_token
 from app.services.identity import looks_like_jwt
 from app.services.oauth_server import is_access_token
@@ -148,7 +148,7 @@ END_USERS_ONLY_ON = (
 
 def public_base_url(request: Request) -> str:
     """The service's URL as its client used it (scheme, host and root path): from the request's
-    Host, or from a trusted proxy's forwarded headers (TRUSTED_PROXIES, app/forwarded.py)."""
+    Host, or from a trusted proxy's forwarded headers (TRUSTED_PROXIES, app/http/forwarded.py)."""
     services: Services = request.app.state.services
     url = request.base_url
     peer = request.scope.get("client")

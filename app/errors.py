@@ -13,7 +13,7 @@ problem response with the class's status (anything else is a logged, generic 500
   * ServiceUnavailableError (503)
   * DatabaseError (500): the database refused an operation ....... app/repositories/
     * DatabaseUnavailable (503, `Retry-After`): not reached, or no answer in time
-  * TooManyRequestsError (429, `Retry-After`) ........... app/limits.py
+  * TooManyRequestsError (429, `Retry-After`) ........... app/limits/local.py
   * ModelError: the model call failed ................... app/chat/model.py
     * ModelNotConfiguredError (503)
     * ModelRateLimitedError (503)

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from app import exit_deadline
 from app.api import (
     approvals,
     categories,
@@ -38,11 +37,12 @@ from app.api.problems import PROBLEM_MEDIA_TYPE, install_error_handlers
 from app.api.tracing import TracingMiddleware
 from app.config import Settings, get_settings
 from app.container import build_services
-from app.heap import settled_heap
-from app.logs import configure_logging
+from app.http import exit_deadline
+from app.kit.heap import settled_heap
 from app.mcp.config import McpConfigError, McpServer, load_operator_servers
-from app.metrics import Metrics, loop_lag_probe
-from app.telemetry import tracing
+from app.observe.logs import configure_logging
+from app.observe.metrics import Metrics, loop_lag_probe
+from app.observe.telemetry import tracing
 from app.tools.registry import FunctionDictionaryError, FunctionRegistry, load_registry
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def create_app(
 ) -> FastAPI:
     """Build the application; `registry` replaces FUNCTIONS_MODULE (tests use it). `tune_gc`:
     the app owns its process, so the garbage collector is set for serving once start-up is done
-    (app/heap.py) and its shutdown ends the process in time (app/exit_deadline.py); only an
+    (app/kit/heap.py) and its shutdown ends the process in time (app/http/exit_deadline.py); only an
     entry point says so. `span_exporter` turns tracing on with it in place of the OTLP exporter
     (tests)."""
     settings = settings or get_settings()

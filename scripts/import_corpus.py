@@ -42,10 +42,10 @@ import jsonschema_rs
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app.http.netguard import OutboundPolicy  # noqa: E402
 from app.tools.arguments import argument_problems  # noqa: E402
 from app.tools.executors.external import render_headers  # noqa: E402
 from app.tools.executors.request import build_request  # noqa: E402
-from app.tools.netguard import OutboundPolicy  # noqa: E402
 from app.tools.openapi import METHODS, Converted, ImportOptions, convert  # noqa: E402
 from app.tools.openapi_refs import Resolver  # noqa: E402
 from app.tools.openapi_text import parse_document  # noqa: E402

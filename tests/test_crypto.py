@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from app.crypto import key_hash, random_below, random_hex
+from app.kit.crypto import key_hash, random_below, random_hex
 
 
 @pytest.mark.parametrize("key", ["tg_" + "a" * 43, "tgc_x", "", "ключ-é"])

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from app.fake_model import FakeModelApp
+from app.chat.fake_model import FakeModelApp
 from app.main import create_app
 from app.tools.builtin import registry as builtin_registry
 from tests.support import search_services

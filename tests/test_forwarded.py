@@ -1,4 +1,4 @@
-"""TRUSTED_PROXIES and the forwarded headers (app/forwarded.py): whose headers count, and which
+"""TRUSTED_PROXIES and the forwarded headers (app/http/forwarded.py): whose headers count, and which
 element of a chain says what the client used."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 import pytest
 
 from app.config import Settings
-from app.forwarded import Origin, TrustedProxies, TrustedProxiesError, parse_proxies
+from app.http.forwarded import Origin, TrustedProxies, TrustedProxiesError, parse_proxies
 from tests.support.apps import make_settings
 
 DIRECT = Origin("http", "10.0.0.5:8000")  # what the request itself says (Host)

@@ -1,4 +1,4 @@
-"""The served protocol (app/http_server.py), with raw sockets against a real `python -m app
+"""The served protocol (app/http/server.py), with raw sockets against a real `python -m app
 serve` process on 127.0.0.1: a request head that is not complete within HEADER_TIMEOUT_S closes
 the connection (before the first request too), and a process keeps at most MAX_CONNECTIONS, an
 idle one closed to make room first.

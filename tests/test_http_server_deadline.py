@@ -1,4 +1,4 @@
-"""The served protocol's request-head deadline and fair connection cap (app/http_server.py) on
+"""The served protocol's request-head deadline and fair connection cap (app/http/server.py) on
 real sockets, with the event loop's clock moved by hand: the deadline is never waited for. Each wait
 below is on what the server does (bytes taken in, a connection closed, the timers due by the
 clock run), bounded in real seconds; none is a sleep or a poll. tests/test_http_server.py runs
@@ -15,8 +15,8 @@ import pytest
 from starlette.types import Receive, Scope, Send
 from uvicorn.server import ServerState
 
-from app import http_server
-from app.http_server import GuardedHttpProtocol
+from app.http import server as http_server
+from app.http.server import GuardedHttpProtocol
 from tests.support.apps import make_settings
 from tests.support.clock import LoopClock
 from tests.support.protocols import bounded, serving

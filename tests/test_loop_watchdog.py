@@ -8,11 +8,11 @@ import time
 
 from prometheus_client import generate_latest
 
-from app.metrics import Metrics, run_queue_wait
+from app.observe.metrics import Metrics, run_queue_wait
 from tests.support.loop_watchdog import BOUND_S, _Watch
 from tests.support.processes import _held_past
 
-INTERVAL_S = 0.05  # the probe's sleep (app.metrics.LAG_PROBE_INTERVAL_S)
+INTERVAL_S = 0.05  # the probe's sleep (app.observe.metrics.LAG_PROBE_INTERVAL_S)
 
 
 def _stalled(lag: float, waited_for_cpu: float) -> str | None:

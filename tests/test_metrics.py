@@ -9,7 +9,7 @@ import contextlib
 import httpx
 from prometheus_client import generate_latest
 
-from app.metrics import Metrics, probe_loop_lag
+from app.observe.metrics import Metrics, probe_loop_lag
 from tests.chat.test_observability import sample
 from tests.support.waiting import within
 

@@ -17,7 +17,7 @@ import orjson
 import pytest
 from pymongo import AsyncMongoClient
 
-from app.exit_deadline import EXIT_CODE, SHUTDOWN_S
+from app.http.exit_deadline import EXIT_CODE, SHUTDOWN_S
 from tests.support import fake_model as script
 from tests.support.apps import ADMIN, ADMIN_KEY, KEY_SECRET
 from tests.support.fake_model import FakeModel

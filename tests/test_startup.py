@@ -17,8 +17,8 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import Settings
-from app.crypto import new_key
-from app.heap import YOUNG_THRESHOLD
+from app.kit.crypto import new_key
+from app.kit.heap import YOUNG_THRESHOLD
 from tests.support.processes import ROOT, run_app, service_env, start_app, wait_serving
 from tests.support.secantus import free_port
 from tests.support.waiting import within
@@ -177,7 +177,7 @@ asyncio.run(main())
 @pytest.mark.parametrize("entry", [True, False], ids=["app.asgi", "create_app"])
 def test_the_entry_point_freezes_what_start_up_built(entry: bool) -> None:
     """The process `uvicorn app.asgi:app` and `python -m app serve` run freezes start-up's
-    objects and collects young ones less often while it serves (app/heap.py); an app built by
+    objects and collects young ones less often while it serves (app/kit/heap.py); an app built by
     another program leaves that program's collector alone."""
     result = subprocess.run(
         [sys.executable, "-c", _GC_PROBE, "entry" if entry else "factory"],

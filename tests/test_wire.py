@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from app.wire import WireError, WirePool
+from app.http.wire import WireError, WirePool
 
 Responder = Callable[[int], bytes]  # request number on the connection -> raw response
 

@@ -1,5 +1,5 @@
 """The outbound client against llhttp itself: the same answers, written by a real socket server
-to the client (`app/wire.py`) and fed to `httptools.HttpResponseParser` directly, get the same
+to the client (`app/http/wire.py`) and fed to `httptools.HttpResponseParser` directly, get the same
 verdict; where llhttp accepts, the client reads the same body, and a refused answer's
 connection is never used again."""
 
@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 import httptools
 import pytest
 
-from app.wire import WireError, WirePool
+from app.http.wire import WireError, WirePool
 
 OK_HEAD = b"HTTP/1.1 200 OK\r\n"
 

@@ -52,9 +52,9 @@ from app.api.mcp_progress import ProgressStream, progress_params, streamed_progr
 from app.api.problems import problem_response
 from app.deps import TenantContext, authenticate, presented_bearer
 from app.errors import AppError, NotFoundError, UnauthorizedError, UnprocessableError
+from app.observe.telemetry import mcp_server_span
 from app.schemas.tenants import TENANT_ID_PATTERN
 from app.services.mcp_gateway import InvalidCursorError
-from app.telemetry import mcp_server_span
 
 if TYPE_CHECKING:
     from app.container import Services

@@ -17,9 +17,9 @@ from app.api.console import CONSOLE_ASSETS_URL
 from app.api.docs import ASSETS_URL
 from app.api.leaving import CLIENT_CLOSED_REQUEST, client_left
 from app.api.problems import problem_response
-from app.crypto import random_hex
-from app.logs import request_context
-from app.metrics import Metrics
+from app.kit.crypto import random_hex
+from app.observe.logs import request_context
+from app.observe.metrics import Metrics
 
 access_logger = logging.getLogger("app.access")
 

@@ -48,13 +48,13 @@ async def put_secret(
     stored, created = await tenant.services.secrets.put(name, body.value, tenant_id=tenant.id)
     if created:
         response.status_code = status.HTTP_201_CREATED
-    return SecretInfo(**stored)
+    return stored
 
 
 @router.get("", response_model=list[SecretInfo])
 async def list_secrets(tenant: TenantDep) -> list[SecretInfo]:
     """The names of the tenant's secrets, with dates; never their values."""
-    return [SecretInfo(**doc) for doc in await tenant.services.secrets.all(tenant_id=tenant.id)]
+    return await tenant.services.secrets.all(tenant_id=tenant.id)
 
 
 @router.delete(

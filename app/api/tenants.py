@@ -16,7 +16,6 @@ from app.schemas.tenants import (
     OutboundAllow,
     OutboundAllowUpdate,
     RotatedTenantKey,
-    Tenant,
     TenantCreate,
     TenantKey,
     TenantPage,
@@ -43,7 +42,7 @@ async def create_tenant(
 ) -> TenantKey:
     """Create a tenant with its seeded tools; the response holds its API key, shown only once."""
     tenant, api_key = await services.tenants.create(tenant_id=body.tenant_id)
-    return TenantKey(tenant_id=tenant["tenant_id"], api_key=api_key)
+    return TenantKey(tenant_id=tenant.tenant_id, api_key=api_key)
 
 
 @router.get("", response_model=TenantPage, responses=problem_responses(422))
@@ -54,9 +53,7 @@ async def list_tenants(
 ) -> TenantPage:
     """List tenants, ordered by id (keys are never shown)."""
     items, total = await services.tenants.page(limit=limit, offset=offset)
-    return TenantPage(
-        items=[Tenant.model_validate(t) for t in items], total=total, limit=limit, offset=offset
-    )
+    return TenantPage(items=items, total=total, limit=limit, offset=offset)
 
 
 @router.delete(

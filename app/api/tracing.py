@@ -10,7 +10,7 @@ from typing import Any
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.telemetry import request_context, started
+from app.observe.telemetry import request_context, started
 
 FIXED_ROUTES = frozenset({"/mcp", "/openapi.json"})  # served without a route template
 

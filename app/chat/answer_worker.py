@@ -7,7 +7,7 @@ An answer past `OFF_LOOP_BYTES` is given to one worker process (started on first
 nothing of the service's state is copied into it), which runs the API's reader (`ModelAPI.reader`,
 a pure function) and sends back only what the reader keeps: the turn, a few strings, never the
 parsed document. A parse past `DEADLINE_S` ends the worker (the next answer starts another).
-Answers past MODEL_ANSWER_MAX_BYTES are never read this far (`app/wire.py`'s cap).
+Answers past MODEL_ANSWER_MAX_BYTES are never read this far (`app/http/wire.py`'s cap).
 """
 
 from __future__ import annotations

@@ -48,10 +48,8 @@ from app.chat.model import (
     upstream_status,
     with_call_ids,
 )
-from app.hidden import HiddenValues
-from app.telemetry import describe_model_call
-from app.tools.netguard import OutboundBlockedError
-from app.wire import (
+from app.http.netguard import OutboundBlockedError
+from app.http.wire import (
     BodyTooLargeError,
     Connector,
     WireError,
@@ -59,6 +57,8 @@ from app.wire import (
     checked_header,
     server_sent_events,
 )
+from app.kit.hidden import HiddenValues
+from app.observe.telemetry import describe_model_call
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ retry_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 _RETRY_STATUSES = frozenset({408, 409, 429})
 _REJECTED = credentials_rejected().message  # `_told` names the client's own credentials
 # No answer to read: the connection failed or broke HTTP, or the connect guard refused the
-# endpoint (`app/tools/netguard.py`: blocked, or its name did not resolve).
+# endpoint (`app/http/netguard.py`: blocked, or its name did not resolve).
 _UNREACHABLE = (WireError, OSError, OutboundBlockedError)
 
 

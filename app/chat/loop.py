@@ -27,10 +27,10 @@ from app.chat.model import (
     Usage,
     malformed_answer,
 )
-from app.logs import hiding_forms
-from app.metrics import Metrics
+from app.observe.logs import hiding_forms
+from app.observe.metrics import Metrics
+from app.observe.telemetry import model_answered, model_span
 from app.schemas.tools import ApprovalMode
-from app.telemetry import model_answered, model_span
 from app.tools.approval import ApprovalPolicy, CategoryApprovals
 from app.tools.executors import CallScope
 from app.tools.invocation import Invocation, ToolInvoker

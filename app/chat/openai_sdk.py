@@ -28,7 +28,7 @@ from app.chat.model import (
     upstream_status,
     with_call_ids,
 )
-from app.telemetry import describe_model_call, outbound_headers
+from app.observe.telemetry import describe_model_call, outbound_headers
 
 logger = logging.getLogger(__name__)
 

@@ -31,11 +31,12 @@ from app.container.stores import (
     build_tenant_service,
     start_upkeep,
 )
-from app.forwarded import TrustedProxies
-from app.limits import Limits
+from app.http.forwarded import TrustedProxies
+from app.http.netguard import OutboundPolicy
+from app.limits.local import Limits
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub
-from app.metrics import Metrics
+from app.observe.metrics import Metrics
 from app.repositories.approvals import ApprovalRepository
 from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Database
@@ -64,7 +65,6 @@ from app.services.toolbox import Toolbox
 from app.services.tools import ToolService
 from app.tools.approval import ApprovalPolicy
 from app.tools.invocation import ToolInvoker
-from app.tools.netguard import OutboundPolicy
 from app.tools.registry import FunctionRegistry
 
 logger = logging.getLogger("app")

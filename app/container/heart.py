@@ -12,17 +12,17 @@ from app.chat.http_model_client import HTTPModelClient
 from app.chat.loop import ChatLoop, LoopLimits
 from app.chat.model import MissingModel, ModelClient
 from app.config import Settings
+from app.http.client import OutboundClient
+from app.http.netguard import OutboundPolicy
 from app.mcp.hub import McpHub, McpLimits
 from app.mcp.pool import PoolLimits
-from app.metrics import Metrics
+from app.observe.metrics import Metrics
 from app.services.outbound import TenantOutbound
 from app.tools.approval import ApprovalPolicy
 from app.tools.executors.external import ExternalExecutor
 from app.tools.executors.function import FunctionExecutor
 from app.tools.executors.mcp import McpExecutor
 from app.tools.invocation import InvocationLimits, ToolInvoker
-from app.tools.netguard import OutboundPolicy
-from app.tools.outbound_client import OutboundClient
 from app.tools.registry import FunctionRegistry
 from app.tools.web import WebAccess, WebConfig
 

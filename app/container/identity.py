@@ -6,8 +6,8 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 
 from app.config import Settings
-from app.forwarded import TrustedProxies
-from app.limits import RateLimiter
+from app.http.forwarded import TrustedProxies
+from app.limits.local import RateLimiter
 from app.repositories.database import Database
 from app.repositories.identity import IdentityRepository
 from app.repositories.oauth import OAuthRepository

@@ -10,17 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import Settings
-from app.crypto import SecretBox
-from app.limits import ConcurrencyLimiter, Fence, Limits, RateLimiter, TenantLimits
+from app.kit.crypto import SecretBox
+from app.limits.local import ConcurrencyLimiter, Fence, Limits, RateLimiter, TenantLimits
+from app.limits.repository import LimitRepository
+from app.limits.shared import SharedLimits
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub
-from app.metrics import Metrics
+from app.observe.metrics import Metrics
 from app.repositories.approvals import ApprovalRepository
 from app.repositories.categories import CategoryRepository
 from app.repositories.changes import ChangeStampRepository
 from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Database
-from app.repositories.limits import LimitRepository
 from app.repositories.mcp_servers import McpServerRepository
 from app.repositories.mcp_tool_settings import McpToolSettingsRepository
 from app.repositories.migration import LayoutMigration
@@ -39,7 +40,6 @@ from app.services.outbound import TenantOutbound
 from app.services.runs import RunRecorder
 from app.services.secrets import SecretService
 from app.services.seeding import Reconciler
-from app.services.shared_limits import SharedLimits
 from app.services.tenants import TenantData, TenantService
 from app.tools.registry import FunctionRegistry
 

@@ -26,11 +26,11 @@ from mcp.client.session import MessageHandlerFnT
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from app.http.client import OutboundClient
+from app.http.netguard import OutboundBlockedError, OutboundPolicy
 from app.mcp.config import McpServer
 from app.mcp.stdio import stdio_transport
 from app.mcp.transport import WireTransport
-from app.tools.netguard import OutboundBlockedError, OutboundPolicy
-from app.tools.outbound_client import OutboundClient
 from app.tools.outcome import ToolOutcome
 
 stderr_logger = logging.getLogger("app.mcp.stderr")

@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.outbound import reserved_header_problems
+from app.http.outbound import reserved_header_problems
 from app.schemas.fields import (
     HeaderName,
     HeaderValue,
@@ -39,7 +39,7 @@ from app.schemas.fields import (
 from app.schemas.mcp import ContextMapping, McpToolName, ToolExclusion, ToolSelection, Transport
 
 if TYPE_CHECKING:
-    from app.tools.netguard import OutboundPolicy
+    from app.http.netguard import OutboundPolicy
 
 SEPARATOR = "__"
 

@@ -32,11 +32,11 @@ import mcp_types
 from mcp import ClientSession
 
 from app.errors import AppError
+from app.http.netguard import OutboundPolicy
 from app.mcp.client import failure_reason, list_all_tools, open_session
 from app.mcp.config import McpServer
 from app.mcp.pool import PoolKey, PoolLimits, SessionPool, hold
 from app.mcp.tools import mcp_server_tool
-from app.tools.netguard import OutboundPolicy
 from app.tools.typed import McpServerTool
 
 if TYPE_CHECKING:

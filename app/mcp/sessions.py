@@ -15,7 +15,7 @@ from app.mcp.client import call_outcome, failure_reason
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub
 from app.mcp.pool import PooledSession, hold
-from app.telemetry import mcp_client_span
+from app.observe.telemetry import mcp_client_span
 from app.tools.outcome import ToolOutcome
 from app.tools.progress import Progress, ProgressSink
 

@@ -1,6 +1,6 @@
 """MCP servers over HTTP through the service's own HTTP client: an httpx2 transport (httpx2 is
 the MCP SDK's HTTP library; a client's transport is its public extension point) that sends each
-request through an `OutboundClient` (`app/tools/outbound_client.py` on `app/wire.py`). So an
+request through an `OutboundClient` (`app/http/client.py` on `app/http/wire.py`). So an
 MCP server's requests take the same connect guard, header rule, llhttp parser, pools and
 deadlines as an external tool's, and no second HTTP stack is configured or guarded here.
 
@@ -16,8 +16,7 @@ from collections.abc import AsyncIterator
 
 import httpx2
 
-from app.tools.netguard import OutboundBlockedError
-from app.tools.outbound_client import (
+from app.http.client import (
     OutboundClient,
     OutboundError,
     OutboundResponse,
@@ -25,7 +24,8 @@ from app.tools.outbound_client import (
     OutboundUnreachableError,
     outbound_error,
 )
-from app.wire import HeaderError, WireError
+from app.http.netguard import OutboundBlockedError
+from app.http.wire import HeaderError, WireError
 
 
 class WireTransport(httpx2.AsyncBaseTransport):

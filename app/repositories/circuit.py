@@ -8,8 +8,8 @@ repository call that finds no server at all open the circuit; while it is open e
 call raises `DatabaseUnavailable` at once, carrying how long the outage has lasted, so:
 
 - a cache serves what it knew for the first CACHE_STALE_IF_ERROR_S of the outage, whatever the
-  entry's age (app/cache.py), and a key or tool never loaded is a 503 at once;
-- the limit check takes this replica's share without waiting (app/services/shared_limits.py);
+  entry's age (app/kit/cache.py), and a key or tool never loaded is a 503 at once;
+- the limit check takes this replica's share without waiting (app/limits/shared.py);
 - run records wait in their queue and journal, retried with backoff.
 
 A successful health check closes it. A repository call that answered too slowly does not open

@@ -1,4 +1,4 @@
-"""A tenant's named secrets, sealed (see app/crypto.py), in the shared `secrets` collection,
+"""A tenant's named secrets, sealed (see app/kit/crypto.py), in the shared `secrets` collection,
 unique by (`tenant_id`, `name`)."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.outbound import reserved_header_problems
+from app.http.outbound import reserved_header_problems
 from app.schemas.fields import (
     ClientModel,
     Description,

@@ -23,7 +23,6 @@ import orjson
 
 from app.chat.approval import Decision, PendingCall, decision_problems
 from app.chat.model import ModelToolCall
-from app.crypto import random_hex
 from app.errors import (
     ConflictError,
     DatabaseUnavailable,
@@ -32,6 +31,7 @@ from app.errors import (
     UnprocessableError,
     field_error,
 )
+from app.kit.crypto import random_hex
 from app.repositories.approvals import ApprovalRepository
 from app.repositories.database import Document, utc_now
 from app.schemas.approvals import OperatorDecision, WaitingApproval, WaitingApprovalPage

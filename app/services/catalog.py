@@ -10,7 +10,7 @@ So a snapshot changes only when its tools do:
   process mark it stale at once (read again next time; served only if that read fails), another
   replica's writes within the sync interval (the change stamps, app/services/changes.py). Only
   while the stamps cannot be read does the TTL (TOOL_CACHE_TTL_S; 0 turns caching off) bound
-  how stale a snapshot may be (app/cache.py).
+  how stale a snapshot may be (app/kit/cache.py).
 - **Incremental.** A refresh re-parses only the documents whose content changed: each entry is
   keyed by the digest of its stored document, the previous snapshot's entries are reused by it,
   and typed tools are shared by digest across tenants (every tenant's seeded tools are one set
@@ -42,7 +42,7 @@ from typing import Any, TypeVar, get_args
 
 import orjson
 
-from app.cache import Coherence, LoadingCache
+from app.kit.cache import Coherence, LoadingCache
 from app.repositories.categories import CategoryRepository
 from app.repositories.tools import ToolRepository
 from app.schemas.tools import ApprovalMode, StoredTool, Tool, UnreadableTool

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
-from app.limits import Fence, local_fence
+from app.limits.local import Fence, local_fence
 from app.repositories.categories import CategoryRepository
 from app.repositories.tools import ToolRepository
 from app.schemas.categories import (

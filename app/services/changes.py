@@ -71,7 +71,7 @@ class ChangeFeed:
         """Whether every change made after `read_at` (on `clock`) reaches the listeners: the
         stamps have been read since before it, and were read successfully within the last
         intervals. Caches whose entries are covered keep them until a change says otherwise
-        (app/cache.py); otherwise their TTLs bound the staleness."""
+        (app/kit/cache.py); otherwise their TTLs bound the staleness."""
         since, last = self._watching_since, self._last_read
         if since is None or last is None or read_at < since:
             return False

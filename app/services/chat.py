@@ -14,9 +14,10 @@ from app.chat.approval import Decision, unanswered_calls
 from app.chat.loop import ChatLoop, ChatResult, ChatRun, EventSink
 from app.chat.model import ModelNotConfiguredError, ModelToolCall
 from app.errors import AppError, ForbiddenError, UnprocessableError, field_error, problem_body
-from app.limits import Limits, Release
-from app.logs import hiding_forms
-from app.metrics import Metrics
+from app.limits.local import Limits, Release
+from app.observe.logs import hiding_forms
+from app.observe.metrics import Metrics
+from app.observe.telemetry import agent_finished, agent_span
 from app.schemas.chat import ChatRequest, ChatResponse
 from app.services.approvals import ApprovalBook
 from app.services.chat_record import fill_chat_record, usage_document
@@ -25,7 +26,6 @@ from app.services.client_tokens import ClientToken
 from app.services.model_providers import ChosenModel, ModelProviderService
 from app.services.runs import RunRecorder, RunRecording, new_run_id, recording
 from app.services.toolbox import Toolbox, Toolset
-from app.telemetry import agent_finished, agent_span
 
 logger = logging.getLogger(__name__)
 # One server-sent event (name, data), or None for a keep-alive comment.

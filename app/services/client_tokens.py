@@ -1,5 +1,5 @@
 """Client tokens: random, shown once, stored as HMAC-SHA256 like tenant keys, with their
-context values sealed (AES-GCM, app/crypto.py) and their tool selection.
+context values sealed (AES-GCM, app/kit/crypto.py) and their tool selection.
 
 A token opens `/mcp`, `/chat` and invoke for its tenant: its context values are bound
 server-side and it sees only its selected tools. The context contract
@@ -19,10 +19,10 @@ from typing import Any
 
 import orjson
 
-from app.cache import LoadingCache
-from app.crypto import SecretBox, UnsealError, associated_data, key_hash
 from app.errors import ConflictError, NotFoundError, ServiceUnavailableError
-from app.limits import Fence, local_fence
+from app.kit.cache import LoadingCache
+from app.kit.crypto import SecretBox, UnsealError, associated_data, key_hash
+from app.limits.local import Fence, local_fence
 from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Document, utc_now
 from app.schemas.client_tokens import ClientToken as ShownToken

@@ -38,8 +38,8 @@ from jwt.exceptions import (
     PyJWTError,
 )
 
-from app.cache import LoadingCache
 from app.errors import NotFoundError, UnauthorizedError, UnprocessableError, field_error
+from app.kit.cache import LoadingCache
 from app.repositories.database import Document, utc_now
 from app.repositories.identity import IdentityRepository
 from app.schemas.identity import IdentityConfig, IdentityPut, TokenTest

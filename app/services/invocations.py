@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.errors import AppError, NotFoundError, UnprocessableError, field_error, problem_body
-from app.limits import Limits, Release
-from app.logs import hiding_forms
+from app.limits.local import Limits, Release
+from app.observe.logs import hiding_forms
 from app.schemas.fields import arguments_problem
 from app.schemas.runs import RunKind
 from app.services.client_tokens import ClientToken

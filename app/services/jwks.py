@@ -28,9 +28,9 @@ import orjson
 from jwt import PyJWK
 from jwt.exceptions import PyJWTError
 
+from app.http.client import OutboundError, OutboundTimeoutError
+from app.http.netguard import OutboundBlockedError, OutboundPolicy, url_problems
 from app.services.outbound import TenantOutbound
-from app.tools.netguard import OutboundBlockedError, OutboundPolicy, url_problems
-from app.tools.outbound_client import OutboundError, OutboundTimeoutError
 
 logger = logging.getLogger(__name__)
 MAX_KEY_SETS = 10_000  # (tenant, URL) pairs kept; the least recently used is dropped first

@@ -9,7 +9,6 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.crypto import SecretBox, UnsealError, associated_data
 from app.errors import (
     ConflictError,
     ForbiddenError,
@@ -18,16 +17,24 @@ from app.errors import (
     UnprocessableError,
     field_error,
 )
-from app.limits import Fence, local_fence
+from app.http.netguard import OutboundPolicy, url_problems
+from app.kit.crypto import SecretBox, UnsealError, associated_data
+from app.limits.local import Fence, local_fence
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub, McpTimeoutError, McpUnavailableError
 from app.mcp.tools import mcp_server_tool, mcp_tool_document
 from app.repositories.mcp_servers import McpServerRepository
 from app.schemas.fields import Provider
-from app.schemas.mcp import McpServerCreate, McpServerFields, McpServerUpdate
+from app.schemas.mcp import (
+    McpServerCreate,
+    McpServerFields,
+    McpServerOut,
+    McpServerTest,
+    McpServerToolSeen,
+    McpServerUpdate,
+)
 from app.services.outbound import TenantOutbound
 from app.services.secrets import ResealReport
-from app.tools.netguard import OutboundPolicy, url_problems
 from app.tools.typed import McpServerTool
 
 logger = logging.getLogger(__name__)
@@ -67,7 +74,7 @@ class McpServerService:
     def _operator_for(self, tenant_id: str) -> dict[str, McpServer]:
         return {n: s for n, s in self._operator.items() if s.available_to(tenant_id)}
 
-    async def create(self, body: McpServerCreate, *, tenant_id: str) -> dict[str, Any]:
+    async def create(self, body: McpServerCreate, *, tenant_id: str) -> McpServerOut:
         await self._check_url(body.url, tenant_id)
         if body.name in self._operator_for(tenant_id):
             raise ConflictError(f"'{body.name}' is the name of a server the operator provides")
@@ -82,7 +89,7 @@ class McpServerService:
             stored = await self._servers.insert(document, tenant_id=tenant_id)
         return self._shown_stored(stored, tenant_id, warnings)
 
-    async def replace(self, name: str, body: McpServerUpdate, *, tenant_id: str) -> dict[str, Any]:
+    async def replace(self, name: str, body: McpServerUpdate, *, tenant_id: str) -> McpServerOut:
         """Replace one of the tenant's servers but for its name (and, when `headers` is left
         out, its stored header values); the same checks as `create`."""
         if name in self._operator_for(tenant_id):
@@ -139,9 +146,9 @@ class McpServerService:
 
     def _shown_stored(
         self, stored: dict[str, Any], tenant_id: str, warnings: list[str]
-    ) -> dict[str, Any]:
+    ) -> McpServerOut:
         shown = _shown_document(self._server(stored, tenant_id), stored)
-        return {**shown, "warnings": warnings} if warnings else shown
+        return shown.model_copy(update={"warnings": warnings}) if warnings else shown
 
     async def _selection_warnings(
         self,
@@ -198,15 +205,15 @@ class McpServerService:
         server = McpServer.from_tenant_document({**doc, "headers": opened})
         return server if policy is None else dataclasses.replace(server, policy=policy)
 
-    async def all(self, *, tenant_id: str) -> list[dict[str, Any]]:
+    async def all(self, *, tenant_id: str) -> list[McpServerOut]:
         shown = [_shown(s) for s in self._operator_for(tenant_id).values()]
         shown += [
             _shown_document(self._server(doc, tenant_id), doc)
             for doc in await self._servers.all(tenant_id=tenant_id)
         ]
-        return sorted(shown, key=lambda s: s["name"])
+        return sorted(shown, key=lambda s: s.name)
 
-    async def get(self, name: str, *, tenant_id: str) -> dict[str, Any]:
+    async def get(self, name: str, *, tenant_id: str) -> McpServerOut:
         operator = self._operator_for(tenant_id).get(name)
         if operator is not None:
             return _shown(operator)
@@ -277,24 +284,27 @@ class McpServerService:
         tools = await self._hub.server_tools(server, {}, tenant_id=tenant_id)
         return [mcp_server_tool(server, tool) for tool in tools]
 
-    async def test(self, name: str, *, tenant_id: str) -> dict[str, Any]:
+    async def test(self, name: str, *, tenant_id: str) -> McpServerTest:
         """Connect now (its cached list set aside) and list the server's tools as a chat would
-        be offered them, or say why that failed (an McpServerTest)."""
+        be offered them, or say why that failed."""
         server = await self._named(name, tenant_id=tenant_id)
         self._hub.forget_lists(server)
         started = time.perf_counter()
-        found: dict[str, Any] = {"name": name, "ok": True, "tools": []}
+        tools: list[McpServerToolSeen] = []
+        error = None
         try:
             listed = await self._hub.server_tools(server, {}, tenant_id=tenant_id)
         except (McpUnavailableError, McpTimeoutError) as exc:
-            found.update(ok=False, error=exc.message)
+            error = exc.message
         else:
-            found["tools"] = [
-                {"tool_id": t.tool_id, "name": t.mcp_tool, "description": t.description}
+            tools = [
+                McpServerToolSeen(tool_id=t.tool_id, name=t.mcp_tool, description=t.description)
                 for t in (mcp_server_tool(server, tool) for tool in listed)
             ]
-        found["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
-        return found
+        duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        return McpServerTest(
+            name=name, ok=error is None, duration_ms=duration_ms, tools=tools, error=error
+        )
 
     async def tools_json(
         self, name: str, *, tenant_id: str, provider: Provider | None
@@ -345,15 +355,13 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
 
 
-def _shown_document(server: McpServer, doc: dict[str, Any]) -> dict[str, Any]:
-    shown = _shown(server, doc.get("created_at"))
-    shown["enabled"] = _enabled(doc)
-    if doc.get("updated_at") is not None:
-        shown["updated_at"] = doc["updated_at"]
-    return shown
+def _shown_document(server: McpServer, doc: dict[str, Any]) -> McpServerOut:
+    return _shown(server, doc.get("created_at"), doc.get("updated_at"), enabled=_enabled(doc))
 
 
-def _shown(server: McpServer, created_at: Any = None) -> dict[str, Any]:
+def _shown(
+    server: McpServer, created_at: Any = None, updated_at: Any = None, *, enabled: bool = True
+) -> McpServerOut:
     """What a tenant sees of a server: never header values, nor an operator's command or env."""
     shown: dict[str, Any] = {
         "name": server.name,
@@ -368,4 +376,5 @@ def _shown(server: McpServer, created_at: Any = None) -> dict[str, Any]:
         shown["url"] = server.url
         shown["headers"] = {k: masked(v) for k, v in server.headers.items()}
         shown["created_at"] = created_at
-    return shown
+        shown["updated_at"] = updated_at
+    return McpServerOut(**shown, enabled=enabled)

@@ -14,19 +14,19 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from app.cache import LoadingCache
 from app.chat.apis import build_model_api
 from app.chat.http_model_client import MAX_ANSWER_BYTES, HTTPModelClient
 from app.chat.model import ModelClient
 from app.chat.strict_tools import StrictToolsAPI
 from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
-from app.limits import Fence, local_fence
+from app.http.netguard import OutboundPolicy, guarded_connector, url_problems
+from app.http.wire import HeaderError, header_problem
+from app.kit.cache import LoadingCache
+from app.limits.local import Fence, local_fence
 from app.repositories.model_providers import ModelProviderRepository
-from app.schemas.model_providers import ModelProviderPut
+from app.schemas.model_providers import ModelProvider, ModelProviderPut
 from app.services.outbound import TenantOutbound
 from app.services.secrets import SecretService
-from app.tools.netguard import OutboundPolicy, guarded_connector, url_problems
-from app.wire import HeaderError, header_problem
 
 MAX_CLIENTS = 256  # provider clients open at once; the least used is closed first
 CLOSE_DELAY_S = 60.0  # a replaced client is closed once the calls it carries have ended
@@ -87,7 +87,7 @@ class ModelProviderService:
 
     async def put(
         self, name: str, body: ModelProviderPut, *, tenant_id: str
-    ) -> tuple[dict[str, Any], bool]:
+    ) -> tuple[ModelProvider, bool]:
         """Create or replace a provider: 422 for a URL the tenant's policy refuses or a secret
         it does not have, 409 past the cap."""
         problems = url_problems(body.base_url, await self._outbound.policy(tenant_id))
@@ -119,10 +119,10 @@ class ModelProviderService:
     async def _read(self, tenant_id: str) -> list[dict[str, Any]]:
         return await self._providers.all(tenant_id=tenant_id)
 
-    async def all(self, *, tenant_id: str) -> list[dict[str, Any]]:
+    async def all(self, *, tenant_id: str) -> list[ModelProvider]:
         return [_shown(doc) for doc in await self._providers.all(tenant_id=tenant_id)]
 
-    async def get(self, name: str, *, tenant_id: str) -> dict[str, Any]:
+    async def get(self, name: str, *, tenant_id: str) -> ModelProvider:
         doc = await self._providers.get(name, tenant_id=tenant_id)
         if doc is None:
             raise NotFoundError(f"no model provider named '{name}'")
@@ -274,5 +274,5 @@ def _unsendable(secret: str) -> str:
     )
 
 
-def _shown(doc: dict[str, Any]) -> dict[str, Any]:
-    return {key: doc[key] for key in _SHOWN if key in doc}
+def _shown(doc: dict[str, Any]) -> ModelProvider:
+    return ModelProvider.model_validate({key: doc[key] for key in _SHOWN if key in doc})

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from mcp.shared.auth import OAuthClientInformationFull
 from pydantic import ValidationError
 
-from app.cache import LoadingCache
+from app.kit.cache import LoadingCache
 from app.repositories.database import utc_now
 from app.repositories.oauth import OAuthRepository
 from app.services.jwks import IssuerDocuments, IssuerFetchError

@@ -38,10 +38,10 @@ from mcp.server.auth.provider import (
 )
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
-from app.cache import LoadingCache
-from app.crypto import key_hash
 from app.errors import NotFoundError, UnauthorizedError, UnprocessableError, field_error
-from app.limits import RateLimiter
+from app.kit.cache import LoadingCache
+from app.kit.crypto import key_hash
+from app.limits.local import RateLimiter
 from app.repositories.database import Document, utc_now
 from app.repositories.oauth import OAuthRepository
 from app.schemas.oauth import ConnectLink, PendingConsent

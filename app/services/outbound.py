@@ -13,12 +13,12 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Callable
 
-from app.cache import LoadingCache
 from app.errors import NotFoundError, UnprocessableError, field_error
+from app.http.client import OutboundClient
+from app.http.netguard import OutboundPolicy, allow_entry_problem, forced_entry_problem
+from app.kit.cache import LoadingCache
 from app.repositories.tenants import TenantStore
 from app.services.changes import Publish, unpublished
-from app.tools.netguard import OutboundPolicy, allow_entry_problem, forced_entry_problem
-from app.tools.outbound_client import OutboundClient
 
 MAX_CACHED_TENANTS = 100_000
 MAX_CLIENTS = 256  # distinct allow lists with a client open; the least used is closed first

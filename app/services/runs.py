@@ -16,8 +16,9 @@ from typing import Any
 
 import orjson
 
-from app.crypto import random_hex
 from app.errors import AppError, NotFoundError, UnprocessableError, field_error
+from app.kit.crypto import random_hex
+from app.observe.telemetry import annotate
 from app.repositories.database import utc_now
 from app.repositories.runs import RunStore
 from app.repositories.storable import storable
@@ -25,7 +26,6 @@ from app.schemas.runs import Run, RunKind, RunQuery, RunStatus, Usage
 from app.schemas.usage import BucketSize, UsageBy
 from app.services.run_recorder import RunRecorder as RunRecorder  # where callers import it
 from app.services.usage import usage_report, usage_window
-from app.telemetry import annotate
 
 logger = logging.getLogger(__name__)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from app.crypto import SecretBox, UnsealError, associated_data
 from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
-from app.limits import Fence, local_fence
+from app.kit.crypto import SecretBox, UnsealError, associated_data
+from app.limits.local import Fence, local_fence
 from app.repositories.secrets import SecretRepository
+from app.schemas.secrets import SecretInfo
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class SecretService:
     def box(self) -> SecretBox:
         return self._box
 
-    async def put(self, name: str, value: str, *, tenant_id: str) -> tuple[dict[str, Any], bool]:
+    async def put(self, name: str, value: str, *, tenant_id: str) -> tuple[SecretInfo, bool]:
         if len(value.encode()) > self._max_bytes:
             raise UnprocessableError(
                 "The secret is too large.",
@@ -66,10 +66,11 @@ class SecretService:
                         f"the tenant already has {self._max_count} secrets "
                         "(MAX_SECRETS_PER_TENANT); delete one first"
                     )
-            return await self._secrets.put(name, sealed, tenant_id=tenant_id)
+            stored, created = await self._secrets.put(name, sealed, tenant_id=tenant_id)
+        return SecretInfo.model_validate(stored), created
 
-    async def all(self, *, tenant_id: str) -> list[dict[str, Any]]:
-        return await self._secrets.all(tenant_id=tenant_id)
+    async def all(self, *, tenant_id: str) -> list[SecretInfo]:
+        return [SecretInfo.model_validate(d) for d in await self._secrets.all(tenant_id=tenant_id)]
 
     async def delete(self, name: str, *, tenant_id: str) -> None:
         if not await self._secrets.delete(name, tenant_id=tenant_id):

@@ -9,11 +9,11 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from app.cache import LoadingCache
-from app.crypto import key_hash
 from app.errors import DatabaseError, NotFoundError
+from app.kit.cache import LoadingCache
+from app.kit.crypto import key_hash
 from app.repositories.approvals import ApprovalRepository
 from app.repositories.categories import CategoryRepository
 from app.repositories.mcp_servers import McpServerRepository
@@ -23,6 +23,7 @@ from app.repositories.runs import RunStore
 from app.repositories.secrets import SecretRepository
 from app.repositories.tenants import KeyOwner, TenantStore
 from app.repositories.tools import ToolRepository
+from app.schemas.tenants import Tenant
 from app.services.catalog import TOOLS_STAMP, ToolCatalog, tools_stamp
 from app.services.changes import Publish, unpublished
 from app.services.client_tokens import ClientTokenService
@@ -157,7 +158,7 @@ class TenantService:
     async def aclose(self) -> None:
         await self._auth_cache.aclose()
 
-    async def create(self, *, tenant_id: str) -> tuple[dict[str, Any], str]:
+    async def create(self, *, tenant_id: str) -> tuple[Tenant, str]:
         """Create a tenant with its tool collection and seeded tools; return it and its key.
         Once its document is written the tenant exists: if reconciling it (leftovers of an
         earlier tenant of this id purged, its index, its tools) fails, it is done at its first
@@ -175,10 +176,11 @@ class TenantService:
             logger.warning("tenant %s created; reconciled later (%s)", tenant_id, exc)
         self._forget_cached(tenant_id)
         await self._publish(tenant_id)
-        return tenant, api_key
+        return Tenant.model_validate(tenant), api_key
 
-    async def page(self, *, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
-        return await self._tenants.page(limit=limit, offset=offset)
+    async def page(self, *, limit: int, offset: int) -> tuple[list[Tenant], int]:
+        items, total = await self._tenants.page(limit=limit, offset=offset)
+        return [Tenant.model_validate(t) for t in items], total
 
     async def rotate_key(self, *, tenant_id: str, keep_client_tokens: bool = False) -> KeyRotation:
         """Issue a new key; the old one stops working at once, and so do the tenant's client

@@ -27,13 +27,13 @@ import orjson
 from pydantic import TypeAdapter
 
 from app.errors import UnprocessableError, field_error
+from app.http.client import OutboundError
+from app.http.netguard import OutboundBlockedError, url_problems
 from app.schemas.tools import Tool, ToolImport
 from app.services.outbound import TenantOutbound
 from app.services.tools import ToolService
-from app.tools.netguard import OutboundBlockedError, url_problems
 from app.tools.openapi import ImportOptions
 from app.tools.openapi_worker import SHARED, ImportWorkers, Outcome, WriteChecks
-from app.tools.outbound_client import OutboundError
 from app.tools.rules import RESERVED_TOOL_IDS, WriteBounds
 
 logger = logging.getLogger(__name__)

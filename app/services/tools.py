@@ -9,7 +9,8 @@ from typing import Any
 import orjson
 
 from app.errors import ConflictError, NotFoundError, UnprocessableError, field_error
-from app.limits import Fence, local_fence
+from app.http.netguard import OutboundPolicy
+from app.limits.local import Fence, local_fence
 from app.repositories.categories import CategoryRepository
 from app.repositories.tools import ToolRepository
 from app.schemas.categories import DEFAULT_CATEGORY
@@ -24,7 +25,6 @@ from app.services.catalog import (
 )
 from app.services.changes import Publish, unpublished
 from app.services.outbound import TenantOutbound
-from app.tools.netguard import OutboundPolicy
 from app.tools.registry import FunctionRegistry
 from app.tools.rules import (
     Problem,

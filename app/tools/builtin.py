@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from app.crypto import random_below
+from app.kit.crypto import random_below
 from app.tools.calls import function_context
 from app.tools.progress import Progress
 from app.tools.registry import FunctionRegistry

@@ -10,7 +10,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from app.tools.outbound_client import OutboundClient
+from app.http.client import OutboundClient
 from app.tools.web import WebAccess
 
 

@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 import orjson
 
-from app.metrics import Metrics
-from app.telemetry import tool_finished, tool_span
+from app.observe.metrics import Metrics
+from app.observe.telemetry import tool_finished, tool_span
 from app.tools.arguments import argument_problems, merge_context
 from app.tools.executors import CallScope, ToolExecutor
 from app.tools.outcome import ErrorKind, ToolOutcome

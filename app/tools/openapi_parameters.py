@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.outbound import reserved_header_problems
+from app.http.outbound import reserved_header_problems
 from app.tools.openapi_fields import NAME, kind, short, text_field
 from app.tools.openapi_refs import Resolver, Skip
 from app.tools.openapi_schema import SchemaConverter
@@ -92,7 +92,7 @@ class Members:
 
 
 def framing_header(name: str) -> bool:
-    """A header only the HTTP client writes (`Host`, `Content-Length`, ...; app/outbound.py),
+    """A header only the HTTP client writes (`Host`, `Content-Length`, ...; app/http/outbound.py),
     or `Content-Type`, which follows from the body (no model may set it: app/tools/rules.py)."""
     return name.lower() == "content-type" or bool(reserved_header_problems([name]))
 

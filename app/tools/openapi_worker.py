@@ -30,9 +30,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from app.http.netguard import OutboundPolicy
 from app.schemas.fields import problem_lines
 from app.schemas.tools import ToolCreate
-from app.tools.netguard import OutboundPolicy
 from app.tools.openapi import Converted, DocumentError, ImportOptions, convert
 from app.tools.openapi_refs import CpuSpent
 from app.tools.openapi_text import TextError, parse_document

@@ -21,7 +21,8 @@ import jmespath
 import orjson
 from jmespath.parser import ParsedResult
 
-from app.outbound import reserved_header_problems
+from app.http.netguard import OutboundPolicy, url_problems
+from app.http.outbound import reserved_header_problems
 from app.schemas.tools import (
     ContextParameter,
     FunctionSpec,
@@ -30,7 +31,6 @@ from app.schemas.tools import (
     ToolFields,
 )
 from app.tools.arguments import value_problems
-from app.tools.netguard import OutboundPolicy, url_problems
 from app.tools.schema import compile_problem, parameters_json_schema, schema_problems
 
 Problem = tuple[str, str]

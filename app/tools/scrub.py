@@ -7,7 +7,7 @@ import binascii
 from collections.abc import Iterable
 from typing import Any
 
-from app.hidden import REDACTED, HiddenValues
+from app.kit.hidden import REDACTED, HiddenValues
 
 __all__ = ["NOTHING_HIDDEN", "REDACTED", "Scrubber"]
 
@@ -16,8 +16,8 @@ MAX_JSON_DEPTH = 64  # deeper JSON (an MCP result's structured content) is cut, 
 
 class Scrubber:
     """Replaces hidden values, raw or escaped the way an upstream may echo them
-    (`app/hidden.py`), in text headed for the model or a caller. `values` (prepared once per
-    request) also hides them from the request's log lines (`app.logs.hiding_forms`)."""
+    (`app/kit/hidden.py`), in text headed for the model or a caller. `values` (prepared once per
+    request) also hides them from the request's log lines (`app.observe.logs.hiding_forms`)."""
 
     __slots__ = ("values",)
 

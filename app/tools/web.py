@@ -5,7 +5,7 @@ readable text extracted by trafilatura (boilerplate, scripts and menus left out)
 Search goes to the service the operator configured (it may live on a private network, so its
 client is the operator's, not the tenants'); a fetched URL is the model's choice, so it goes
 through the tenant's outbound policy like any external tool, and every redirect hop is checked
-again at connect time (`app/tools/netguard.py`).
+again at connect time (`app/http/netguard.py`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from urllib.parse import urljoin
 
 import orjson
 
-from app.tools.outbound_client import (
+from app.http.client import (
     OutboundClient,
     OutboundError,
     OutboundInvalidURLError,
@@ -26,8 +26,8 @@ from app.tools.outbound_client import (
     OutboundUnreachableError,
     request_url,
 )
+from app.http.wire import HeaderError
 from app.tools.outcome import ToolFailure
-from app.wire import HeaderError
 
 SearchBackend = Literal["searxng", "tavily", "brave"]
 DEFAULT_URLS = {"tavily": "https://api.tavily.com", "brave": "https://api.search.brave.com"}

@@ -356,7 +356,7 @@ class Bench:
                 "--loop",
                 "uvloop",
                 "--http",  # the protocol and proxy setting `python -m app serve` runs with
-                "app.http_server:GuardedHttpProtocol",
+                "app.http.server:GuardedHttpProtocol",
                 "--no-proxy-headers",
                 "--log-level",
                 "warning",

@@ -20,7 +20,7 @@ from typing import Any, cast
 import orjson
 import uvloop
 
-from app.fake_model import FakeModelApp, _api_of, _as_chat, _model_option, _shaped
+from app.chat.fake_model import FakeModelApp, _api_of, _as_chat, _model_option, _shaped
 
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 

@@ -1,5 +1,5 @@
 """The outbound client alone, against one local upstream, in one process, CPU per request:
-external tools' client (`app/tools/outbound_client.py`, with the connect-time guard), one
+external tools' client (`app/http/client.py`, with the connect-time guard), one
 shared aiohttp session (the client before issue 30's third round, without its guard), and one
 shared httpx client through the same guard (the one before that). On uvloop, as the service runs.
 Prints one JSON line."""
@@ -15,8 +15,8 @@ import aiohttp
 import httpx
 import uvloop
 
-from app.tools.netguard import OutboundPolicy
-from app.tools.outbound_client import OutboundClient
+from app.http.client import OutboundClient
+from app.http.netguard import OutboundPolicy
 
 
 async def _client(url: str, count: int, concurrency: int) -> float:

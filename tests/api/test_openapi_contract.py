@@ -15,7 +15,7 @@ import jsonschema
 import orjson
 import pytest
 
-from app.fake_model import FakeModelApp
+from app.chat.fake_model import FakeModelApp
 from app.main import create_app
 from app.schemas import examples
 from app.tools.builtin import registry as builtin_registry

@@ -7,7 +7,7 @@ import re
 import httpx
 import pytest
 
-from app.crypto import new_key
+from app.kit.crypto import new_key
 from tests.support.apps import ADMIN, http_client, make_settings, running_app
 from tests.support.functions import registry
 

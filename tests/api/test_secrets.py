@@ -15,8 +15,8 @@ import pytest
 from fastapi import FastAPI
 
 from app.config import Settings
-from app.crypto import SecretBox, new_key, parse_key
 from app.deps import Services
+from app.kit.crypto import SecretBox, new_key, parse_key
 from tests.support.apps import (
     ADMIN,
     TenantCredentials,

@@ -8,7 +8,7 @@ import asyncio
 import httpx
 import pytest
 
-from app.limits import ConcurrencyLimiter
+from app.limits.local import ConcurrencyLimiter
 from app.main import create_app
 from tests.support import fake_model as script
 from tests.support import functions

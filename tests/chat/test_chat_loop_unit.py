@@ -14,7 +14,7 @@ import pytest
 
 from app.chat.loop import ChatLoop, ChatResult, ChatRun, LoopLimits
 from app.chat.model import ModelTimeoutError, ModelToolCall, ModelTurn, Usage
-from app.metrics import Metrics
+from app.observe.metrics import Metrics
 from app.tools.executors import CallScope
 from app.tools.executors.function import FunctionExecutor
 from app.tools.invocation import InvocationLimits, ToolInvoker

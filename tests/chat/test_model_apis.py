@@ -414,7 +414,7 @@ async def test_streamed_error_event(chat: ChatClient, fake: FakeModel, api: str)
 
 async def test_the_demo_fake_model_speaks_each_api(api: str) -> None:
     """`python -m app fake-model` (demos, compose, the benchmark) answers on every API."""
-    from app.fake_model import FakeModelApp
+    from app.chat.fake_model import FakeModelApp
     from app.tools.builtin import registry
 
     server = ThreadedServer(

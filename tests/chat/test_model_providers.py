@@ -301,7 +301,7 @@ async def test_deleting_a_tenant_deletes_its_providers(
 
 
 async def test_an_international_host_name_goes_on_the_wire_as_ascii(chat: ChatClient) -> None:
-    from app.wire import WirePool
+    from app.http.wire import WirePool
 
     assert WirePool("https://bücher.example/v1/messages").host_header == "xn--bcher-kva.example"
     body = provider("https://bücher.example", max_retries=0)
@@ -342,7 +342,7 @@ async def test_a_header_rule_guards_the_wire_itself(
     with such a key cannot be made, and a pool sends nothing with such a header."""
     from app.chat.http_model_client import HTTPModelClient
     from app.config import Settings
-    from app.wire import HeaderError, WirePool
+    from app.http.wire import HeaderError, WirePool
 
     url = fake_model_server[1].url
     with pytest.raises(HeaderError, match="control character"):

@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from app.crypto import new_key
-from app.logs import JsonFormatter, hiding, redact
+from app.kit.crypto import new_key
+from app.observe.logs import JsonFormatter, hiding, redact
 from tests.support import fake_model as script
 from tests.support import functions
 from tests.support.apps import ADMIN, http_client, make_settings, running_app

@@ -18,7 +18,7 @@ import pytest
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from app import telemetry
+from app.observe import telemetry
 from tests.support import fake_model as script
 from tests.support import functions
 from tests.support.apps import create_tenant, http_client, make_settings, running_app
@@ -292,7 +292,7 @@ async def test_a_failed_export_is_counted_and_logged(
         def export(self, spans: Any) -> SpanExportResult:
             return SpanExportResult.FAILURE
 
-    caplog.set_level(logging.ERROR, logger="app.telemetry")
+    caplog.set_level(logging.ERROR, logger="app.observe.telemetry")
     async with _traced(fake_model_server, Refusing()) as chat:
         metrics = chat.app.state.metrics
     assert metrics.spans_dropped._value.get() >= 1

@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 import pytest
 
+from app.http.netguard import OutboundPolicy
 from app.mcp.config import McpServer, parse_operator_servers
 from app.mcp.hub import RETRY_GRACE_S, McpHub, McpLimits
-from app.tools.netguard import OutboundPolicy
 from tests.support.apps import create_tenant
 from tests.support.clock import FakeClock
 from tests.support.mcp_service import HUNG_STDIO, demo_stdio, mcp_client, refusing_http, serve

@@ -16,11 +16,11 @@ from typing import Any
 import orjson
 import pytest
 
+from app.http.netguard import OutboundPolicy
 from app.mcp.config import McpServer, parse_operator_servers
 from app.mcp.hub import McpHub, McpLimits
 from app.mcp.pool import PoolLimits
 from app.mcp.sessions import McpSessions
-from app.tools.netguard import OutboundPolicy
 from tests.support import mcp_demo
 from tests.support.clock import FakeClock
 from tests.support.keepalive_proxy import keepalive_proxy

@@ -1,4 +1,4 @@
-"""The request-path cache (app/cache.py): one read for many callers, refreshed before it
+"""The request-path cache (app/kit/cache.py): one read for many callers, refreshed before it
 expires, never served past its TTL unless the database cannot be read (trust issue, item 11)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import logging
 import pytest
 from pymongo.errors import NetworkTimeout
 
-from app.cache import LoadingCache
+from app.kit.cache import LoadingCache
 from app.repositories.tenants import KeyOwner
 from app.services.tenants import TenantService
 from tests.support.clock import FakeClock
@@ -98,7 +98,7 @@ async def test_a_failed_refresh_serves_the_last_value_for_the_grace_only(
     await keys.get("k")
     source.error = NetworkTimeout("timed out")
     clock.advance(0.25)
-    with caplog.at_level(logging.WARNING, logger="app.cache"):
+    with caplog.at_level(logging.WARNING, logger="app.kit.cache"):
         assert await keys.get("k") == "k:v1"  # starts a refresh, which fails
         await within(lambda: "could not refresh" in caplog.text, 1)
     assert "test: could not refresh from the database (NetworkTimeout)" in caplog.text

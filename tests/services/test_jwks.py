@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from app.http.client import OutboundClient
+from app.http.netguard import OutboundPolicy
 from app.repositories.database import Database
 from app.repositories.tenants import TenantRepository
 from app.services.jwks import MAX_STALE_S, IssuerDocuments, IssuerFetchError, JwksCache, usable_keys
 from app.services.outbound import TenantOutbound
-from app.tools.netguard import OutboundPolicy
-from app.tools.outbound_client import OutboundClient
 from tests.support.apps import make_settings
 from tests.support.clock import FakeClock
 from tests.support.issuer import Issuer

@@ -1,5 +1,5 @@
 """Run ids and `recording`: ids that list in start order and never repeat (their random half:
-`app.crypto.random_hex`, tests/test_crypto.py), and a record queued once however the run
+`app.kit.crypto.random_hex`, tests/test_crypto.py), and a record queued once however the run
 inside is left."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from app.errors import NotFoundError
-from app.limits import WRITTEN, Release, once
+from app.limits.local import WRITTEN, Release, once
 from app.repositories.database import utc_now
 from app.services.invocations import PreparedRun
 from app.services.runs import RunRecording, new_run_id, recording

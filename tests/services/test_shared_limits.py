@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from app.errors import DatabaseError, DatabaseUnavailable, ServiceUnavailableError
-from app.limits import Release, TooManyRequestsError
+from app.limits.local import Release, TooManyRequestsError
+from app.limits.repository import Bucket, LimitRepository
+from app.limits.shared import SPARE_IDLE_S, SharedLimits
+from app.limits.shares import share_of
 from app.repositories.database import Database
-from app.repositories.limits import Bucket, LimitRepository
-from app.services.limit_shares import share_of
-from app.services.shared_limits import SPARE_IDLE_S, SharedLimits
 from tests.support.apps import make_settings
 from tests.support.clock import FakeClock
 from tests.support.secantus import SecantusServer, free_port

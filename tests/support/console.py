@@ -17,7 +17,7 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 from playwright.async_api import Page, Route, expect
 
-from app.fake_model import FakeModelApp
+from app.chat.fake_model import FakeModelApp
 from app.main import create_app
 from app.tools.builtin import roll_dice
 from app.tools.progress import Progress

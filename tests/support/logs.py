@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from app.logs import JsonFormatter
+from app.observe.logs import JsonFormatter
 
 
 class JsonLines(logging.Handler):

@@ -2,9 +2,9 @@
 runs stalled longer than `BOUND_S` (registered in tests/conftest.py).
 
 Every app the tests start runs the service's own lag probe in its lifespan
-(`app.metrics.probe_loop_lag`: a task that sleeps 50 ms and measures how late it wakes), on
+(`app.observe.metrics.probe_loop_lag`: a task that sleeps 50 ms and measures how late it wakes), on
 whichever loop serves the app: the test's own (ASGITransport) or a server thread's (uvicorn in
-a thread). The probe tells `app.metrics.LAG_LISTENERS` every sample; this plugin listens and
+a thread). The probe tells `app.observe.metrics.LAG_LISTENERS` every sample; this plugin listens and
 keeps the part of each sample's lateness that falls inside the test's call phase: between
 pytest-asyncio's runs of fixtures and of the test the loop is stopped, and a sleep across that
 gap would otherwise look like a stall. A stall of S seconds shows as a lag between S - 50 ms
@@ -57,7 +57,7 @@ from typing import Any
 
 import pytest
 
-from app.metrics import LAG_LISTENERS, LAG_PROBE_INTERVAL_S, run_queue_wait
+from app.observe.metrics import LAG_LISTENERS, LAG_PROBE_INTERVAL_S, run_queue_wait
 
 BOUND_S = 0.25
 SAMPLE_EVERY_S = 0.02

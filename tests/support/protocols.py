@@ -1,4 +1,4 @@
-"""The served HTTP protocol (app/http_server.py) on a real loopback socket, in the test's own
+"""The served HTTP protocol (app/http/server.py) on a real loopback socket, in the test's own
 loop: the protocols it made kept for the test to look at, all closed at the end."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from starlette.types import ASGIApp
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from app.http_server import GuardedHttpProtocol
+from app.http.server import GuardedHttpProtocol
 
 BOUND_S = 5.0  # what any wait of these tests may take, in real seconds, before it fails
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.metrics import Metrics
+from app.observe.metrics import Metrics
 from app.tools.executors import CallScope
 from app.tools.invocation import InvocationLimits, ToolInvoker
 from app.tools.outcome import ToolOutcome

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.tools.netguard import OutboundBlockedError, OutboundPolicy, Resolver
-from app.tools.outbound_client import Fetched, OutboundClient, OutboundUnreachableError
+from app.http.client import Fetched, OutboundClient, OutboundUnreachableError
+from app.http.netguard import OutboundBlockedError, OutboundPolicy, Resolver
 from tests.support.servers import ThreadedServer
 from tests.support.tls import make_certificates
 from tests.support.upstream import upstream_app

@@ -1,5 +1,5 @@
-"""The outbound client of external tools (app/tools/outbound_client.py): the connect-time guard
-of app/tools/netguard.py on the aiohttp stack, and what the client never does (follow
+"""The outbound client of external tools (app/http/client.py): the connect-time guard
+of app/http/netguard.py on the aiohttp stack, and what the client never does (follow
 redirects, keep cookies, use the environment's proxies or CAs, inflate past the cap)."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from app.tools.netguard import OutboundBlockedError, OutboundPolicy
-from app.tools.outbound_client import (
+from app.http.client import (
     OutboundClient,
     OutboundInvalidURLError,
     OutboundTimeoutError,
     OutboundUnreachableError,
     request_url,
 )
+from app.http.netguard import OutboundBlockedError, OutboundPolicy
 from tests.support.servers import ThreadedServer
 from tests.support.tls import make_certificates
 from tests.support.upstream import upstream_app

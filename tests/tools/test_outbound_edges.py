@@ -1,4 +1,4 @@
-"""The outbound client's own HTTP/1.1 edges (app/tools/outbound_client.py on app/wire.py),
+"""The outbound client's own HTTP/1.1 edges (app/http/client.py on app/http/wire.py),
 against raw servers on 127.0.0.1 that misbehave on purpose: what a hostile or broken upstream
 can make it do, and when a kept-alive connection is used again."""
 
@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from app.tools import outbound_client
-from app.tools.netguard import OutboundPolicy
-from app.tools.outbound_client import (
+from app.http import client as outbound_client
+from app.http.client import (
     OutboundClient,
     OutboundInvalidURLError,
     OutboundTimeoutError,
     OutboundUnreachableError,
 )
+from app.http.netguard import OutboundPolicy
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok"
 
@@ -215,7 +215,7 @@ async def test_the_callers_headers_replace_the_defaults_but_never_the_clients_ow
     raw: Start,
 ) -> None:
     """A caller's header replaces a default of the same name in any case; those the client
-    owns (app/outbound.py `RESERVED_HEADERS`, which stored tools may not set either) are left
+    owns (app/http/outbound.py `RESERVED_HEADERS`, which stored tools may not set either) are left
     out: Host, the body's framing, the connection's."""
     server = await raw(_ok)
     async with _client() as client:

@@ -9,17 +9,17 @@ import gzip
 
 import pytest
 
-from app.metrics import Metrics
-from app.tools.executors import CallScope
-from app.tools.executors.external import ExternalExecutor
-from app.tools.invocation import InvocationLimits, ToolInvoker
-from app.tools.netguard import OutboundBlockedError, OutboundPolicy
-from app.tools.outbound_client import (
+from app.http.client import (
     Fetched,
     OutboundClient,
     OutboundTimeoutError,
     OutboundUnreachableError,
 )
+from app.http.netguard import OutboundBlockedError, OutboundPolicy
+from app.observe.metrics import Metrics
+from app.tools.executors import CallScope
+from app.tools.executors.external import ExternalExecutor
+from app.tools.invocation import InvocationLimits, ToolInvoker
 from tests.tools.executors.test_external import _external
 from tests.tools.test_outbound_edges import OK, Start, _answering, raw
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from app.http.netguard import OutboundPolicy, url_problems
 from app.schemas.tools import StoredTool, ToolCreate
 from app.services.tools import ToolService
-from app.tools.netguard import OutboundPolicy, url_problems
 from app.tools.registry import FunctionRegistry
 from app.tools.rules import definition_problems
 from app.tools.typed import UnreadableToolError, parse_stored_tool

@@ -167,7 +167,7 @@ def test_prepared_values_are_shared_per_set_of_texts_and_bounded() -> None:
     """`HiddenValues.of` (what a `Scrubber` uses) prepares the same texts once: the same forms
     as a fresh preparation, whatever the order or type of the values given; at most
     `PREPARED_KEPT` sets are kept."""
-    from app import hidden
+    from app.kit import hidden
 
     value = "sk-abcdef0123"
     first = hidden.HiddenValues.of([value, "user-12345", 7])
@@ -193,7 +193,7 @@ def test_prepared_values_are_shared_per_set_of_texts_and_bounded() -> None:
 def test_a_list_of_strings_finds_its_prepared_set_as_given() -> None:
     """Strings as given skip taking their texts again: the same set as their texts find, and
     a Basic credential among them still hidden decoded too."""
-    from app import hidden
+    from app.kit import hidden
 
     basic = base64.b64encode(b"user:hunter2-pass").decode()  # a Basic credential, stored
     given = ["sk-abcdef0123", basic, "abc"]

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from app.tools.outbound_client import OutboundClient
+from app.http.client import OutboundClient
 from app.tools.outcome import ToolOutcome
 from app.tools.progress import ProgressSink
 from app.tools.scrub import Scrubber

@@ -1,5 +1,5 @@
 """External tools: an HTTP endpoint called through the guarded, shared outbound client
-(`app/tools/outbound_client.py`).
+(`app/http/client.py`).
 
 The request (URL with its query, headers, body) is built by `request.build_request`; here it is
 sent. Redirects are never followed; the response is read up to a cap.
@@ -11,19 +11,19 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from app.tools.executors import CallScope
-from app.tools.executors.request import build_request
-from app.tools.netguard import OutboundBlockedError
-from app.tools.outbound_client import (
+from app.http.client import (
     OutboundClient,
     OutboundInvalidURLError,
     OutboundTimeoutError,
     OutboundUnreachableError,
 )
+from app.http.netguard import OutboundBlockedError
+from app.http.wire import header_problem
+from app.tools.executors import CallScope
+from app.tools.executors.request import build_request
 from app.tools.outcome import ToolOutcome, unset_secret
 from app.tools.rules import SECRET_REFERENCE
 from app.tools.typed import ExternalTool
-from app.wire import header_problem
 
 UPSTREAM_ERROR_BODY_CHARS = 300
 
@@ -32,7 +32,7 @@ def render_headers(
     templates: dict[str, str] | None, secrets: Mapping[str, str | None]
 ) -> tuple[dict[str, str] | None, list[str]]:
     """An external tool's headers with `{secret:NAME}` replaced; a header that cannot be sent
-    as rendered (a secret holding CR, LF or NUL: the header rule of `app.wire`) is a problem.
+    as rendered (a secret holding CR, LF or NUL: the header rule of `app.http.wire`) is a problem.
     Problems name secrets and headers, never values."""
     if not templates:
         return None, []

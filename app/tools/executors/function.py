@@ -11,11 +11,11 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from app.http.client import OutboundClient
+from app.http.netguard import OutboundBlockedError
 from app.tools.calls import CURRENT, FunctionContext
 from app.tools.executors import CallScope
 from app.tools.executors.stepping import run_generator
-from app.tools.netguard import OutboundBlockedError
-from app.tools.outbound_client import OutboundClient
 from app.tools.outcome import ToolFailure, ToolOutcome
 from app.tools.registry import FunctionRegistry, RegisteredFunction, ToolRequest
 from app.tools.typed import FunctionTool

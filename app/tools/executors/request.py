@@ -24,8 +24,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import orjson
 
+from app.http.wire import header_problem
 from app.tools.typed import ExternalTool
-from app.wire import header_problem
 
 _TEMPLATE = re.compile(r"\{([^{}]*)\}")
 # What a query value may hold as it is (RFC 3986), less `&`, `=` and `+` (which form decoders

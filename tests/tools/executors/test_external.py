@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from app.http.client import Inflater as _Inflater
+from app.http.client import OutboundClient
+from app.http.netguard import OutboundPolicy
 from app.tools.executors import CallScope
 from app.tools.executors.external import ExternalExecutor
-from app.tools.netguard import OutboundPolicy
-from app.tools.outbound_client import Inflater as _Inflater
-from app.tools.outbound_client import OutboundClient
 from app.tools.outcome import ToolOutcome
 from app.tools.typed import ExternalTool
 from tests.support.servers import ThreadedServer

@@ -23,9 +23,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from app.limits import MAX_TRACKED_KEYS
+from app.limits.local import MAX_TRACKED_KEYS
 
-logger = logging.getLogger("app.services.shared_limits")
+logger = logging.getLogger("app.limits.shared")
 
 WARN_EVERY_S = 10.0
 

@@ -1,6 +1,6 @@
 """Rules for what the service sends out, shared by external tools and MCP servers.
 
-The URL rule lives in `app/tools/netguard.py` (`url_problems`: as written and under a tenant's
+The URL rule lives in `app/http/netguard.py` (`url_problems`: as written and under a tenant's
 policy; the address again at connect time). Header rules keep configured headers away from what
 the HTTP client and the MCP transport own.
 """

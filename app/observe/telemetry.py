@@ -13,9 +13,10 @@ v1.41.0 (now kept in semantic-conventions-genai, whose v0.1.0 keeps these names)
 (`tools/call {tool}`, CLIENT out, SERVER in, W3C trace context in `params._meta`).
 
 Never a hidden value: attributes carry names, ids, counts and outcomes; an error's text is
-redacted (`app.logs.redact`, which also hides the running chat's values). Message contents and
-tool arguments are recorded only with OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, after
-the run's scrubber and the log redaction, cut at CONTENT_MAX_CHARS.
+redacted (`app.observe.logs.redact`, which also hides the running chat's values). Message
+contents and tool arguments are recorded only with
+OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, after the run's scrubber and the log
+redaction, cut at CONTENT_MAX_CHARS.
 """
 
 from __future__ import annotations
@@ -35,13 +36,13 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from app.logs import carry_trace_ids, redact
+from app.observe.logs import carry_trace_ids, redact
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
     from app.config import Settings
-    from app.metrics import Metrics
+    from app.observe.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The HTTP client of external tools, web fetch and the OpenAPI import fetch: kept-alive
-connections per origin (`app/wire.py`'s pool) under one outbound policy, with the
-guarantees of `app/tools/netguard.py` at connect time.
+connections per origin (`app/http/wire.py`'s pool) under one outbound policy, with the
+guarantees of `app/http/netguard.py` at connect time.
 
 Why this client: CPU per request against one local upstream at concurrency 16, on 2 cores: one
 shared `httpx.AsyncClient` behind the same guard 1.7-2.3 ms (a quarter of it httpcore's pool
@@ -46,8 +46,8 @@ from urllib.parse import urlencode
 
 import httpx
 
-from app.tools.netguard import OutboundPolicy, Resolver, guarded_connector, system_resolver
-from app.wire import (
+from app.http.netguard import OutboundPolicy, Resolver, guarded_connector, system_resolver
+from app.http.wire import (
     READ_SIZE,
     Connection,
     ConnectionClosedError,
@@ -421,7 +421,7 @@ def _reason(exc: WireError) -> str:
 def _headers(given: dict[str, str] | None, body: bytes | None) -> dict[str, str]:
     """The request's headers: the client's defaults, replaced by the caller's of the same
     name (in any case), and a Content-Type for a body. The head is built and every header
-    checked where it is written (`app.wire.request_head`)."""
+    checked where it is written (`app.http.wire.request_head`)."""
     sent = {"User-Agent": USER_AGENT, "Accept-Encoding": "gzip, deflate"}
     if body is not None:
         sent["Content-Type"] = "application/json"

@@ -37,7 +37,7 @@ from app.repositories.database import Database, Document, repository
 
 UPSERT_TRIES = 3
 # A limit check waits at most this long for the database (LIMITS_CHECK_TIMEOUT_S); past it the
-# caller counts on its own (app/services/shared_limits.py). Admission is on every chat's path.
+# caller counts on its own (app/limits/shared.py). Admission is on every chat's path.
 CHECK_TIMEOUT_S = 0.5
 REPLICAS_ID = "replicas"
 KEEP_MS = 60_000  # how long an idle document stays past the point where it means nothing

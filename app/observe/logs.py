@@ -20,13 +20,13 @@ from typing import Any
 import orjson
 from opentelemetry import trace
 
-from app.hidden import REDACTED, HiddenValues
+from app.kit.hidden import REDACTED, HiddenValues
 
 # What a request's log lines carry: the middleware sets it, authentication adds the tenant.
 request_context: ContextVar[dict[str, str] | None] = ContextVar("request_context", default=None)
 # Values a running chat must never log (context arguments, secrets), set for its duration.
 _hidden_values: ContextVar[HiddenValues | None] = ContextVar("hidden_values", default=None)
-# Whether lines carry the current span's trace_id and span_id (tracing on: app/telemetry.py).
+# Whether lines carry the current span's trace_id and span_id (tracing on: telemetry.py).
 _trace_ids = False
 
 _PATTERNS = [

@@ -5,7 +5,7 @@ An upstream that received a value may echo it back escaped: JSON (`\\u002B`, `\\
 HTML (`&#47;`, `&#x2F;`, `&apos;`), percent-encoded (each byte, twice, lower-case hex), a JSON
 body inside a JSON string, or with its UTF-8 misread as Latin-1 (a header echoed by a server
 that decodes headers so: `José` as `JosÃ©`). Rather than list every encoding of every value,
-`HiddenValues` decodes the text (`app/unescape.py`), searches the decoded texts as well as the
+`HiddenValues` decodes the text (`app/kit/unescape.py`), searches the decoded texts as well as the
 text itself, and replaces the span of the original text each match came from. Two encodings
 cannot be undone without knowing the value, so they are searched for: base64 (the value's three
 alignments, so it is found at any offset of a longer blob, also with MIME line breaks) and hex.
@@ -21,7 +21,7 @@ import binascii
 from collections.abc import Iterable
 from typing import Any
 
-from app.unescape import Layer, decoded_views, original_span, without_line_breaks
+from app.kit.unescape import Layer, decoded_views, original_span, without_line_breaks
 
 MIN_HIDDEN_LENGTH = 4
 REDACTED = "[redacted]"

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from app.errors import DatabaseError, ServiceUnavailableError
-from app.limits import Fence, TenantLocks
-from app.repositories.limits import LimitRepository
+from app.limits.local import Fence, TenantLocks
+from app.limits.repository import LimitRepository
 
 FENCE_TTL_MS = 15_000.0  # a holder that dies frees the fence after this
 FENCE_WAIT_S = 10.0  # a create waits at most this long for another replica's create

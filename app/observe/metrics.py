@@ -129,7 +129,7 @@ class Metrics:
             buckets=LAG_BUCKETS,
             registry=registry,
         )
-        # python_gc_*: the collector's runs and what they found, per generation (app/heap.py).
+        # python_gc_*: the collector's runs and what they found, per generation (app/kit/heap.py).
         GCCollector(registry=registry)
         self.run_records_lost = Counter(
             "toolgate_run_records_lost",

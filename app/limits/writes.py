@@ -1,5 +1,5 @@
 """The write rate counted in MongoDB (LIMITS=shared); while the database does not answer, this
-replica's share of it (app/services/limit_shares.py), charged to the shared bucket on return."""
+replica's share of it (app/limits/shares.py), charged to the shared bucket on return."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.errors import DatabaseError, ServiceUnavailableError
-from app.limits import TooManyRequestsError
-from app.repositories.limits import Bucket, Grant, LimitRepository
-from app.services.limit_shares import Alone, SeenTokens, ShareBucket
+from app.limits.local import TooManyRequestsError
+from app.limits.repository import Bucket, Grant, LimitRepository
+from app.limits.shares import Alone, SeenTokens, ShareBucket
 
 
 @dataclass

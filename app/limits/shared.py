@@ -1,6 +1,6 @@
 """Limits counted in MongoDB: exact across every replica on the database (LIMITS=shared).
 
-- **Rates** are token buckets in per-tenant documents (app/repositories/limits.py), each check
+- **Rates** are token buckets in per-tenant documents (app/limits/repository.py), each check
   one atomic `find_one_and_update`.
 - **Concurrent runs** are leases: each replica keeps its count of runs held in the tenant's
   document and renews it every `lease_s / 3`; a replica that dies stops renewing, and its slots
@@ -24,7 +24,7 @@ What it costs, and how that is kept down (docs/replicas.md, "Shared limits"):
 
 When the database does not answer a check (within LIMITS_CHECK_TIMEOUT_S), this process counts
 on its own for LIMITS_FALLBACK_S without asking again: at most its share of each limit
-(app/services/limit_shares.py), written into the shared counts when the database answers.
+(app/limits/shares.py), written into the shared counts when the database answers.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from app.errors import DatabaseError, DatabaseUnavailable, ServiceUnavailableError
-from app.limits import WRITTEN, Fence, Release, TooManyRequestsError, once
-from app.repositories.limits import Bucket, Grant, LimitRepository
-from app.services.limit_shares import Alone, SeenTokens, ShareBucket, share_of
-from app.services.shared_fence import shared_fence
-from app.services.shared_writes import SharedWrites
+from app.limits.fence import shared_fence
+from app.limits.local import WRITTEN, Fence, Release, TooManyRequestsError, once
+from app.limits.repository import Bucket, Grant, LimitRepository
+from app.limits.shares import Alone, SeenTokens, ShareBucket, share_of
+from app.limits.writes import SharedWrites
 
 logger = logging.getLogger(__name__)
 

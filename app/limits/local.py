@@ -2,7 +2,7 @@
 
 `TenantLimits` holds them in this process: the in-memory store's, or `LIMITS=local` (with N
 replicas a tenant then gets up to N times the rates and the concurrency). `SharedLimits`
-(app/services/shared_limits.py) holds them in MongoDB, exact across replicas. Services see
+(app/limits/shared.py) holds them in MongoDB, exact across replicas. Services see
 `Limits`.
 """
 

@@ -7,7 +7,7 @@ become a way into the network it runs in. Two layers:
   control characters) and, under a tenant's policy, where it points (ports, local names,
   non-public addresses): tool writes, MCP server writes and the OpenAPI import fetch call it
   (a 422); parsing a stored tool calls it without a policy.
-- `guarded_connector` (the service's HTTP client, `app/wire.py`, dials only what it returns)
+- `guarded_connector` (the service's HTTP client, `app/http/wire.py`, dials only what it returns)
   resolves the host once per connection, refuses unless every address is allowed, and gives
   the checked addresses to connect to, so a DNS answer that changes between check and connect
   (rebinding) cannot slip through. Redirects are never followed.
@@ -32,8 +32,8 @@ from urllib.parse import urlsplit
 import certifi
 import httpx
 
-from app.outbound import DEFAULT_BLOCKED_PORTS, DEFAULT_PORTS, open_ports
-from app.wire import Connector
+from app.http.outbound import DEFAULT_BLOCKED_PORTS, DEFAULT_PORTS, open_ports
+from app.http.wire import Connector
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -398,7 +398,7 @@ def guarded_connector(
     policy: OutboundPolicy, resolver: Resolver = system_resolver, *, lookup_s: float | None = None
 ) -> Connector:
     """The one connect-time guard, for every outbound connection the service's HTTP client
-    (`app/wire.py`) makes under a policy (external tools, web fetch, the import fetch, tenants'
+    (`app/http/wire.py`) makes under a policy (external tools, web fetch, the import fetch, tenants'
     model providers, MCP servers over HTTP): the addresses the pool may dial, each checked by
     `vetted_addresses`; the pool dials only these, so nothing is looked up twice."""
 

@@ -1,7 +1,7 @@
 """The service's one HTTP/1.1 client: kept-alive connections per origin, answers parsed by llhttp
 (`httptools.HttpResponseParser`), the request head built and checked in one place
 (`request_head`). Model calls (`app/chat/http_model_client.py`), external tools, web fetch and the
-import fetch (`app/tools/outbound_client.py`, which adds the connect-time guard, deadlines and
+import fetch (`app/http/client.py`, which adds the connect-time guard, deadlines and
 the capped, inflating read) and MCP servers over HTTP (`app/mcp/transport.py`) all send through
 it. Why a lean client: docs/performance.md ("The outbound client").
 
@@ -29,8 +29,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from app.outbound import RESERVED_HEADERS
-from app.telemetry import outbound_headers
+from app.http.outbound import RESERVED_HEADERS
+from app.observe.telemetry import outbound_headers
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
