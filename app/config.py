@@ -222,9 +222,10 @@ class Settings(BaseSettings):
     jwks_timeout_s: float = Field(default=5.0, gt=0, le=60)
     jwks_max_bytes: int = Field(default=262_144, ge=1024, le=4 * 1_048_576)
     jwt_leeway_s: float = Field(default=30.0, ge=0, le=300)
-    # toolgate's own OAuth server for /mcp/{tenant_id} (docs/mcp.md, "Connect by URL"): token
-    # and connect-link lifetimes, and the requests per minute one client address may make to
-    # its routes that need no credential (registration, sign-in, consent; 0: no limit).
+    # toolgate's own OAuth server for /mcp/{tenant_id} (docs/mcp.md, "Connect Claude.ai,
+    # ChatGPT or Claude Code by URL"): token and connect-link lifetimes, and the requests per
+    # minute one client address may make to its routes that need no credential (registration,
+    # sign-in, consent; 0: no limit).
     oauth_access_token_ttl_s: int = Field(default=3600, ge=60, le=86_400)
     oauth_refresh_token_ttl_s: int = Field(default=30 * 86_400, ge=300, le=366 * 86_400)
     connect_link_ttl_s: int = Field(default=86_400, ge=60, le=30 * 86_400)

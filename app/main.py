@@ -87,10 +87,9 @@ def _warn_about_development_setup(settings: Settings) -> None:
 
 
 def _build_routes(app: FastAPI) -> None:
-    """FastAPI (0.16x) builds each included router's routes when the first request reaches
-    it: about 0.3 s of CPU on the event loop, stalling every request then in flight (the loop
-    watchdog of the test suite caught it). Built here, before the first request, instead; if
-    FastAPI stops building them lazily, this does nothing."""
+    """Builds each included router's routes now, before the first request, which FastAPI
+    would otherwise do lazily on the event loop; if FastAPI stops building them lazily, this
+    does nothing. Speed: docs/performance.md, "Why the code is shaped as it is"."""
     for route in app.router.routes:
         for build in ("effective_candidates", "effective_low_priority_routes"):
             method = getattr(route, build, None)
@@ -169,8 +168,7 @@ def create_app(
             await stack.enter_async_context(gateway.running())
             _build_routes(app)
             if settings.docs_served:
-                # Built before the first request too: 0.3-0.6 s of CPU that holds the GIL in
-                # long stretches, so even on a worker thread it stalled every request in flight.
+                # Built before the first request too, for the same reason (`_build_routes`).
                 app.openapi()
             if tune_gc:
                 stack.enter_context(settled_heap())

@@ -23,6 +23,31 @@ def test_no_pointer_to_a_readme_section_and_every_page_named_exists() -> None:
     assert pages and {page for page in pages if not (ROOT / page).exists()} == set()
 
 
+def test_every_section_named_beside_a_page_is_a_heading_of_it() -> None:
+    """`docs/<page>.md, "<title>"` in the code names (part of) a heading of that page (a title
+    may run over lines of a comment or docstring)."""
+    named = {
+        (page, " ".join(word for word in title.split() if word != "#"))
+        for p in SOURCES
+        for page, title in re.findall(r'(docs/[\w-]+\.md),? \(?"([^"]+)"', p.read_text())
+    }
+    headings = {
+        page: [
+            line.lstrip("#").strip().lower()
+            for line in (ROOT / page).read_text().splitlines()
+            if line.startswith("#")
+        ]
+        for page, _ in named
+        if (ROOT / page).exists()
+    }
+    missing = {
+        (page, title)
+        for page, title in named
+        if not any(title.lower() in heading for heading in headings.get(page, []))
+    }
+    assert named and missing == set()
+
+
 def test_the_model_client_choice_is_described_as_it_is() -> None:
     example = (ROOT / ".env.example").read_text()
     comment = example.split("\nMODEL_CLIENT=", 1)[0].rsplit("\n", 1)[-1]

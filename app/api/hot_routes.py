@@ -1,11 +1,11 @@
 """`POST /tools/{tool_id}/invoke`, `POST /chat` and `/mcp`: ordinary Starlette routes placed
 first in the app's routing table (`hot_routes`), ahead of FastAPI's routes of the same paths.
 
-Why: FastAPI's route machinery (dependency solving, its request and response wrappers) cost
-about a third of an invoke's CPU (docs/performance.md, "One routing table"). These routes take
-only the plain case: a POST with a JSON body (and, for invoke, a well-formed tool id and no
-stream asked for). Anything else (a malformed id, another content type, another method) does not
-match them and reaches the FastAPI route of the same path, which stays the documented one.
+Why: the cost of FastAPI's route machinery (docs/performance.md, "Why the code is shaped as it
+is"). These routes take only the plain case: a POST with a JSON body (and, for invoke, a
+well-formed tool id and no stream asked for). Anything else (a malformed id, another content
+type, another method) does not match them and reaches the FastAPI route of the same path, which
+stays the documented one.
 
 The plain case runs the same steps the FastAPI route runs, in the same order, through the same
 functions (`authenticate`, the body's model, the service); it is inside every middleware and

@@ -61,8 +61,8 @@ class _BodyGate:
     wait (a body already in when the app reads it, the usual case, arms none) and dropped once
     the body is in. The timer cancels a read it finds waiting; that read answers 408. A read
     once the deadline has passed is still tried, as `asyncio.timeout` would: a body already
-    received is taken, and only a read that has to wait is a 408. (`asyncio.timeout` around
-    each read cost 10-30 us of every request with a body; a timer armed and dropped, 3-5.)"""
+    received is taken, and only a read that has to wait is a 408. Speed: docs/performance.md,
+    "Why the code is shaped as it is"."""
 
     __slots__ = (
         "_cancelled",

@@ -1,8 +1,8 @@
 """Model answers too large to parse on the event loop, parsed in a worker process.
 
 A model answer is JSON the model's endpoint wrote (a tenant's own provider among them), read
-whole into memory: parsing 8 MB of it took 35 ms as one string and 0.3-1 s as many small values
-here, and the GIL a parse holds stops every request of the process, so a thread does not help.
+whole into memory; the GIL a parse holds stops every request of the process, so a thread does
+not help (figures: docs/performance.md, "Why the code is shaped as it is").
 An answer past `OFF_LOOP_BYTES` is given to one worker process (started on first use, `spawn`:
 nothing of the service's state is copied into it), which runs the API's reader (`ModelAPI.reader`,
 a pure function) and sends back only what the reader keeps: the turn, a few strings, never the

@@ -1,11 +1,10 @@
 """`ModelClient` over `wire.WirePool` and orjson, for each model API (`ModelAPI`): OpenAI chat
 completions (here), the Responses API (`responses_api.py`), Anthropic Messages (`anthropic_api.py`).
 
-The `openai` SDK spends about 2 ms of CPU per call here, most of it converting `messages` and
-`tools` and building its types; this client spends a small fraction of that (see
-docs/performance.md). It keeps the SDK's semantics: the same retry rules (408, 409, 429, 5xx,
-connection errors and timeouts; `x-should-retry`; `Retry-After`/`retry-after-ms` honoured up to
-60 s, else exponential backoff with jitter) and the same error mapping as `openai_sdk.py`.
+Why not the `openai` SDK, measured: docs/performance.md, "Why the code is shaped as it is".
+It keeps the SDK's semantics: the same retry rules (408, 409, 429, 5xx, connection errors and
+timeouts; `x-should-retry`; `Retry-After`/`retry-after-ms` honoured up to 60 s, else
+exponential backoff with jitter) and the same error mapping as `openai_sdk.py`.
 """
 
 from __future__ import annotations

@@ -166,8 +166,8 @@ class NativeSearch:
 class PreparedTools(list[dict[str, Any]]):
     """The chat-completions `tools` of a request, with their JSON already made: each offered
     tool's bytes were built once with the tool (`TypedTool.schema_json`), and a request joins
-    them (`ChatCompletionsAPI.body`) instead of serializing every schema on every call (37% of
-    the CPU of a chat offering 2,000 tools). Still a plain list for every other reader."""
+    them (`ChatCompletionsAPI.body`) instead of serializing every schema on every call
+    (docs/performance.md, "Catalog size"). Still a plain list for every other reader."""
 
     json: bytes
     native: NativeSearch | None = None  # set when the chat searches in its API's own form

@@ -41,8 +41,7 @@ class OpenAISDKClient:
         self._client = AsyncOpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries
         )
-        # The SDK imports its resource modules on first use (30 ms here): here, at start-up,
-        # not on the event loop under the first chat.
+        # Resolved at start-up: the SDK imports its resource modules on first use (30 ms here).
         self._completions = self._client.chat.completions
 
     async def complete(

@@ -2,11 +2,7 @@
 connections per origin (`app/http/wire.py`'s pool) under one outbound policy, with the
 guarantees of `app/http/netguard.py` at connect time.
 
-Why this client: CPU per request against one local upstream at concurrency 16, on 2 cores: one
-shared `httpx.AsyncClient` behind the same guard 1.7-2.3 ms (a quarter of it httpcore's pool
-scan on every request, encode/httpcore#928); the aiohttp session this client replaced, guard
-included, 0.13-0.24 ms; this client 0.07-0.12 ms (the two interleaved in one process, five
-rounds; `scripts/bench/outbound.py` measures all three).
+Why this client, measured: docs/performance.md, "Why the code is shaped as it is".
 What each call can rely on:
 
 - Every connection goes to an address the one connect guard (`guarded_connector`) checked
@@ -454,7 +450,7 @@ def _split(url: str) -> tuple[str, str]:
     httpx normalizes them. The part before the query is normalized once per distinct value
     (a tool's URL; its query changes with the arguments), and a query already in normal form
     (printable ASCII but space, `"`, `#`, `<` and `>`: what httpx leaves as it is) is kept
-    as it is: parsing a whole URL cost 38 us."""
+    as it is (docs/performance.md, "External tools on the lean client")."""
     base, mark, query = url.partition("?")
     if mark and "#" not in url and not query.rstrip(_QUERY_KEPT):
         origin, path = _parts(base)

@@ -150,7 +150,7 @@ class OutboundPolicy:
 
     def ssl_context(self) -> ssl.SSLContext:
         """Certificates are verified against `ca_bundle`, else certifi's CAs; built once per
-        bundle file as it is on disk (loading one costs 20-30 ms of CPU)."""
+        bundle file as it is on disk (docs/performance.md, "Why the code is shaped as it is")."""
         if self._ssl is None:
             cafile = self._ca_bundle or certifi.where()
             stat = os.stat(cafile)

@@ -3,7 +3,7 @@
 (`request_head`). Model calls (`app/chat/http_model_client.py`), external tools, web fetch and the
 import fetch (`app/http/client.py`, which adds the connect-time guard, deadlines and
 the capped, inflating read) and MCP servers over HTTP (`app/mcp/transport.py`) all send through
-it. Why a lean client: docs/performance.md ("The outbound client").
+it. Why a lean client: docs/performance.md, "External tools on the lean client".
 
 What llhttp decides: the status line, header syntax, the body's framing (Content-Length,
 chunked, or up to the close; a length and a chunked coding together are refused, as RFC 9112

@@ -64,9 +64,8 @@ def key_id(key: bytes) -> str:
 @functools.lru_cache(maxsize=4096)
 def key_hash(secret: bytes, key: str) -> str:
     """How a bearer key (tenant key, client token) is stored and looked up: HMAC-SHA256. The
-    hashes of the 4,096 keys presented last are kept: every authenticated request hashes its
-    key, and under load the HMAC (one C call, 2 us alone) took 4% of a request's CPU. The keys
-    kept are in this process's memory, as the secret they are hashed with already is."""
+    hashes of the 4,096 keys presented last are kept (docs/performance.md, "Eighth round"). The
+    keys kept are in this process's memory, as the secret they are hashed with already is."""
     return hmac.digest(secret, key.encode(), "sha256").hex()
 
 

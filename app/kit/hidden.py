@@ -66,10 +66,10 @@ class HiddenValues:
     @classmethod
     def of(cls, values: Iterable[Any]) -> HiddenValues:
         """`HiddenValues(values)`, shared: the same texts (a tenant's secrets, an end user's
-        context) are prepared once, not on every call (5-10 us each; the forms of none at all
-        are the common case). The last `PREPARED_KEPT` sets prepared are kept, each of at most
-        `PREPARED_MAX_CHARS` characters of text (its forms take about 7 times that); treat the
-        result as read-only."""
+        context) are prepared once, not on every call (docs/performance.md, "Fifth round").
+        The last `PREPARED_KEPT` sets prepared are kept, each of at most `PREPARED_MAX_CHARS`
+        characters of text (its forms take about 7 times that); treat the result as
+        read-only."""
         key: tuple[str, ...] | None = None
         if isinstance(values, list | tuple) and all(type(value) is str for value in values):
             # Strings as given (nearly every run's context values and secrets): the same list

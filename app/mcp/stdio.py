@@ -2,13 +2,12 @@
 
 The SDK's `stdio_client` starts the server with the event loop's `subprocess_exec`. Under
 uvicorn that loop is uvloop, whose spawn is a real `fork()` of the whole service process, made
-on the loop's thread and holding the GIL: its cost grows with the process's memory (the page
-tables are copied), and every request of every tenant waits for it (measured: 250-600 ms with
-5 GB resident, the test suite's process; tests/mcp/test_mcp_stdio_spawn.py). Here the server
-is started by `subprocess.Popen` on a worker thread (vfork and exec: the GIL is held only until
-the child execs, whatever the service's size) and its pipes are served on the loop. The rest is
-the SDK's: its message types, its default environment, and its shutdown order (close stdin,
-wait, SIGTERM to the server's process group, wait, SIGKILL).
+on the loop's thread and holding the GIL, while every request of every tenant waits (measured:
+docs/performance.md, "Why the code is shaped as it is"; tests/mcp/test_mcp_stdio_spawn.py).
+Here the server is started by `subprocess.Popen` on a worker thread (vfork and exec: the GIL is
+held only until the child execs, whatever the service's size) and its pipes are served on the
+loop. The rest is the SDK's: its message types, its default environment, and its shutdown order
+(close stdin, wait, SIGTERM to the server's process group, wait, SIGKILL).
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """The outage circuit: one shared "database down since T" state for the whole process.
 
-Before it, each part that needs the database found an outage out on its own, each waiting a
-driver timeout: an idle tenant's first chat waited on the key cache, the tool catalog, the
-allow list and the model providers in turn, then on the limit check (8.6 s measured with the
-defaults). Now the health check (`app/services/health.py`, every second, bounded) and any
-repository call that finds no server at all open the circuit; while it is open every repository
-call raises `DatabaseUnavailable` at once, carrying how long the outage has lasted, so:
+An outage is found once, not by each part waiting a driver timeout in turn (why, measured:
+docs/performance.md, "Tenants: start-up and namespaces"). The health check
+(`app/services/health.py`, every second, bounded) and any repository call that finds no server
+at all open the circuit; while it is open every repository call raises `DatabaseUnavailable` at
+once, carrying how long the outage has lasted, so:
 
 - a cache serves what it knew for the first CACHE_STALE_IF_ERROR_S of the outage, whatever the
   entry's age (app/kit/cache.py), and a key or tool never loaded is a 503 at once;

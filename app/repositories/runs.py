@@ -349,9 +349,9 @@ class RunStore(Protocol):
 class MemoryRunRepository:
     """Run records of the embedded store: the newest `limit` runs per tenant, in process memory.
 
-    The embedded store (mongomock) has no TTL monitor, and its inserts cost ~0.4 ms each once a
-    collection holds a few thousand documents: a bounded ring keeps the zero-setup mode fast and
-    its memory flat. Same contract as RunRepository (tests/services/test_run_stores.py).
+    The embedded store (mongomock) has no TTL monitor: a bounded ring keeps the zero-setup
+    mode's memory flat (speed: docs/performance.md, "Why the code is shaped as it is"). Same
+    contract as RunRepository (tests/services/test_run_stores.py).
     """
 
     def __init__(self, *, limit: int) -> None:

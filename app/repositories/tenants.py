@@ -2,9 +2,9 @@
 its reconciliation stamp (which layout, tool placement and function dictionary it has).
 
 One shared `tenants` collection (unique by `tenant_id` and by `key_hash`). The embedded store
-keeps tenants in dictionaries instead (`MemoryTenantRepository`): mongomock scans a collection
-for each query and unique check, so a tenant's creation grew with the number of tenants (970 ms
-at 2,250 tenants); here it is O(1). Both keep one contract (tests/repositories/test_tenants.py).
+keeps tenants in dictionaries instead (`MemoryTenantRepository`): a tenant's creation is O(1)
+in the number of tenants (docs/performance.md, "Tenants: start-up and namespaces"). Both keep
+one contract (tests/repositories/test_tenants.py).
 """
 
 from __future__ import annotations

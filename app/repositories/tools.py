@@ -5,8 +5,8 @@ The document's `_id` is its `tool_id` (unique, and the order of listings), and o
 Queries by category scan the tenant's tools, which MAX_TOOLS_PER_TENANT bounds.
 
 The embedded store keeps the function names in a dictionary instead of a unique index
-(`MemoryNames`): mongomock checks a unique index by scanning every document of the collection,
-so a tenant's tool creation grew with its tools (44 ms at 5,000); its `_id` check is a lookup.
+(`MemoryNames`), and its `_id` check is a lookup: a tool's creation does not grow with the
+tenant's tools (docs/performance.md, "Tenants: start-up and namespaces").
 """
 
 from __future__ import annotations

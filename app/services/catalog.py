@@ -1,10 +1,7 @@
 """Each tenant's tools, loaded once and kept ready: parsed into typed tools, API JSON built once;
 with them, the tenant's categories (which of them are enabled decides which tools chats get).
 
-Loading a tenant's tools, validating them and building their schemas on every request was the
-largest cost after the model call (profile in the performance issue), and rebuilding a large
-catalog on a timer was the next (issue 49: 0.13 ms of CPU per stored tool per second of use).
-So a snapshot changes only when its tools do:
+A snapshot changes only when its tools do (why: docs/performance.md, "Catalog size"):
 
 - **Stamp-driven.** A snapshot is kept until its tenant's tools change: writes through this
   process mark it stale at once (read again next time; served only if that read fails), another

@@ -106,7 +106,7 @@ class recording:  # a context manager used like a function: `with recording(...)
     """Record the run done inside: whatever way it is left, its record is queued once (after
     `done`, which may count it). Left by an `AppError` it is `error` with the error's message,
     by any other exception `error`, by cancellation as the run last said (`cancelled` unless
-    it set a status). (A class: a generator-based context manager cost 3-4 us more a run.)"""
+    it set a status). A class, not a generator (docs/performance.md, "Seventh round")."""
 
     __slots__ = ("_done", "_recorder", "_run", "_tenant_id")
 

@@ -15,11 +15,7 @@ fields of each tool, scored separately and summed with weights:
 - **category** (0.5): the category's name and its description (the API's title, for tools an
   import put in one category per API).
 
-Measured on the project's evaluation set (scripts/bench/search_eval.json: 176 model-style
-queries over 10,000 tools of 190 real APIs, scripts/bench/search_quality.py), recall@5: one
-BM25 field over all the text 0.85 (bm25s, rank-bm25 and tantivy alike), these fields 0.94, at
-0.2 ms of CPU per search; a static embedding model (64 dimensions, model2vec) alone 0.52, and
-added to these fields 0.95 for 1 ms more per search and a model's weights to ship: not used.
+Why these fields, measured against the alternatives: docs/performance.md, "Catalog size".
 
 An index is built once per snapshot (off the event loop for large catalogs) and reuses the
 words of every tool whose typed tool did not change (typed tools are shared by definition,

@@ -1,13 +1,13 @@
 """An OpenAPI document's text -> JSON data (objects, arrays, strings, numbers, booleans, null).
 
 JSON first (orjson), else YAML (1.2's core schema) through libyaml's C loader where PyYAML
-has it (measured on a 3 MB document: 1.0 s against 5.4 s for the pure-Python scanner and
-loader). The work is bounded by the text's size before PyYAML sees it: flow collections (`[`,
-`{`) nested deeper than `MAX_FLOW_NESTING` are refused by a linear pre-scan (PyYAML's
-pure-Python scanner is quadratic in that depth: 100 KB of `[` took 17 s), aliases are refused
-at their first reuse (an alias bomb expands without bound downstream), and YAML-only values
-become JSON ones: keys such as `200` or `true` become their text; binary data and sets are
-refused with the path where they stand. Pure: no I/O, run off the event loop by the importer.
+has it (docs/performance.md, "Why the code is shaped as it is"). The work is bounded by the
+text's size before PyYAML sees it: flow collections (`[`, `{`) nested deeper than
+`MAX_FLOW_NESTING` are refused by a linear pre-scan (PyYAML's pure-Python scanner is quadratic
+in that depth: 100 KB of `[` took 17 s), aliases are refused at their first reuse (an alias bomb
+expands without bound downstream), and YAML-only values become JSON ones: keys such as `200` or
+`true` become their text; binary data and sets are refused with the path where they stand.
+Pure: no I/O, run off the event loop by the importer.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ class RegisteredFunction:
     postprocess: PostProcessor | None = None
     build_problems: tuple[str, ...] = field(default=())
     # A plain function runs in the tool thread pool unless it says it never blocks: then it runs
-    # on the event loop, which saves a thread hand-off (~0.4 ms of CPU a call, measured).
+    # on the event loop, with no thread hand-off (docs/performance.md, "Where the time goes").
     blocking: bool = True
     # A capability of the server it needs (`web_search`, `web_fetch`): without it, the tool is
     # seeded like the others but never offered (`Settings.capabilities`).
