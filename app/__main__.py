@@ -1,8 +1,11 @@
-"""`python -m app [serve|check|new-secrets-key|rotate-secrets|fake-model]`.
+"""`python -m app [serve|check|migrate|new-secrets-key|rotate-secrets|fake-model]`.
 
 serve: validate settings, the function dictionary and MCP servers, then serve.
 check: validate only, and import every module the service needs (the built-ins' deferred ones
 too): a dependency missing from the install is named.
+migrate: bring the database to the current layout now (shared collections, TOOL_COLLECTIONS,
+the function dictionary's tools in every tenant); the service also does it by itself, tenant
+by tenant. Idempotent and resumable; safe while replicas serve (docs/operating.md).
 new-secrets-key: print a fresh SECRETS_KEY.
 rotate-secrets: re-encrypt every stored secret and MCP header value under SECRETS_KEY; values
 sealed under a key listed in SECRETS_OLD_KEYS are opened with it. Safe to re-run.
@@ -18,7 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -103,10 +106,13 @@ async def _rotate_secrets(settings: Settings) -> int:
     try:
         secrets, servers = SecretRepository(database), McpServerRepository(database)
         tokens = ClientTokenRepository(database)
-        for tenant_id in await TenantRepository(database).all_ids():
-            await reseal_secrets(secrets, box, tenant_id=tenant_id, report=report)
-            await reseal_mcp_headers(servers, box, tenant_id=tenant_id, report=report)
-            await reseal_client_tokens(tokens, box, tenant_id=tenant_id, report=report)
+        tenants, after = TenantRepository(database), ""
+        while page := await tenants.ids_after(after, limit=500):
+            for tenant_id in page:
+                await reseal_secrets(secrets, box, tenant_id=tenant_id, report=report)
+                await reseal_mcp_headers(servers, box, tenant_id=tenant_id, report=report)
+                await reseal_client_tokens(tokens, box, tenant_id=tenant_id, report=report)
+            after = page[-1]
     finally:
         await database.close()
     print(
@@ -116,6 +122,30 @@ async def _rotate_secrets(settings: Settings) -> int:
     for name in report.failed:
         print(f"  - cannot decrypt {name}: add the key that sealed it to SECRETS_OLD_KEYS")
     return 1 if report.failed else 0
+
+
+async def _migrate(settings: Settings) -> int:
+    """Migrate the installation (app/services/migration.py); 1 if something was not moved."""
+    from app.container.stores import build_stores_for_command
+    from app.services.migration import migrate_installation
+
+    if settings.uses_memory_store:
+        sys.exit("migrate needs MONGODB_URL: the in-memory store holds nothing to migrate")
+    stores = build_stores_for_command(settings, _check_registry(settings))
+    try:
+        report = await migrate_installation(
+            stores.database, stores.tenants, stores.reconciler, stores.migration
+        )
+    finally:
+        await stores.database.close()
+    print("\n".join(report.lines()))
+    return 1 if report.kept else 0
+
+
+def _check_registry(settings: Settings) -> Any:
+    from app.tools.registry import load_registry
+
+    return load_registry(settings.functions_module)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -129,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "command",
         nargs="?",
-        choices=["serve", "check", "new-secrets-key", "rotate-secrets", "fake-model"],
+        choices=["serve", "check", "migrate", "new-secrets-key", "rotate-secrets", "fake-model"],
         default="serve",
     )
     parser.add_argument("--host", default="127.0.0.1")
@@ -144,6 +174,8 @@ def main(argv: list[str] | None = None) -> None:
     settings = _check(settings_only=args.command == "rotate-secrets")
     if args.command == "rotate-secrets":
         sys.exit(asyncio.run(_rotate_secrets(settings)))
+    if args.command == "migrate":
+        sys.exit(asyncio.run(_migrate(settings)))
     if args.command == "check":
         print("settings, function dictionary and MCP servers are valid; every dependency imports")
         return

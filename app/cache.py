@@ -19,7 +19,10 @@ read passed MONGODB_TIMEOUT_MS answered 503 (trust issue, item 11). Here:
   when the entry's read started;
 - an entry is served past its freshness only when refreshing it failed (the database is slow
   or down), and then for at most `stale_if_error_s` more (CACHE_STALE_IF_ERROR_S; Kong's
-  `db_resurrect_ttl` is the same idea): the decision is `_serves_stale`, one method;
+  `db_resurrect_ttl` is the same idea), or, whatever its age, during the first
+  `stale_if_error_s` of an outage the circuit knows of (app/repositories/circuit.py: the read
+  fails at once, and an idle tenant's entry still serves): the decision is `_serves_stale`,
+  one method;
 - `invalidate` drops an entry and detaches its read in flight, so a read that started before a
   local write is never stored; `mark_stale` detaches the read too but keeps the entry, expired,
   for stale-if-error (a tool edit: an outage right after it still serves the tenant; a rotated
@@ -41,6 +44,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from app.errors import DatabaseUnavailable
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -115,8 +120,8 @@ class LoadingCache(Generic[K, V]):
             return entry.value
         try:
             return await self._read(key)
-        except Exception:
-            if self._serves_stale(entry, now):  # the last value, within the grace
+        except Exception as exc:
+            if self._serves_stale(entry, now, exc):  # the last value, within the grace
                 entry.refresh_failed = True
                 return entry.value
             raise
@@ -141,11 +146,15 @@ class LoadingCache(Generic[K, V]):
             return False
         return now - entry.read_at >= self._ttl_s / 2
 
-    def _serves_stale(self, entry: _Entry[V], now: float) -> bool:
-        """Whether an entry that is no longer fresh, and could not be read again, is served:
-        for `stale_if_error_s` past the moment it stopped being fresh. The one decision of
-        serving stale values (an outage circuit may widen it here)."""
-        return now < self._expiry(entry) + self._stale_s
+    def _serves_stale(
+        self, entry: _Entry[V], now: float, error: BaseException | None = None
+    ) -> bool:
+        """Whether an entry that is no longer fresh, and could not be read again (`error`), is
+        served: for `stale_if_error_s` past the moment it stopped being fresh, or, whatever its
+        age, while the outage circuit says the database went away less than that ago. The one
+        decision of serving stale values."""
+        early = error is not None and _early_in_outage(error, self._stale_s)
+        return early or now < self._expiry(entry) + self._stale_s
 
     def invalidate(self, key: K) -> None:
         """Forget the entry; a read of it in flight is not stored and not joined any more."""
@@ -249,3 +258,11 @@ class LoadingCache(Generic[K, V]):
                 type(error).__name__,
                 self._stale_s,
             )
+
+
+def _early_in_outage(exc: BaseException, stale_s: float) -> bool:
+    """The outage circuit (app/repositories/circuit.py) refused the read: the database has
+    been down for less than `stale_s`, so whatever this process knew may still serve."""
+    return (
+        isinstance(exc, DatabaseUnavailable) and exc.outage_s is not None and exc.outage_s < stale_s
+    )

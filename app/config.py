@@ -78,6 +78,14 @@ class Settings(BaseSettings):
     mongodb_url: str | None = None
     mongodb_database: str = Field(default="toolgate", pattern=r"^[A-Za-z0-9_-]{1,63}$")
     mongodb_timeout_ms: int = Field(default=2000, ge=100, le=60_000)
+    # Where each tenant's tool collection lives (docs/replicas.md, "Sharding"): all in
+    # MONGODB_DATABASE (`tools.<tenant>`), or each in a database of its own
+    # (`<MONGODB_DATABASE>-<tenant>`), which a sharded cluster can place on any shard.
+    tool_collections: Literal["one_database", "database_per_tenant"] = "one_database"
+    # Liveness (/healthz) fails when no database call of this process has completed and its
+    # driver has not checked the server for this long while a fresh client reaches the
+    # database: the driver is wedged, and only a restart brings it back.
+    database_wedged_s: float = Field(default=60.0, ge=1, le=3600)
 
     admin_api_key: SecretStr | None = None
     api_key_secret: SecretStr | None = None
@@ -137,6 +145,10 @@ class Settings(BaseSettings):
     run_journal_max_bytes: int = Field(default=1_073_741_824, ge=1_048_576, le=1_099_511_627_776)
     # fsync each record: survives a machine crash too, at the disk's sync cost per chat.
     run_journal_fsync: bool = False
+    # Every this many seconds, claim and replay the segments of processes that stopped (a
+    # replica killed on another host, when RUN_JOURNAL_DIR is a volume every replica mounts);
+    # 0: only at start (docs/replicas.md, "Run records that outlive their pod").
+    run_journal_adopt_s: float = Field(default=10.0, ge=0, le=3600)
 
     # Limits (docs/operating.md, "Limits"); 0 turns a rate limit or cap off.
     rate_limit_chat_per_minute: int = Field(default=60, ge=0, le=1_000_000)

@@ -89,6 +89,7 @@ async def authenticate(
     token = await _end_user(services, presented, client_tokens, request, tenant_id)
     if token is not None:
         resolved = token.tenant_id
+        await services.tenants.ensure_current(resolved)  # reconciled on first use
     else:
         found = await services.tenants.tenant_for_key(presented)
         if found is None:

@@ -11,6 +11,8 @@ problem response with the class's status (anything else is a logged, generic 500
     * UnavailableToolsError: requested tools the caller cannot use  app/services/toolbox.py
     * NameClashError: two tools offered under one name ..... app/services/toolbox.py
   * ServiceUnavailableError (503)
+  * DatabaseError (500): the database refused an operation ....... app/repositories/
+    * DatabaseUnavailable (503, `Retry-After`): not reached, or no answer in time
   * TooManyRequestsError (429, `Retry-After`) ........... app/limits.py
   * ModelError: the model call failed ................... app/chat/model.py
     * ModelNotConfiguredError (503)
@@ -29,13 +31,6 @@ from __future__ import annotations
 
 from http import HTTPStatus
 from typing import Any
-
-from pymongo.errors import (
-    ConnectionFailure,
-    ExecutionTimeout,
-    PyMongoError,
-    WaitQueueTimeoutError,
-)
 
 # RFC 9110 names where Python 3.11's HTTPStatus still has the older ones.
 _RFC9110_TITLES = {413: "Content Too Large", 422: "Unprocessable Content"}
@@ -132,9 +127,43 @@ def field_error(path: str, message: str) -> dict[str, str]:
     return {"path": path, "message": message}
 
 
+class DatabaseError(AppError):
+    """The database refused an operation (a driver error that no retry fixes). Repositories
+    raise it (app/repositories/database.py) after logging the driver's error; the answer says
+    nothing of it."""
+
+    status_code = 500
+
+    def __init__(self, message: str = "An unexpected error occurred.") -> None:
+        super().__init__(message)
+
+
+class DatabaseUnavailable(DatabaseError):
+    """The database could not be reached or did not answer in time: worth a retry.
+
+    `unreachable`: no server could be reached at all (refused, reset), rather than one that
+    answered too slowly (`too_slow`: it was reached and the operation timed out, so a smaller
+    one may pass). `outage_s`: raised at once by the open circuit (app/repositories/circuit.py),
+    without asking the database: how long it has been down."""
+
+    status_code = 503
+
+    def __init__(
+        self,
+        message: str = "The database is not answering; try again shortly.",
+        *,
+        unreachable: bool = False,
+        too_slow: bool = False,
+        outage_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.headers = {"Retry-After": "2"}
+        self.unreachable = unreachable
+        self.too_slow = too_slow
+        self.outage_s = outage_s
+
+
 def database_unavailable(exc: BaseException) -> bool:
     """The database could not be reached or did not answer in time (worth a retry), as opposed
-    to refusing the operation. Driver errors reach the API's handler as they are (503 or 500)."""
-    return isinstance(exc, ConnectionFailure | ExecutionTimeout | WaitQueueTimeoutError) or (
-        isinstance(exc, PyMongoError) and exc.timeout
-    )
+    to refusing the operation."""
+    return isinstance(exc, DatabaseUnavailable)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from app import exit_deadline
 from app.api import (
     approvals,
     categories,
@@ -145,8 +146,9 @@ def create_app(
 ) -> FastAPI:
     """Build the application; `registry` replaces FUNCTIONS_MODULE (tests use it). `tune_gc`:
     the app owns its process, so the garbage collector is set for serving once start-up is done
-    (app/heap.py); only an entry point says so. `span_exporter` turns tracing on with it in
-    place of the OTLP exporter (tests)."""
+    (app/heap.py) and its shutdown ends the process in time (app/exit_deadline.py); only an
+    entry point says so. `span_exporter` turns tracing on with it in place of the OTLP exporter
+    (tests)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -174,6 +176,8 @@ def create_app(
                 stack.enter_context(settled_heap())
             # Entered last, closed first: the probe watches the loop while requests are served.
             await stack.enter_async_context(loop_lag_probe(app.state.metrics))
+            if tune_gc:  # the app owns its process: the shutdown ends it in time, come what may
+                stack.callback(exit_deadline.arm)
             yield
 
     app = FastAPI(

@@ -23,6 +23,8 @@ pytestmark = [pytest.mark.processes, pytest.mark.slow]
 # How long /healthz may take to notice the outage (a check every second, a 2 s timeout): a
 # bound on waiting, not a figure checked.
 FAIL_FAST_BOUND_S = 8.0
+# The issue's figure for an idle tenant's first chat during an outage (docs/replicas.md).
+FIRST_CHAT_BOUND_S = 1.0
 
 
 @pytest.fixture
@@ -163,6 +165,77 @@ async def test_a_tenant_edited_just_before_an_outage_is_served_from_cache_like_a
         assert set(codes["edited", replica]) == {200}, codes
         assert set(codes["other", replica]) == {200}, codes
         assert 200 not in codes["rotated", replica], codes  # the old key: never served stale
+
+
+async def test_an_idle_tenants_first_chat_during_an_outage_answers_at_once(
+    dying_server: SecantusServer,
+    fake_model_server: tuple[FakeModel, ThreadedServer],
+    fake: FakeModel,
+) -> None:
+    """One outage, known once (the circuit): the first chat of a tenant whose keys and tools
+    this replica loaded before is served from what it knew, its limit check taking this
+    replica's share, without waiting on the database even once (before: each of four caches
+    waited a driver timeout in turn, then the limit check, 8.6 s at the defaults). A tenant
+    this replica never loaded gets a clear 503 as fast. The driver timeout here is the default
+    (2 s): a single wait on it would break the bound."""
+    fake.reset(repeat=script.text("hi"))
+    settings = make_settings(
+        dying_server.url,
+        openai_base_url=f"{fake_model_server[1].url}/v1",
+        openai_api_key="k",
+        auth_cache_ttl_s=0.05,
+        tool_cache_ttl_s=0.05,
+        cache_sync_interval_s=0,  # one replica: its own stamps would only empty its cache
+        mongodb_timeout_ms=2000,
+        limits_check_timeout_s=0.5,
+        rate_limit_chat_per_minute=60,
+        max_concurrent_chats_per_tenant=8,
+    )
+    hello = {"messages": [{"role": "user", "content": "hi"}]}
+    async with running_app(settings, _builtin()) as app, http_client(app) as client:
+        idle, stranger = await create_tenant(client, "idle"), await create_tenant(client, "new")
+        assert (await client.post("/chat", json=hello, headers=idle.headers)).status_code == 200
+        await asyncio.to_thread(dying_server.kill)
+        await within(database_is("unreachable", client), FAIL_FAST_BOUND_S)
+        assert app.state.services.database.circuit.is_open
+
+        started = time.perf_counter()
+        first = await client.post("/chat", json=hello, headers=idle.headers)
+        took = time.perf_counter() - started
+        assert first.status_code == 200, first.text
+        assert took < FIRST_CHAT_BOUND_S, took
+
+        started = time.perf_counter()
+        unknown = await client.post("/chat", json=hello, headers=stranger.headers)
+        assert unknown.status_code == 503 and unknown.headers["retry-after"]
+        assert "database" in unknown.json()["detail"]
+        assert time.perf_counter() - started < FIRST_CHAT_BOUND_S
+        await asyncio.to_thread(dying_server.start)  # for the clean-up
+
+
+async def test_liveness_fails_while_the_drivers_topology_is_held(
+    dying_server: SecantusServer,
+) -> None:
+    """The wedge as it happened, simulated: PyMongo's topology lock held for good (a driver
+    call cancelled half-way left it so). Every call hangs, heartbeats stop, the database is
+    up: /healthz turns 503 (the orchestrator restarts the process); released, 200 again."""
+    settings = make_settings(dying_server.url, database_wedged_s=1.0)
+    async with running_app(settings, _builtin()) as app, http_client(app) as client:
+        assert (await client.get("/healthz")).status_code == 200
+        topology = app.state.services.database._client._topology  # the private lock: the wedge
+        await topology._lock.acquire()
+        try:
+            await within(lambda: alive_is(503, client), 30)
+            body = (await client.get("/healthz")).json()
+            assert body["database"] == "wedged" and body["status"] == "unavailable"
+            assert (await client.get("/readyz")).status_code == 503
+        finally:
+            topology._lock.release()
+        await within(lambda: alive_is(200, client), 30)
+
+
+async def alive_is(status: int, client: httpx.AsyncClient) -> bool:
+    return (await client.get("/healthz")).status_code == status
 
 
 def database_is(state: str, client: httpx.AsyncClient) -> Callable[[], Awaitable[bool]]:

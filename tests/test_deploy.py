@@ -124,3 +124,21 @@ def test_the_image_is_a_placeholder_the_docs_build_and_push() -> None:
     docs = (ROOT / "docs" / "replicas.md").read_text()
     assert f"docker build -t {pushed} ." in docs and f"docker push {pushed}" in docs
     assert f"kustomize edit set image {image}=" in docs
+
+
+def test_the_shared_journal_overlay_puts_the_journal_on_one_volume() -> None:
+    """deploy/kubernetes/shared-journal: a ReadWriteMany claim, valid for Kubernetes, and a
+    patch that replaces exactly the base Deployment's run-journal volume with it."""
+    claim = load("shared-journal/run-journal-pvc.yaml")
+    kubernetes_validate.validate(claim, KUBERNETES, strict=True)
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    overlay = load("shared-journal/kustomization.yaml")
+    assert overlay["resources"] == ["..", "run-journal-pvc.yaml"]
+    patch = yaml.safe_load(overlay["patches"][0]["patch"])
+    test, replace = patch
+    volumes = load("deployment.yaml")["spec"]["template"]["spec"]["volumes"]
+    index = int(test["path"].split("/")[-2])
+    assert volumes[index]["name"] == test["value"] == "run-journal"
+    assert replace["value"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    mounted = [m["name"] for m in container()["volumeMounts"]]
+    assert "run-journal" in mounted

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import signal
 import subprocess
+import sys
 import threading
 import uuid
 from typing import Any
@@ -16,11 +17,12 @@ import orjson
 import pytest
 from pymongo import AsyncMongoClient
 
+from app.exit_deadline import EXIT_CODE, SHUTDOWN_S
 from tests.support import fake_model as script
 from tests.support.apps import ADMIN, ADMIN_KEY, KEY_SECRET
 from tests.support.fake_model import FakeModel
 from tests.support.loop_watchdog import BOUND_S
-from tests.support.processes import loop_stalls, start_app, wait_serving
+from tests.support.processes import ROOT, loop_stalls, service_env, start_app, wait_serving
 from tests.support.secantus import SecantusServer, free_port
 from tests.support.servers import ThreadedServer
 from tests.support.waiting import within
@@ -95,8 +97,8 @@ async def test_sigterm_lets_the_chat_in_flight_finish(
     run_id = response.json()["run_id"]
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(secantus_server.url)
     try:
-        runs = client[database]["tenant.acme.runs"]
-        stored = await runs.find_one({"run_id": run_id})
+        runs = client[database]["runs"]
+        stored = await runs.find_one({"_id": run_id, "tenant_id": "acme"})
         assert stored is not None and stored["stop_reason"] == "completed"
         await client.drop_database(database)
     finally:
@@ -113,3 +115,37 @@ async def test_sigterm_lets_the_chat_in_flight_finish(
         < messages.index("Application shutdown complete.")
     )
     assert any(line.get("route") == "/chat" and line.get("status") == 200 for line in lines), output
+
+
+def test_sigterm_ends_the_process_in_time_when_the_driver_is_wedged(
+    secantus_server: SecantusServer,
+) -> None:
+    """Closing a wedged driver's client never returns (its topology lock is held for good):
+    the process used to outlive its grace period (SIGTERM did not stop it). The shutdown's
+    deadline ends it: exit code 70 and an ERROR line saying why, SHUTDOWN_S after the
+    shutdown started."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "tests.support.wedging_app:app", "--port", str(port)],
+        cwd=ROOT,
+        env=service_env(
+            MONGODB_URL=secantus_server.url,
+            MONGODB_DATABASE=f"test_{uuid.uuid4().hex[:12]}",
+            ADMIN_API_KEY=ADMIN_KEY,
+            API_KEY_SECRET=KEY_SECRET,
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_serving(process, f"http://127.0.0.1:{port}/healthz")
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=SHUTDOWN_S + 25)  # the bound, and then some for a busy host
+        output = process.stdout.read() if process.stdout else ""
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert code == EXIT_CODE, output[-2000:]
+    assert "shutdown did not finish within 5 s" in output

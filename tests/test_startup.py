@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -20,6 +21,7 @@ from app.crypto import new_key
 from app.heap import YOUNG_THRESHOLD
 from tests.support.processes import ROOT, run_app, service_env, start_app, wait_serving
 from tests.support.secantus import free_port
+from tests.support.waiting import within
 
 pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
@@ -193,3 +195,42 @@ def test_the_entry_point_freezes_what_start_up_built(entry: bool) -> None:
         assert seen["young"] == YOUNG_THRESHOLD
     else:
         assert seen == {"frozen": 0, "young": 700, "young_before": 700, "young_after": 700}
+
+
+async def test_start_up_does_not_wait_for_tenants_and_the_sweep_reconciles_them(
+    secantus_server: Any,
+) -> None:
+    """Start-up is the same at any number of tenants: ready before the tenants are
+    reconciled (they were, one by one, before the port opened: 110 s at 10,001); the background
+    sweep brings every stale tenant to the current stamp afterwards."""
+    from pymongo import AsyncMongoClient
+
+    from app.tools.builtin import registry
+    from tests.support.apps import http_client, make_settings, running_app
+
+    settings = make_settings(secantus_server.url, mongodb_timeout_ms=10_000)
+    tenants = [
+        {"tenant_id": f"t{n:04d}", "key_hash": f"h{n}", "stamp": "2|one_database|older"}
+        for n in range(TENANTS_AT_START)
+    ]
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(secantus_server.url)
+    try:
+        await client[settings.mongodb_database]["tenants"].insert_many(tenants)
+    finally:
+        await client.close()
+    async with running_app(settings, registry) as app, http_client(app) as http:
+        assert (await http.get("/readyz")).status_code == 200
+        current = app.state.services.reconciler.stamp
+        store = app.state.services.tenant_store
+        stale_at_ready = len(await store.stale_after(current, "", limit=TENANTS_AT_START))
+        assert stale_at_ready > 0  # ready before the tenants were done
+
+        async def all_current() -> bool:
+            return not await store.stale_after(current, "", limit=1)
+
+        await within(all_current, 120)
+        tools = await app.state.services.database.tools("t0042").count_documents({})
+        assert tools == len(registry)
+
+
+TENANTS_AT_START = 300

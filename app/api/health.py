@@ -21,9 +21,13 @@ router = APIRouter(tags=["health"])
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     store: Literal["memory", "mongodb"]
-    database: Literal["reachable", "unreachable"] = Field(
+    database: Literal["reachable", "unreachable", "wedged"] = Field(
         default="reachable",
-        description="Whether the database answered its last check (every second).",
+        description=(
+            "Whether the database answered its last check (every second); `wedged`: this "
+            "process's database client has stopped working while the database answers a "
+            "fresh client (liveness fails: restart the process)."
+        ),
     )
     database_unreachable_s: float | None = Field(
         default=None, description="Seconds since the database stopped answering."
@@ -36,7 +40,7 @@ def _health(health: HealthService, status: Literal["ok", "unavailable"]) -> Heal
     return Health(
         status=status,
         store=health.store,
-        database="reachable" if state.reachable else "unreachable",
+        database="wedged" if state.wedged else "reachable" if state.reachable else "unreachable",
         database_unreachable_s=(
             None if state.unreachable_for_s is None else round(state.unreachable_for_s, 1)
         ),
@@ -54,11 +58,23 @@ async def ping() -> str:
     return "pong"
 
 
-@router.get("/healthz", response_model=Health, response_model_exclude_none=True)
-async def healthz(services: ServicesDep) -> Health:
-    """The process is up (never depends on the database); says which store it uses and
-    whether the database answers."""
-    return _health(services.health, "ok")
+def _probe(health: HealthService, passing: bool, response: Response) -> Health:
+    if not passing:
+        response.status_code = 503
+    return _health(health, "ok" if passing else "unavailable")
+
+
+@router.get(
+    "/healthz",
+    response_model=Health,
+    response_model_exclude_none=True,
+    responses={503: {"model": Health}},
+)
+async def healthz(services: ServicesDep, response: Response) -> Health:
+    """The process is up: 200 whether or not the database answers (an outage restarts
+    nothing); 503 only when its database client is wedged (restart it). Says which store it
+    uses and whether the database answers."""
+    return _probe(services.health, services.health.alive(), response)
 
 
 @router.get(
@@ -70,10 +86,7 @@ async def healthz(services: ServicesDep) -> Health:
 async def readyz(services: ServicesDep, response: Response) -> Health:
     """Ready to serve: the database answers, or stopped answering less than the cache TTL plus
     CACHE_STALE_IF_ERROR_S ago (cached keys and tools still serve); 503 otherwise."""
-    if services.health.ready():
-        return _health(services.health, "ok")
-    response.status_code = 503
-    return _health(services.health, "unavailable")
+    return _probe(services.health, services.health.ready(), response)
 
 
 @router.get(

@@ -10,10 +10,16 @@ import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import iter_route_contexts
-from pymongo.errors import PyMongoError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import AppError, database_unavailable, field_error, problem_body, status_title
+from app.errors import (
+    AppError,
+    DatabaseError,
+    DatabaseUnavailable,
+    field_error,
+    problem_body,
+    status_title,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -105,16 +111,17 @@ async def allowed_methods(request: Request) -> list[str]:
 
 
 async def _handle_database_error(request: Request, exc: Exception) -> Response:
-    if database_unavailable(exc):
+    """503 with Retry-After when the database is away (logged as a warning), else a logged,
+    generic 500: what the driver said stays in the log."""
+    assert isinstance(exc, DatabaseError)
+    if isinstance(exc, DatabaseUnavailable):
         logger.warning(
             "database unavailable on %s %s: %s",
             request.method,
             request.url.path,
-            type(exc).__name__,
+            type(exc.__cause__ or exc).__name__,
         )
-        return problem_response(
-            503, "The database is not answering; try again shortly.", headers={"Retry-After": "2"}
-        )
+        return await _handle_app_error(request, exc)
     logger.error("database error on %s %s", request.method, request.url.path, exc_info=exc)
     return problem_response(500, "An unexpected error occurred.")
 
@@ -126,9 +133,9 @@ async def _handle_unexpected(request: Request, exc: Exception) -> Response:
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AppError, _handle_app_error)
+    app.add_exception_handler(DatabaseError, _handle_database_error)
     app.add_exception_handler(RequestValidationError, _handle_validation_error)
     app.add_exception_handler(StarletteHTTPException, _handle_http_exception)
-    app.add_exception_handler(PyMongoError, _handle_database_error)
     app.add_exception_handler(Exception, _handle_unexpected)
 
 

@@ -206,7 +206,12 @@ async def list_tools(
     return Response(page, media_type="application/json")  # pre-serialized
 
 
-@router.get("/ids", response_model=list[ToolId], response_model_exclude_none=True)
+@router.get(
+    "/ids",
+    response_model=list[ToolId],
+    response_model_exclude_none=True,
+    responses=problem_responses(422),
+)
 async def list_tool_ids(
     tenant: TenantDep,
     request: Request,

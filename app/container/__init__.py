@@ -24,9 +24,12 @@ from app.container.stores import (
     build_health,
     build_limits,
     build_mcp_service,
+    build_reconciler,
     build_recorder,
     build_secret_service,
     build_stores,
+    build_tenant_service,
+    start_upkeep,
 )
 from app.forwarded import TrustedProxies
 from app.limits import Limits
@@ -36,6 +39,7 @@ from app.metrics import Metrics
 from app.repositories.approvals import ApprovalRepository
 from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Database
+from app.repositories.tenants import TenantStore
 from app.services.approvals import ApprovalBook
 from app.services.catalog import ToolCatalog
 from app.services.categories import CategoryService
@@ -53,8 +57,8 @@ from app.services.oauth_server import OAuthServer
 from app.services.outbound import TenantOutbound
 from app.services.runs import RunRecorder, RunService
 from app.services.secrets import SecretService
-from app.services.seeding import Seeder
-from app.services.tenants import TenantData, TenantService
+from app.services.seeding import Reconciler
+from app.services.tenants import TenantService
 from app.services.tool_import import ToolImporter
 from app.services.toolbox import Toolbox
 from app.services.tools import ToolService
@@ -72,6 +76,8 @@ class Services:
 
     settings: Settings
     database: Database  # for tests and operator commands; routes go through services
+    tenant_store: TenantStore  # the same
+    reconciler: Reconciler  # the same
     health: HealthService
     tenants: TenantService
     tools: ToolService
@@ -95,37 +101,6 @@ class Services:
     proxies: TrustedProxies  # whose forwarded headers say the URL clients used
     approvals: ApprovalBook  # what waits for a person (GET /approvals), and operators' decisions
     mcp_tool_settings: McpToolSettingsService  # MCP tools' settings by `{server}__{tool}` id
-
-
-def build_tenant_service(
-    settings: Settings,
-    stores: Stores,
-    seeder: Seeder,
-    outbound: TenantOutbound,
-    client_tokens: ClientTokenService,
-    also_drop: tuple[TenantData, ...] = (),
-) -> TenantService:
-    return TenantService(
-        tenants=stores.tenants,
-        tools=stores.tools,
-        categories=stores.categories,
-        seeder=seeder,
-        catalog=stores.catalog,
-        runs=stores.runs,
-        mcp_servers=stores.mcp_servers,
-        secrets=stores.secrets,
-        key_secret=settings.effective_api_key_secret,
-        admin_key=settings.effective_admin_api_key,
-        auth_cache_ttl_s=settings.auth_cache_ttl_s,
-        stale_if_error_s=settings.cache_stale_if_error_s,
-        outbound=outbound,
-        client_tokens=client_tokens,
-        publish=stores.publish,
-        model_providers=stores.model_providers,
-        approvals=stores.approvals,
-        mcp_tool_settings=stores.mcp_tool_settings,
-        also_drop=also_drop,
-    )
 
 
 @dataclass(frozen=True)
@@ -243,14 +218,15 @@ async def build_services(
     mcp_operator: dict[str, McpServer] | None = None,
     metrics: Metrics | None = None,
 ) -> Services:
-    """Connect, check indexes and seed every tenant; build the clients the routes share."""
+    """Build the clients the routes share; the shared indexes and the reconciliation of stale
+    tenants go on in the background (start-up is the same at any number of tenants)."""
     metrics = metrics or Metrics()
     stores = build_stores(settings, registry, stack)
-    seeder = Seeder(
-        registry=registry, tenants=stores.tenants, tools=stores.tools, categories=stores.categories
-    )
-    prepared = await seeder.prepare_all()
-    logger.info("seeded %d function tool(s) into %d tenant(s)", len(registry), prepared)
+    health = build_health(settings, stores.database, metrics, stack)
+    # One round trip at most, before anything else asks: ready at once if the database is up,
+    # and the connection made (the limits' first check would otherwise pay for it).
+    await health.first_answer()
+    reconciler = build_reconciler(settings, registry, stores)
     run = build_runtime(settings, registry, stores, mcp_operator or {}, metrics, stack)
     client_tokens = ClientTokenService(
         tokens=ClientTokenRepository(stores.database),
@@ -266,7 +242,7 @@ async def build_services(
     identity = build_identity(settings, stores.database, run.outbound, stack, stores.publish)
     oauth = build_oauth_server(settings, stores.database, client_tokens, identity, stack)
     tenants = build_tenant_service(
-        settings, stores, seeder, run.outbound, client_tokens, (identity, oauth)
+        settings, stores, reconciler, run.outbound, client_tokens, (identity, oauth)
     )
     stack.push_async_callback(tenants.aclose)
     tools = ToolService(
@@ -289,10 +265,13 @@ async def build_services(
         stores.changes.listen(tenants.changed_elsewhere)
         stores.changes.start()
         stack.push_async_callback(stores.changes.aclose)
+    start_upkeep(stores, reconciler, stack)
     return Services(
         settings=settings,
         database=stores.database,
-        health=build_health(settings, stores.database, metrics, stack),
+        tenant_store=stores.tenants,
+        reconciler=reconciler,
+        health=health,
         tenants=tenants,
         tools=tools,
         chat=build_chat_service(settings, run, stack),

@@ -3,6 +3,7 @@ front of them, limits, secrets, MCP server entries, run records and health."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -17,24 +18,29 @@ from app.metrics import Metrics
 from app.repositories.approvals import ApprovalRepository
 from app.repositories.categories import CategoryRepository
 from app.repositories.changes import ChangeStampRepository
+from app.repositories.client_tokens import ClientTokenRepository
 from app.repositories.database import Database
 from app.repositories.limits import LimitRepository
 from app.repositories.mcp_servers import McpServerRepository
 from app.repositories.mcp_tool_settings import McpToolSettingsRepository
+from app.repositories.migration import LayoutMigration
 from app.repositories.model_providers import ModelProviderRepository
 from app.repositories.run_journal import RunJournal
 from app.repositories.runs import MemoryRunRepository, RunRepository, RunStore
 from app.repositories.secrets import SecretRepository
-from app.repositories.tenants import TenantRepository
+from app.repositories.tenants import MemoryTenantRepository, TenantRepository, TenantStore
 from app.repositories.tools import ToolRepository
 from app.services.catalog import ToolCatalog, always
 from app.services.changes import ChangeFeed, Publish, unpublished
+from app.services.client_tokens import ClientTokenService
 from app.services.health import HealthService
 from app.services.mcp_servers import McpServerService
 from app.services.outbound import TenantOutbound
 from app.services.runs import RunRecorder
 from app.services.secrets import SecretService
+from app.services.seeding import Reconciler
 from app.services.shared_limits import SharedLimits
+from app.services.tenants import TenantData, TenantService
 from app.tools.registry import FunctionRegistry
 
 logger = logging.getLogger("app")
@@ -45,7 +51,7 @@ class Stores:
     """The repositories over one database, and the caches in front of them."""
 
     database: Database
-    tenants: TenantRepository
+    tenants: TenantStore
     tools: ToolRepository
     categories: CategoryRepository
     mcp_servers: McpServerRepository
@@ -106,7 +112,7 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
     stack.push_async_callback(catalog.aclose)  # its reads in flight stop before the database
     return Stores(
         database=database,
-        tenants=TenantRepository(database),
+        tenants=MemoryTenantRepository() if database.in_memory else TenantRepository(database),
         tools=tools,
         categories=categories,
         mcp_servers=McpServerRepository(database),
@@ -118,6 +124,69 @@ def build_stores(settings: Settings, registry: FunctionRegistry, stack: AsyncExi
         mcp_tool_settings=McpToolSettingsRepository(database),
         changes=changes,
     )
+
+
+def build_reconciler(settings: Settings, registry: FunctionRegistry, stores: Stores) -> Reconciler:
+    database = stores.database
+    return Reconciler(
+        registry=registry,
+        tenants=stores.tenants,
+        tools=stores.tools,
+        categories=stores.categories,
+        migration=None if database.in_memory else LayoutMigration(database),
+        placement=settings.tool_collections,
+    )
+
+
+@dataclass(frozen=True)
+class CommandStores:
+    """What `python -m app migrate` works with."""
+
+    database: Database
+    tenants: TenantStore
+    reconciler: Reconciler
+    migration: LayoutMigration
+
+
+def build_stores_for_command(settings: Settings, registry: FunctionRegistry) -> CommandStores:
+    """The repositories over one database, for an operator command: each declares its indexes
+    (created by the command), no cache, no background task."""
+    database = Database.from_settings(settings)
+    tenants = TenantRepository(database)
+    for declares in (SecretRepository, McpServerRepository, ModelProviderRepository):
+        declares(database)
+    ApprovalRepository(database)
+    ClientTokenRepository(database)
+    ChangeStampRepository(database)
+    LimitRepository(database)
+    RunRepository(database, retention_days=settings.run_retention_days)
+    migration = LayoutMigration(database)
+    reconciler = Reconciler(
+        registry=registry,
+        tenants=tenants,
+        tools=ToolRepository(database),
+        categories=CategoryRepository(database),
+        migration=migration,
+        placement=settings.tool_collections,
+    )
+    return CommandStores(database, tenants, reconciler, migration)
+
+
+def start_upkeep(stores: Stores, reconciler: Reconciler, stack: AsyncExitStack) -> None:
+    """In the background, once every repository is built: the shared collections' indexes
+    (retried with backoff, never fatal) and the sweep that reconciles stale tenants. Start-up
+    waits for neither: it is the same whatever the number of tenants."""
+    database = stores.database
+    if not database.in_memory:
+        indexes = asyncio.create_task(database.ensure_indexes_forever(), name="indexes")
+        stack.push_async_callback(_stopped, indexes)
+    reconciler.start()
+    stack.push_async_callback(reconciler.aclose)
+
+
+async def _stopped(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.wait([task], timeout=3.0)
 
 
 def build_limits(settings: Settings, database: Database, stack: AsyncExitStack) -> Limits:
@@ -170,6 +239,7 @@ def build_health(
         # Cached keys and tools serve this long after the database's last answer.
         serve_without_database_s=cache_ttl_s + settings.cache_stale_if_error_s,
         check_timeout_s=min(2.0, settings.mongodb_timeout_ms / 1000),
+        wedged_after_s=settings.database_wedged_s,
     )
     health.start()
     stack.push_async_callback(health.aclose)
@@ -191,6 +261,38 @@ def build_recorder(settings: Settings, runs: RunStore, metrics: Metrics) -> RunR
         max_records=settings.run_queue_max_records,
         max_bytes=settings.run_queue_max_bytes,
         lost=metrics.run_records_lost.inc,
+        adopt_every_s=settings.run_journal_adopt_s,
     )
     metrics.track_records(held=lambda: recorder.held, journal_bytes=lambda: recorder.journal_bytes)
     return recorder
+
+
+def build_tenant_service(
+    settings: Settings,
+    stores: Stores,
+    reconciler: Reconciler,
+    outbound: TenantOutbound,
+    client_tokens: ClientTokenService,
+    also_drop: tuple[TenantData, ...] = (),
+) -> TenantService:
+    return TenantService(
+        tenants=stores.tenants,
+        tools=stores.tools,
+        categories=stores.categories,
+        reconciler=reconciler,
+        catalog=stores.catalog,
+        runs=stores.runs,
+        mcp_servers=stores.mcp_servers,
+        secrets=stores.secrets,
+        key_secret=settings.effective_api_key_secret,
+        admin_key=settings.effective_admin_api_key,
+        auth_cache_ttl_s=settings.auth_cache_ttl_s,
+        stale_if_error_s=settings.cache_stale_if_error_s,
+        outbound=outbound,
+        client_tokens=client_tokens,
+        publish=stores.publish,
+        model_providers=stores.model_providers,
+        approvals=stores.approvals,
+        mcp_tool_settings=stores.mcp_tool_settings,
+        also_drop=also_drop,
+    )

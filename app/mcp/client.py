@@ -86,6 +86,9 @@ class ListingCap(httpx2.AsyncBaseTransport):
             response.status_code, headers=headers, content=content, request=request
         )
 
+    async def aclose(self) -> None:
+        await self._inner.aclose()  # the inner transport owns the connections
+
 
 def _request_id(body: bytes) -> Any:
     try:

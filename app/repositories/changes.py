@@ -10,21 +10,23 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING
+from pymongo import ASCENDING, DESCENDING, IndexModel
 
-from app.repositories.database import Database
+from app.repositories.database import Database, repository
 
 KEEP_STAMPS_S = 86_400  # a stamp untouched for a day is deleted (TTL index)
 
 Stamp = tuple[str, int, datetime]  # tenant id, version, stamped at (the server's clock)
 
 
+@repository
 class ChangeStampRepository:
     def __init__(self, database: Database) -> None:
+        self._database = database
         self._collection: Any = database.collection("changes")
-
-    async def ensure_indexes(self) -> None:
-        await self._collection.create_index([("at", ASCENDING)], expireAfterSeconds=KEEP_STAMPS_S)
+        database.declare(
+            "changes", [IndexModel([("at", ASCENDING)], expireAfterSeconds=KEEP_STAMPS_S)]
+        )
 
     async def stamp(self, *, tenant_id: str) -> None:
         """Bump the tenant's version and set its time to the server's now."""

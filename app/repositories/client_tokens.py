@@ -4,27 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from pymongo import ASCENDING
+from pymongo import ASCENDING, IndexModel
 
-from app.repositories.database import Database, Document
+from app.repositories.database import Database, Document, repository
 
 _SHOWN = {"_id": 0, "key_hash": 0, "sealed_context": 0}
 
 
+@repository
 class ClientTokenRepository:
     def __init__(self, database: Database) -> None:
+        self._database = database
         self._collection: Any = database.collection("client_tokens")
-        self._indexed = False
-
-    async def ensure_indexes(self) -> None:
-        if self._indexed:
-            return
-        await self._collection.create_index([("key_hash", ASCENDING)], unique=True)
-        await self._collection.create_index([("tenant_id", ASCENDING), ("token_id", ASCENDING)])
-        self._indexed = True
+        database.declare(
+            "client_tokens",
+            [
+                IndexModel([("key_hash", ASCENDING)], unique=True),
+                IndexModel([("tenant_id", ASCENDING), ("token_id", ASCENDING)]),
+            ],
+        )
 
     async def insert(self, doc: Document) -> None:
-        await self.ensure_indexes()
         await self._collection.insert_one(dict(doc))
 
     async def find_by_key_hash(self, key_hash: str) -> Document | None:

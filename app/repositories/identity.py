@@ -6,30 +6,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from pymongo import ASCENDING
+from pymongo import ASCENDING, IndexModel
 from pymongo.errors import DuplicateKeyError
 
 from app.errors import ConflictError
-from app.repositories.database import Database, Document
+from app.repositories.database import Database, Document, repository
 
 _SHOWN = {"_id": 0}
 
 
+@repository
 class IdentityRepository:
     def __init__(self, database: Database) -> None:
+        self._database = database
         self._collection: Any = database.collection("identity_providers")
-        self._indexed = False
-
-    async def ensure_indexes(self) -> None:
-        if self._indexed:
-            return
-        await self._collection.create_index([("tenant_id", ASCENDING)], unique=True)
         # `audience_key` is the audience, or the tenant's own endpoint when none is configured
         # (`mcp:{tenant_id}`): two tenants never share a pair.
-        await self._collection.create_index(
-            [("issuer", ASCENDING), ("audience_key", ASCENDING)], unique=True
+        database.declare(
+            "identity_providers",
+            [
+                IndexModel([("tenant_id", ASCENDING)], unique=True),
+                IndexModel([("issuer", ASCENDING), ("audience_key", ASCENDING)], unique=True),
+            ],
         )
-        self._indexed = True
 
     async def find(self, *, tenant_id: str) -> Document | None:
         found: Document | None = await self._collection.find_one({"tenant_id": tenant_id}, _SHOWN)
@@ -45,7 +44,6 @@ class IdentityRepository:
     async def put(self, document: Document, *, tenant_id: str) -> Document:
         """Replace the tenant's configuration (keeping `created_at`); 409 when another tenant
         configured the same issuer and audience."""
-        await self.ensure_indexes()
         stored = {**document, "tenant_id": tenant_id}
         created_at = stored.pop("created_at")
         try:

@@ -29,10 +29,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pymongo
-from pymongo import ASCENDING, ReturnDocument
-from pymongo.errors import DuplicateKeyError, OperationFailure
+from pymongo import ASCENDING, IndexModel, ReturnDocument
+from pymongo.errors import DuplicateKeyError
 
-from app.repositories.database import Database, Document
+from app.errors import DatabaseError
+from app.repositories.database import Database, Document, repository
 
 UPSERT_TRIES = 3
 # A limit check waits at most this long for the database (LIMITS_CHECK_TIMEOUT_S); past it the
@@ -103,14 +104,13 @@ def _bucket_time(now_ms: float, *, returned_ms: float, charged_ms: float) -> dic
     return {"$add": [{"$max": [given_back, now_ms]}, charged_ms]}
 
 
+@repository
 class LimitRepository:
     def __init__(self, database: Database, *, check_timeout_s: float = CHECK_TIMEOUT_S) -> None:
+        self._database = database
         self._collection: Any = database.collection("limits")
         self._timeout_s = check_timeout_s
-        self.unreachable = database.unreachable
-
-    async def ensure_indexes(self) -> None:
-        await self._collection.create_index([("x", ASCENDING)], expireAfterSeconds=0)
+        database.declare("limits", [IndexModel([("x", ASCENDING)], expireAfterSeconds=0)])
 
     async def admit(
         self,
@@ -218,9 +218,7 @@ class LimitRepository:
                 continue
             if doc is not None:
                 return doc
-        raise OperationFailure(
-            f"the limit document {query['_id']!r} could not be created or updated"
-        )
+        raise DatabaseError(f"the limit document {query['_id']!r} could not be created or updated")
 
     async def _applied(self, query: Document) -> Document | None:
         """What this replica's admission numbered as in `query` granted, if it went through."""

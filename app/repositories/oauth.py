@@ -16,32 +16,37 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pymongo import ASCENDING
+from pymongo import ASCENDING, IndexModel
 
-from app.repositories.database import Database, Document
+from app.repositories.database import Database, Document, repository
 
 _SHOWN = {"_id": 0}
 
 
+@repository
 class OAuthRepository:
     def __init__(self, database: Database) -> None:
+        self._database = database
         self._grants: Any = database.collection("oauth_grants")
         self._clients: Any = database.collection("oauth_clients")
-        self._indexed = False
-
-    async def ensure_indexes(self) -> None:
-        if self._indexed:
-            return
-        await self._grants.create_index([("key_hash", ASCENDING)], unique=True)
-        await self._grants.create_index([("tenant_id", ASCENDING), ("token_id", ASCENDING)])
-        await self._grants.create_index([("grant_id", ASCENDING)])
-        await self._grants.create_index([("expires_at", ASCENDING)], expireAfterSeconds=0)
-        await self._clients.create_index([("client_id", ASCENDING)], unique=True)
-        await self._clients.create_index([("expires_at", ASCENDING)], expireAfterSeconds=0)
-        self._indexed = True
+        database.declare(
+            "oauth_grants",
+            [
+                IndexModel([("key_hash", ASCENDING)], unique=True),
+                IndexModel([("tenant_id", ASCENDING), ("token_id", ASCENDING)]),
+                IndexModel([("grant_id", ASCENDING)]),
+                IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
+            ],
+        )
+        database.declare(
+            "oauth_clients",
+            [
+                IndexModel([("client_id", ASCENDING)], unique=True),
+                IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
+            ],
+        )
 
     async def insert(self, record: Document) -> None:
-        await self.ensure_indexes()
         await self._grants.insert_one(dict(record))
 
     async def find(self, key_hash: str, kind: str, now: datetime) -> Document | None:
@@ -81,7 +86,6 @@ class OAuthRepository:
         await self._grants.delete_many({"tenant_id": tenant_id})
 
     async def insert_client(self, record: Document) -> None:
-        await self.ensure_indexes()
         await self._clients.insert_one(dict(record))
 
     async def find_client(self, client_id: str, now: datetime) -> Document | None:

@@ -7,9 +7,11 @@ the machine itself can, unless RUN_JOURNAL_FSYNC is on (an fsync per record, mil
 on most disks). The recorder rotates to a fresh segment before each batch it writes to the
 database and deletes a segment once every record in it is stored.
 
-Several processes may share the directory (uvicorn workers, a restarted pod): each holds an
-exclusive `flock` on the segments it writes, and a process claims (and replays) only segments
-no live process holds. The kernel releases a dead process's locks, whatever killed it.
+Several processes may share the directory (uvicorn workers, a restarted pod, every replica on
+a volume they all mount): each holds an exclusive `flock` on the segments it writes, and a
+process claims (and replays) only segments no live process holds, at start and then every
+RUN_JOURNAL_ADOPT_S. The kernel releases a dead process's locks, whatever killed it; over NFS
+(v4), the server releases those of a lost host when its lease runs out (90 s by default).
 """
 
 from __future__ import annotations
@@ -84,12 +86,19 @@ class RunJournal:
     def open(self) -> list[Segment]:
         """Start a segment; claim the segments no live process holds (to be replayed)."""
         self._directory.mkdir(parents=True, exist_ok=True)
+        orphans = self.adopt()
+        self._current = self._new_segment()
+        return orphans
+
+    def adopt(self) -> list[Segment]:
+        """Claim the segments no live process holds, oldest first: those of a process that
+        died, here or on another host sharing the directory (a volume every replica mounts);
+        the caller replays and removes them. This process's own are held: never claimed."""
         orphans = []
         for path in sorted(self._directory.glob(f"*{SUFFIX}"), key=_mtime):
             claimed = _claim(path)
             if claimed is not None:
                 orphans.append(claimed)
-        self._current = self._new_segment()
         return orphans
 
     def append(self, line: bytes) -> bool:
@@ -142,6 +151,11 @@ class RunJournal:
                     chunk = []
         if chunk:
             yield chunk
+
+    def let_go(self, segment: Segment) -> None:
+        """Stop holding a claimed segment without removing it (its records are not stored
+        yet: the next process to claim it replays it)."""
+        self._release(segment)
 
     def remove(self, segment: Segment) -> None:
         with contextlib.suppress(OSError):

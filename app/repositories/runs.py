@@ -1,4 +1,10 @@
-"""Chat run records, one collection per tenant, expired by a TTL index."""
+"""Chat run records in the shared `runs` collection, expired by a TTL index, and the usage
+aggregations over them (`GET /usage`), computed by the database.
+
+Every query index leads with `tenant_id`; a record's `_id` is its `run_id` (random 128 bits:
+a record written twice is stored once). The TTL index on `ended_at` is a single field, as
+MongoDB requires of TTL indexes: it serves no query.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +16,10 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from bson.errors import InvalidDocument
-from pymongo import ASCENDING, DESCENDING
+from pymongo import ASCENDING, DESCENDING, IndexModel
 from pymongo.errors import BulkWriteError, DocumentTooLarge, WriteError
 
-from app.repositories.database import Database, Document, aggregate
+from app.repositories.database import Database, Document, aggregate, repository
 from app.repositories.storable import storable_record
 from app.schemas.runs import RunQuery
 from app.schemas.usage import UsageWindow
@@ -23,10 +29,11 @@ logger = logging.getLogger(__name__)
 # What encoding a record can raise: handled record by record, never for the whole batch.
 _REFUSED = (OverflowError, InvalidDocument, DocumentTooLarge, RecursionError, ValueError, TypeError)
 
-_NO_ID = {"_id": 0}
+_NO_ID = {"_id": 0, "tenant_id": 0}
 _DUPLICATE_KEY = 11000
-# Newest first (the runs page) and a time range (the usage aggregation's first stage): one index.
-RUNS_BY_TIME = [("started_at", DESCENDING), ("run_id", DESCENDING)]
+PURGE_BATCH = 5000  # records deleted per round trip when a tenant goes
+# Newest first (the runs page) and a time range (the usage aggregations' first stage): one index.
+RUNS_BY_TIME = [("tenant_id", ASCENDING), ("started_at", DESCENDING), ("run_id", DESCENDING)]
 # A tool call's key in the usage aggregation: its tool id (a call of an unknown tool: its name).
 _TOOL_KEY = {"$ifNull": ["$tool_calls.tool_id", "$tool_calls.name"]}
 _FAILED_CALL = {"$cond": [{"$eq": ["$tool_calls.status", "error"]}, 1, 0]}
@@ -34,22 +41,31 @@ _FAILED_CALL = {"$cond": [{"$eq": ["$tool_calls.status", "error"]}, 1, 0]}
 _MODEL_CALLS = {"$cond": [{"$isArray": "$model_calls"}, {"$size": "$model_calls"}, "$iterations"]}
 
 
+def run_indexes(retention_days: int) -> list[IndexModel]:
+    return [
+        IndexModel(RUNS_BY_TIME),
+        IndexModel(
+            [
+                ("tenant_id", ASCENDING),
+                ("tool_calls.tool_id", ASCENDING),
+                ("started_at", DESCENDING),
+            ]
+        ),
+        IndexModel(
+            [("tenant_id", ASCENDING), ("tool_calls.name", ASCENDING), ("started_at", DESCENDING)]
+        ),
+        IndexModel([("ended_at", ASCENDING)], expireAfterSeconds=retention_days * 86_400),
+    ]
+
+
+@repository
 class RunRepository:
     def __init__(self, database: Database, *, retention_days: int) -> None:
         self._database = database
-        self._retention_s = retention_days * 86_400
+        database.declare("runs", run_indexes(retention_days))
 
     def _runs(self, tenant_id: str) -> Any:
-        return self._database.tenant_collection(tenant_id, "runs")
-
-    async def ensure_indexes(self, *, tenant_id: str) -> None:
-        runs = self._runs(tenant_id)
-        await runs.create_index(RUNS_BY_TIME)
-        # Not unique: ids are random 128-bit values; the index serves lookups.
-        await runs.create_index([("run_id", ASCENDING)])
-        await runs.create_index([("tool_calls.tool_id", ASCENDING), ("started_at", DESCENDING)])
-        await runs.create_index([("tool_calls.name", ASCENDING), ("started_at", DESCENDING)])
-        await runs.create_index([("ended_at", ASCENDING)], expireAfterSeconds=self._retention_s)
+        return self._database.scoped("runs", tenant_id)
 
     async def insert_many(self, runs: list[Document], *, tenant_id: str) -> None:
         """Write the batch; a record the database refuses never takes the others with it, and
@@ -59,18 +75,19 @@ class RunRepository:
         a timeout, a journal replayed after a crash) is stored once; the duplicate is ignored."""
         for run in runs:
             run.setdefault("_id", run["run_id"])
+        stored = [{**run, "tenant_id": tenant_id} for run in runs]
         try:
-            await self._runs(tenant_id).insert_many([dict(run) for run in runs], ordered=False)
+            await self._runs(tenant_id).insert_many(stored, ordered=False)
         except BulkWriteError as exc:  # the others were written
             errors = exc.details.get("writeErrors", [])
             failed = sorted({e["index"] for e in errors if e.get("code") != _DUPLICATE_KEY})
-            await self._store_reduced([runs[index] for index in failed], tenant_id)
+            await self._store_reduced([stored[index] for index in failed], tenant_id)
         except _REFUSED:  # refused while encoding the batch: write record by record
-            await self._store_reduced(runs, tenant_id)
+            await self._store_reduced(stored, tenant_id)
 
     async def _store_reduced(self, runs: list[Document], tenant_id: str) -> None:
         for run in runs:
-            query = {"run_id": run["run_id"]}  # an upsert: safe if part was written already
+            query = {"_id": run["_id"]}  # an upsert: safe if part was written already
             try:
                 await self._runs(tenant_id).replace_one(query, dict(run), upsert=True)
                 continue
@@ -80,17 +97,23 @@ class RunRepository:
                     run["run_id"],
                     tenant_id,
                 )
-            kept = {key: value for key, value in run.items() if key != "_id"}
-            reduced = {"_id": run["_id"], **storable_record(kept, bulky=("messages", "tool_calls"))}
+            kept = {key: value for key, value in run.items() if key not in ("_id", "tenant_id")}
+            reduced = {
+                "_id": run["_id"],
+                "tenant_id": tenant_id,
+                **storable_record(kept, bulky=("messages", "tool_calls")),
+            }
             await self._runs(tenant_id).replace_one(query, reduced, upsert=True)
 
     async def get(self, run_id: str, *, tenant_id: str) -> Document | None:
-        found: Document | None = await self._runs(tenant_id).find_one({"run_id": run_id}, _NO_ID)
+        found: Document | None = await self._runs(tenant_id).find_one(
+            {"_id": run_id, "tenant_id": tenant_id}, _NO_ID
+        )
         return found
 
     async def page(self, query: RunQuery, *, tenant_id: str) -> list[Document]:
         """Newest first, from `query.after` on."""
-        found: Document = {}
+        found: Document = {"tenant_id": tenant_id}
         if query.tool_id is not None:
             found["tool_calls.tool_id"] = query.tool_id
         if query.tool_name is not None:
@@ -99,7 +122,7 @@ class RunRepository:
             found["stop_reason"] = query.status
         started: Document = {}
         if query.since is not None:
-            started["$gte"] = query.since
+            started["$gt"] = at_or_after(query.since)
         if query.until is not None:
             started["$lt"] = query.until
         if started:
@@ -125,6 +148,7 @@ class RunRepository:
         pipeline: list[Document] = [
             {
                 "$match": {
+                    "tenant_id": tenant_id,
                     "tool_calls.tool_id": tool_id,
                     "started_at": {"$gte": since, "$lt": until},
                 }
@@ -158,7 +182,7 @@ class RunRepository:
     async def tool_usage(self, window: UsageWindow, *, tenant_id: str) -> list[Document]:
         """Per tool over the window: calls, errors and the nearest-rank p50/p95 duration."""
         pipeline: list[Document] = [
-            *_tool_calls_in(window),
+            *_tool_calls_in(window, tenant_id),
             {"$sort": {"tool_calls.duration_ms": ASCENDING}},
             {
                 "$group": {
@@ -188,7 +212,7 @@ class RunRepository:
         together (key None)."""
         key = {"$cond": [{"$in": [_TOOL_KEY, list(keys)]}, _TOOL_KEY, None]}
         pipeline: list[Document] = [
-            *_tool_calls_in(window),
+            *_tool_calls_in(window, tenant_id),
             {
                 "$group": {
                     "_id": {"key": key, "bucket": _bucket_of(window)},
@@ -211,7 +235,7 @@ class RunRepository:
     async def model_usage_series(self, window: UsageWindow, *, tenant_id: str) -> list[Document]:
         """Per provider, model and bucket: chats, model calls, chats ended `error`, tokens."""
         pipeline: list[Document] = [
-            _window_match(window),
+            _window_match(window, tenant_id),
             {"$match": {"kind": "chat"}},
             {
                 "$group": {
@@ -246,21 +270,37 @@ class RunRepository:
         return await aggregate(self._runs(tenant_id), pipeline)
 
     async def drop_all(self, *, tenant_id: str) -> None:
-        await self._runs(tenant_id).drop()
+        """Delete the tenant's records, in batches (a busy tenant may hold millions)."""
+        runs = self._runs(tenant_id)
+        while True:
+            cursor = runs.find({"tenant_id": tenant_id}, {"_id": 1}).limit(PURGE_BATCH)
+            ids = [doc["_id"] for doc in await cursor.to_list(None)]
+            if not ids:
+                return
+            await runs.delete_many({"tenant_id": tenant_id, "_id": {"$in": ids}})
 
 
-def _window_match(window: UsageWindow) -> Document:
-    """The usage aggregations' first stage, served by RUNS_BY_TIME: the tenant's records (here
-    the collection is the tenant's own; a collection shared by tenants adds `tenant_id` first,
-    as its indexes lead with it) in the window."""
-    return {"$match": {"started_at": {"$gte": window.since, "$lt": window.until}}}
+def at_or_after(moment: datetime) -> datetime:
+    """For `{"$gt": ...}`: a millisecond before `moment`, at BSON's millisecond precision, so
+    `$gt` of it is `$gte` of `moment`. The same query on MongoDB; SecantusDB (the test server)
+    drops the documents exactly at an inclusive bound on a middle field of a compound index
+    (here `started_at` between `tenant_id` and `run_id`)."""
+    whole_ms = moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+    return whole_ms - timedelta(milliseconds=1)
 
 
-def _tool_calls_in(window: UsageWindow) -> list[Document]:
+def _window_match(window: UsageWindow, tenant_id: str) -> Document:
+    """The usage aggregations' first stage, served by RUNS_BY_TIME: the tenant's records in the
+    window (`at_or_after`: the window's start included on every store)."""
+    started = {"$gt": at_or_after(window.since), "$lt": window.until}
+    return {"$match": {"tenant_id": tenant_id, "started_at": started}}
+
+
+def _tool_calls_in(window: UsageWindow, tenant_id: str) -> list[Document]:
     """One document per tool call of the window's records (a record stored reduced, its calls
     replaced by a marker, has none)."""
     return [
-        _window_match(window),
+        _window_match(window, tenant_id),
         {"$project": {"_id": 0, "started_at": 1, "tool_calls": 1}},
         {"$unwind": "$tool_calls"},
         {"$match": {"tool_calls.status": {"$in": ["ok", "error"]}}},
@@ -282,8 +322,6 @@ def _nearest_rank(values: str, count: str, fraction: float) -> Document:
 
 class RunStore(Protocol):
     """What the services need of run storage (MongoDB collection or the in-process ring)."""
-
-    async def ensure_indexes(self, *, tenant_id: str) -> None: ...
 
     async def insert_many(self, runs: list[Document], *, tenant_id: str) -> None: ...
 
@@ -319,9 +357,6 @@ class MemoryRunRepository:
     def __init__(self, *, limit: int) -> None:
         self._limit = limit
         self._runs: dict[str, deque[Document]] = {}
-
-    async def ensure_indexes(self, *, tenant_id: str) -> None:
-        return None
 
     async def insert_many(self, runs: list[Document], *, tenant_id: str) -> None:
         ring = self._runs.setdefault(tenant_id, deque(maxlen=self._limit))

@@ -20,17 +20,16 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 import orjson
-from pymongo.errors import PyMongoError
 
 from app.chat.approval import Decision, PendingCall, decision_problems
 from app.chat.model import ModelToolCall
 from app.crypto import random_hex
 from app.errors import (
     ConflictError,
+    DatabaseUnavailable,
     NotFoundError,
     ServiceUnavailableError,
     UnprocessableError,
-    database_unavailable,
     field_error,
 )
 from app.repositories.approvals import ApprovalRepository
@@ -71,9 +70,7 @@ class ApprovalBook:
         }
         try:
             await self._repository.hold(document, tenant_id=tenant_id)
-        except PyMongoError as exc:
-            if not database_unavailable(exc):
-                raise
+        except DatabaseUnavailable as exc:
             raise ServiceUnavailableError(
                 "The chat stopped for a person's approval, but the calls waiting could not be "
                 "kept (the database is unavailable); no call ran: send the chat again."

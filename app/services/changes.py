@@ -20,8 +20,8 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
+from app.errors import DatabaseError
 from app.repositories.changes import ChangeStampRepository
-from app.repositories.database import DatabaseError
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +86,8 @@ class ChangeFeed:
             self._task = asyncio.create_task(self._poll_forever(), name="changes: poll")
 
     async def aclose(self) -> None:
-        # PyMongo may turn a cancellation inside an operation into a DatabaseError (a connection
-        # failure), which the loops catch: they also stop on this flag, and the wait is bounded.
+        # The loops also stop on this flag (a database call is never cancelled halfway: its
+        # task goes on to the driver's timeout), and the wait is bounded.
         self._closing = True
         tasks = [*self._retries, *([self._task] if self._task else [])]
         for task in tasks:
@@ -122,10 +122,6 @@ class ChangeFeed:
         )
 
     async def _poll_forever(self) -> None:
-        try:
-            await self._stamps.ensure_indexes()
-        except DatabaseError as exc:
-            self._warn("could not create the index", exc)
         while not self._closing:
             started = time.monotonic()
             try:

@@ -121,7 +121,7 @@ class Alone:
             logger.warning(
                 "shared limits: the database did not answer (%s); this replica counts on its "
                 "own for the next %g s, %s",
-                type(exc).__name__,
+                _why(exc),
                 self._window_s,
                 "taking only what the database already counts for it (it answers too slowly)"
                 if self.slow
@@ -144,3 +144,9 @@ class Alone:
             self.admitted,
         )
         self.since = None
+
+
+def _why(exc: BaseException) -> str:
+    """The error's name, and the driver's under it (what an operator searches for)."""
+    cause = exc.__cause__
+    return type(exc).__name__ if cause is None else f"{type(exc).__name__}: {cause}"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from app.cache import LoadingCache
 from app.errors import NotFoundError, UnprocessableError, field_error
-from app.repositories.tenants import TenantRepository
+from app.repositories.tenants import TenantStore
 from app.services.changes import Publish, unpublished
 from app.tools.netguard import OutboundPolicy, allow_entry_problem, forced_entry_problem
 from app.tools.outbound_client import OutboundClient
@@ -31,7 +31,7 @@ class TenantOutbound:
     def __init__(
         self,
         *,
-        tenants: TenantRepository,
+        tenants: TenantStore,
         base: OutboundPolicy,
         client_for: Callable[[OutboundPolicy], OutboundClient],
         ttl_s: float,

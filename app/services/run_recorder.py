@@ -69,8 +69,10 @@ class RunRecorder:
         sleep: Sleep = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
         lost: Callable[[int], None] = lambda count: None,
+        adopt_every_s: float = 0.0,
     ) -> None:
         self._runs = runs
+        self._adopt_every_s = adopt_every_s
         self._journal = journal
         self._max_records = max_records
         self._max_bytes = max_bytes
@@ -82,8 +84,8 @@ class RunRecorder:
         self._held_bytes = 0
         self._spilled = False  # the current segment holds records that are not in memory
         self._orphans: list[Segment] = []
-        self._prepared: set[str] = set()
         self._task: asyncio.Task[None] | None = None
+        self._adopter: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._closing = asyncio.Event()  # shutdown: one last try per batch, no more waiting
         self._lost_unlogged = 0
@@ -112,6 +114,8 @@ class RunRecorder:
                 "replaying %d run journal segment(s) of a stopped process", len(self._orphans)
             )
         self._task = asyncio.create_task(self._write_forever(), name="run-recorder")
+        if self._journal is not None and self._adopt_every_s > 0:
+            self._adopter = asyncio.create_task(self._adopt_forever(), name="run-journal: adopt")
 
     def record(self, run: dict[str, Any], *, tenant_id: str) -> None:
         """Journal the record (before the answer completes) and queue it for the database."""
@@ -136,8 +140,12 @@ class RunRecorder:
             return
         self._closing.set()
         self._wake.set()
+        if self._adopter is not None:
+            await self._adopter  # it only waits between looks: it returns at once
         await self._task
         if self._journal is not None:
+            for orphan in self._orphans:  # claimed, not replayed: the next claimant does it
+                self._journal.let_go(orphan)
             self._journal.close()
         if self._lost_unlogged:
             logger.error("%d run record(s) lost since the last report", self._lost_unlogged)
@@ -155,16 +163,42 @@ class RunRecorder:
             self._lost_logged_at, self._lost_unlogged = now, 0
 
     async def _write_forever(self) -> None:
-        for orphan in self._orphans:
-            if await self._replay(orphan) and self._journal is not None:
-                self._journal.remove(orphan)
-        self._orphans = []
+        await self._replay_orphans()
         while not self._closing.is_set():
             await self._wake.wait()
             await self._pause(BATCH_WINDOW_S)
             self._wake.clear()
+            await self._replay_orphans()
             await self._flush()
         await self._flush()
+
+    async def _replay_orphans(self) -> None:
+        """Store the records of the segments claimed from stopped processes, and remove them."""
+        while self._orphans and not self._closing.is_set():
+            orphan = self._orphans[0]
+            if not await self._replay(orphan) or self._journal is None:
+                return  # shutdown came first: let go of it at close
+            self._journal.remove(orphan)
+            self._orphans.pop(0)
+
+    async def _adopt_forever(self) -> None:
+        """Every `adopt_every_s`, claim the segments of processes that stopped meanwhile (a
+        replica killed on another host that shares the journal's volume) for the writer."""
+        while not self._closing.is_set():
+            await self._pause(self._adopt_every_s)
+            if self._closing.is_set() or self._journal is None:
+                return
+            try:
+                found = self._journal.adopt()
+            except OSError as exc:
+                logger.error("run journal: could not look for stopped processes' segments: %s", exc)
+                continue
+            if found:
+                logger.warning(
+                    "adopting %d run journal segment(s) of a process that stopped", len(found)
+                )
+                self._orphans.extend(found)
+                self._wake.set()
 
     async def _flush(self) -> None:
         """Write what was recorded up to now: the memory queue, and the segment behind it if
@@ -228,9 +262,6 @@ class RunRecorder:
         attempt = 0
         while True:
             try:
-                if tenant_id not in self._prepared:
-                    await self._runs.ensure_indexes(tenant_id=tenant_id)
-                    self._prepared.add(tenant_id)
                 await self._runs.insert_many(runs, tenant_id=tenant_id)
                 self._recovered()
                 return True

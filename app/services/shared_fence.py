@@ -9,9 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from pymongo.errors import PyMongoError
-
-from app.errors import ServiceUnavailableError
+from app.errors import DatabaseError, ServiceUnavailableError
 from app.limits import Fence, TenantLocks
 from app.repositories.limits import LimitRepository
 
@@ -49,7 +47,7 @@ def shared_fence(
             finally:
                 try:
                     await repository.release_fence(key, holder=holder)
-                except PyMongoError as exc:  # it expires on its own
+                except DatabaseError as exc:  # it expires on its own
                     failed(exc)
 
     return fence

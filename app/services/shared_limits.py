@@ -37,9 +37,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from pymongo.errors import PyMongoError
-
-from app.errors import ServiceUnavailableError
+from app.errors import DatabaseError, DatabaseUnavailable, ServiceUnavailableError
 from app.limits import WRITTEN, Fence, Release, TooManyRequestsError, once
 from app.repositories.limits import Bucket, Grant, LimitRepository
 from app.services.limit_shares import Alone, SeenTokens, ShareBucket, share_of
@@ -113,7 +111,7 @@ class SharedLimits:
             max_concurrent // SPARE_PER if max_concurrent else SPARE_MAX,
         )
         self._tenants: dict[str, _Tenant] = {}
-        self._alone = Alone(window_s=fallback_s, clock=clock, unreachable=repository.unreachable)
+        self._alone = Alone(window_s=fallback_s, clock=clock, unreachable=unreachable)
         self._seen = SeenTokens()
         self.replicas: tuple[str, ...] = ()  # the live replicas last seen (shares)
         self._heartbeat_at = float("-inf")
@@ -144,8 +142,8 @@ class SharedLimits:
 
     async def aclose(self) -> None:
         logger.info("shared limits: %d database round trips", self.round_trips)
-        # PyMongo may turn a cancellation inside an operation into a PyMongoError, which the
-        # loops catch: they also stop on this flag, and every wait here is bounded.
+        # The loops also stop on this flag, and every wait here is bounded; a database call is
+        # never cancelled halfway (its task goes on to the driver's timeout).
         self._closing = True
         if self._ticker is not None:
             self._ticker.cancel()
@@ -165,10 +163,6 @@ class SharedLimits:
     # Housekeeping.
 
     async def _tick_forever(self) -> None:
-        try:
-            await self._repository.ensure_indexes()  # the TTL index that clears idle documents
-        except PyMongoError as exc:
-            logger.warning("shared limits: could not create the TTL index (%s)", exc)
         while not self._closing:
             await self.maintain()
             await asyncio.sleep(TICK_S)
@@ -223,8 +217,12 @@ class SharedLimits:
             live = await self._repository.heartbeat(
                 replica=self.replica, now_ms=now * 1000, lease_ms=self._lease_ms
             )
-        except PyMongoError as exc:
-            self._alone.failed(exc)
+        except DatabaseError as exc:
+            # Before its first answer (start-up's own work can hold the loop past the check's
+            # timeout) the replica does not count alone for it: the next tick asks again, and
+            # a chat meanwhile checks the database itself.
+            if self.replicas:
+                self._alone.failed(exc)
             return
         self.replicas = tuple(sorted(live))
         self._alone.answered()
@@ -367,7 +365,7 @@ class SharedLimits:
                 charged=charge,
                 write=self._next_write(),
             )
-        except PyMongoError as exc:
+        except DatabaseError as exc:
             self._alone.failed(exc)
             tenant.spare_tokens += returned  # not given back after all
             tenant.spare_slots += spare_slots
@@ -501,7 +499,7 @@ class SharedLimits:
                 charged_ms=charge * self._chats.interval_ms,
                 write=self._next_write(),
             )
-        except PyMongoError as exc:
+        except DatabaseError as exc:
             self._alone.failed(exc)
             # Not written: the database still counts them; housekeeping tries again.
             tenant.spare_tokens += returned
@@ -521,6 +519,11 @@ class SharedLimits:
 
     async def check_write(self, tenant_id: str) -> None:
         await self._writes_rate.check(tenant_id)
+
+
+def unreachable(exc: BaseException) -> bool:
+    """No server could be reached at all (not merely too slowly): the shares apply."""
+    return isinstance(exc, DatabaseUnavailable) and exc.unreachable
 
 
 def _written(releases: list[asyncio.Future[None]]) -> None:

@@ -7,9 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pymongo.errors import PyMongoError
-
-from app.errors import ServiceUnavailableError
+from app.errors import DatabaseError, ServiceUnavailableError
 from app.limits import TooManyRequestsError
 from app.repositories.limits import Bucket, Grant, LimitRepository
 from app.services.limit_shares import Alone, SeenTokens, ShareBucket
@@ -53,7 +51,7 @@ class SharedWrites:
         now_ms = self._clock() * 1000
         try:
             grant = await self._charge(tenant_id, want=1)
-        except PyMongoError:
+        except DatabaseError:
             self._take_alone(tenant_id)
             return
         if grant.granted < 1:
@@ -81,7 +79,7 @@ class SharedWrites:
                 lease_ms=0,
                 charged=charged,
             )
-        except PyMongoError as exc:
+        except DatabaseError as exc:
             self._alone.failed(exc)
             raise
         self._alone.answered()
@@ -113,5 +111,5 @@ class SharedWrites:
         for tenant_id in list(self._alone_writes):
             try:
                 await self._charge(tenant_id)
-            except PyMongoError:  # counted alone again; tried next round
+            except DatabaseError:  # counted alone again; tried next round
                 return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import logging
 import re
 import secrets
 import time
@@ -12,7 +13,7 @@ from typing import Any, Protocol
 
 from app.cache import LoadingCache
 from app.crypto import key_hash
-from app.errors import NotFoundError
+from app.errors import DatabaseError, NotFoundError
 from app.repositories.approvals import ApprovalRepository
 from app.repositories.categories import CategoryRepository
 from app.repositories.mcp_servers import McpServerRepository
@@ -20,14 +21,15 @@ from app.repositories.mcp_tool_settings import McpToolSettingsRepository
 from app.repositories.model_providers import ModelProviderRepository
 from app.repositories.runs import RunStore
 from app.repositories.secrets import SecretRepository
-from app.repositories.tenants import TenantRepository
+from app.repositories.tenants import KeyOwner, TenantStore
 from app.repositories.tools import ToolRepository
-from app.services.catalog import TOOLS_STAMP, ToolCatalog
+from app.services.catalog import TOOLS_STAMP, ToolCatalog, tools_stamp
 from app.services.changes import Publish, unpublished
 from app.services.client_tokens import ClientTokenService
 from app.services.outbound import TenantOutbound
-from app.services.seeding import Seeder
+from app.services.seeding import CLAIM_S, Reconciler
 
+logger = logging.getLogger(__name__)
 KEY_PREFIX = "tg_"
 _KEY_SHAPE = re.compile(r"^tg_[A-Za-z0-9_-]{43}$")
 MAX_CACHED_KEYS = 100_000
@@ -59,9 +61,9 @@ class TenantService:
     def __init__(
         self,
         *,
-        tenants: TenantRepository,
+        tenants: TenantStore,
         tools: ToolRepository,
-        seeder: Seeder,
+        reconciler: Reconciler,
         categories: CategoryRepository | None = None,
         catalog: ToolCatalog,
         runs: RunStore,
@@ -86,23 +88,21 @@ class TenantService:
         self._client_tokens = client_tokens
         self._tenants, self._tools = tenants, tools
         self._categories = categories
-        self._seeder = seeder
+        self._reconciler = reconciler
+        reconciler.listen(self._reconciled)
+        reconciler.purge_with(self._drop_data)
         self._catalog, self._runs = catalog, runs
-        self._mcp_servers = mcp_servers
-        self._model_providers = model_providers
-        self._secrets = secrets
-        self._key_secret = key_secret
+        self._mcp_servers, self._model_providers = mcp_servers, model_providers
+        self._secrets, self._key_secret = secrets, key_secret
         self._admin_key = admin_key.encode()
-        # key hash -> tenant id. Rotation and deletion here drop entries at once; another
-        # replica's rotation takes effect here within AUTH_CACHE_TTL_S. Unknown keys are not
-        # kept (a new tenant's key works at once).
-        self._auth_cache: LoadingCache[str, str | None] = LoadingCache(
-            self._tenants.find_id_by_key_hash,
+        # key hash -> tenant and stamp; rotated here: dropped at once; elsewhere: within the TTL
+        self._auth_cache: LoadingCache[str, KeyOwner | None] = LoadingCache(
+            self._tenants.find_by_key_hash,
             ttl_s=auth_cache_ttl_s,
             stale_if_error_s=stale_if_error_s,
             max_entries=MAX_CACHED_KEYS,
             name="api keys",
-            keep=lambda tenant_id: tenant_id is not None,
+            keep=lambda owner: owner is not None,
             clock=clock,
         )
 
@@ -114,13 +114,26 @@ class TenantService:
         return hmac.compare_digest(presented.encode(), self._admin_key)
 
     async def tenant_for_key(self, presented: str) -> str | None:
-        """The tenant a key belongs to, or None for a malformed, unknown or rotated key."""
+        """The tenant a key belongs to, or None for a malformed, unknown or rotated key. A
+        tenant's first use after a change of the function dictionary (or of the layout)
+        reconciles it first (app/services/seeding.py)."""
         if not _KEY_SHAPE.match(presented):
             return None
-        return await self._auth_cache.get(self._hash(presented))
+        owner = await self._auth_cache.get(self._hash(presented))
+        if owner is None:
+            return None
+        await self._reconciler.ensure_current(owner.tenant_id, owner.stamp, known=True)
+        return owner.tenant_id
+
+    async def ensure_current(self, tenant_id: str) -> None:
+        """A tenant reached by another credential than its key (a client token): reconciled
+        on its first use here, as `tenant_for_key` does (one read of its stamp per process)."""
+        await self._reconciler.ensure_current(tenant_id, None, known=False)
 
     def _forget_keys_of(self, tenant_id: str) -> None:
-        self._auth_cache.invalidate_values(lambda cached: cached == tenant_id)
+        self._auth_cache.invalidate_values(
+            lambda cached: cached is not None and cached.tenant_id == tenant_id
+        )
 
     def changed_elsewhere(self, stamp: str) -> None:
         """Another replica changed something of a tenant (app/services/changes.py): a tool
@@ -145,12 +158,21 @@ class TenantService:
         await self._auth_cache.aclose()
 
     async def create(self, *, tenant_id: str) -> tuple[dict[str, Any], str]:
-        """Create a tenant with its tool collection and seeded tools; return it and its key."""
+        """Create a tenant with its tool collection and seeded tools; return it and its key.
+        Once its document is written the tenant exists: if reconciling it (leftovers of an
+        earlier tenant of this id purged, its index, its tools) fails, it is done at its first
+        use or by the sweep, and the key is still returned (a 503 would leave a tenant nobody
+        has the key of)."""
         api_key = new_api_key()
-        tenant = await self._tenants.insert(tenant_id=tenant_id, key_hash=self._hash(api_key))
-        # A crash during an earlier delete may have left this id's data behind: never inherit it.
-        await self._drop_data(tenant_id)
-        await self._seeder.prepare_tenant(tenant_id)
+        born = self._reconciler.new_tenant_stamp
+        tenant = await self._tenants.insert(
+            tenant_id=tenant_id, key_hash=self._hash(api_key), stamp=born, claim_s=CLAIM_S
+        )
+        self._reconciler.forget(tenant_id)
+        try:
+            await self._reconciler.reconcile(tenant_id, born)
+        except DatabaseError as exc:
+            logger.warning("tenant %s created; reconciled later (%s)", tenant_id, exc)
         self._forget_cached(tenant_id)
         await self._publish(tenant_id)
         return tenant, api_key
@@ -185,9 +207,15 @@ class TenantService:
             await self._client_tokens.drop_all(tenant_id=tenant_id)
         if not await self._tenants.delete(tenant_id=tenant_id):
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")
+        self._reconciler.forget(tenant_id)
         await self._drop_data(tenant_id)
         self._forget_cached(tenant_id)
         await self._publish(tenant_id)
+
+    async def _reconciled(self, tenant_id: str) -> None:
+        """Reconciliation moved or seeded tools: read them again here and elsewhere."""
+        self._catalog.mark_stale(tenant_id)
+        await self._publish(tools_stamp(tenant_id))
 
     def _forget_cached(self, tenant_id: str) -> None:
         self._catalog.invalidate(tenant_id)

@@ -13,6 +13,13 @@ chat pays for the check and none is refused. Reported as ratios within the run:
     python scripts/bench/scale.py                         # 1, 2, 4 workers, 20 s each
     python scripts/bench/scale.py --workers 1,2 --duration 5 --rounds 1   # a smoke run
 
+The tenant axis (scripts/bench/tenants.py): creation rate, namespaces per tenant, start-up of
+one and of three replicas at 1,000 and 10,000 tenants, an idle tenant's first chat during an
+outage:
+
+    python scripts/bench/scale.py tenants                 # 1,000 then 10,000 tenants
+    python scripts/bench/scale.py tenants --sizes 100,300  # a smoke run
+
 Every process (clients, model, database, workers) shares this machine's cores: the curve is
 only meaningful where the cores outnumber the workers plus those helpers.
 """
@@ -240,6 +247,14 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["tenants"]:
+        import tenants
+
+        parser = argparse.ArgumentParser(description=tenants.__doc__.split("\n\n")[0])
+        tenants.add_arguments(parser)
+        parser.add_argument("--out", default=str(ROOT / "bench-results" / "tenants"))
+        tenants.main(parser.parse_args(sys.argv[2:]))
+        sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--duration", type=float, default=20)

@@ -40,8 +40,8 @@ def services(app: FastAPI) -> Services:
 
 
 async def raw_documents(app: FastAPI, tenant_id: str, resource: str) -> list[dict[str, Any]]:
-    collection = services(app).database.tenant_collection(tenant_id, resource)
-    return [doc async for doc in collection.find({}, {"_id": 0})]
+    collection = services(app).database.scoped(resource, tenant_id)
+    return [doc async for doc in collection.find({"tenant_id": tenant_id}, {"_id": 0})]
 
 
 @pytest.mark.all_stores
@@ -90,11 +90,11 @@ async def test_a_ciphertext_copied_to_another_tenant_or_name_does_not_open(
     ]
     database = services(app).database
     # An attacker with write access to the database swaps ciphertexts around.
-    await database.tenant_collection("globex", "secrets").update_one(
-        {"name": "key"}, {"$set": {"sealed": sealed}}
+    await database.scoped("secrets", "globex").update_one(
+        {"tenant_id": "globex", "name": "key"}, {"$set": {"sealed": sealed}}
     )
-    await database.tenant_collection("acme", "secrets").update_one(
-        {"name": "other"}, {"$set": {"sealed": sealed}}
+    await database.scoped("secrets", "acme").update_one(
+        {"tenant_id": "acme", "name": "other"}, {"$set": {"sealed": sealed}}
     )
     with caplog.at_level(logging.DEBUG):  # every logger, the driver's command log included
         assert await services(app).secrets.resolve({"key"}, tenant_id="globex") == {"key": None}

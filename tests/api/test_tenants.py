@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
 
+from app.errors import DatabaseUnavailable
+from app.repositories.secrets import SecretRepository
+from app.repositories.tools import ToolRepository
 from tests.support.apps import ADMIN, KEY_SECRET, TenantCredentials, create_tenant
 from tests.support.documents import external_tool
 
@@ -20,10 +24,11 @@ async def test_create_tenant_returns_a_strong_key_stored_only_as_hmac(
 ) -> None:
     tenant = await create_tenant(client, "acme")
     assert tenant.api_key.startswith("tg_") and len(tenant.api_key) >= 3 + 43  # 32 random bytes
-    stored = await app.state.services.database.tenants.find_one({"tenant_id": "acme"})
+    store = app.state.services.tenant_store
     expected = hmac.new(KEY_SECRET.encode(), tenant.api_key.encode(), hashlib.sha256).hexdigest()
-    assert stored["key_hash"] == expected
-    assert tenant.api_key not in str(stored)
+    owner = await store.find_by_key_hash(expected)
+    assert owner is not None and owner.tenant_id == "acme"
+    assert await store.find_by_key_hash(tenant.api_key) is None  # never the key itself
     other = await create_tenant(client, "globex")
     assert other.api_key != tenant.api_key
 
@@ -122,3 +127,34 @@ async def test_rotation_keeps_client_tokens_when_asked(
     assert await _opens(client, bearer) == (True, True)
     refused = await client.post("/tenants/acme/keys", json={"keep": True}, headers=ADMIN)
     assert refused.status_code == 422
+
+
+async def test_a_new_tenant_never_inherits_what_an_earlier_one_of_its_id_left(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """A delete that crashed half-way left records of `acme` behind: the new `acme` starts
+    empty (its creation purges them before it seeds its tools)."""
+    database = app.state.services.database
+    await SecretRepository(database).put("old", "sealed", tenant_id="acme")
+    await ToolRepository(database).insert(external_tool("left-over"), tenant_id="acme")
+    acme = await create_tenant(client, "acme")
+    assert (await client.get("/secrets", headers=acme.headers)).json() == []
+    ids = {t["tool_id"] for t in (await client.get("/tools/ids", headers=acme.headers)).json()}
+    assert "left-over" not in ids and "rolldice" in ids
+
+
+async def test_a_tenant_whose_reconciliation_fails_is_created_and_reconciled_at_first_use(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database fails while the new tenant is seeded: the tenant exists and its key is
+    returned (a 503 would leave a tenant nobody holds the key of); its first use finishes it."""
+    seeding = ToolRepository.insert_if_absent
+
+    async def unavailable(*args: Any, **kwargs: Any) -> str:
+        raise DatabaseUnavailable(too_slow=True)
+
+    monkeypatch.setattr(ToolRepository, "insert_if_absent", unavailable)
+    acme = await create_tenant(client, "acme")
+    monkeypatch.setattr(ToolRepository, "insert_if_absent", seeding)
+    ids = {t["tool_id"] for t in (await client.get("/tools/ids", headers=acme.headers)).json()}
+    assert "rolldice" in ids

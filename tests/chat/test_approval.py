@@ -8,8 +8,8 @@ from typing import Any
 
 import orjson
 import pytest
-from pymongo.errors import ServerSelectionTimeoutError
 
+from app.errors import DatabaseUnavailable
 from app.repositories.approvals import ApprovalRepository
 from tests.support import fake_model as script
 from tests.support.apps import ADMIN, create_tenant
@@ -439,7 +439,7 @@ async def test_a_database_that_cannot_keep_the_waiting_calls_is_a_503(
     RECEIVED.clear()
 
     async def unreachable(*args: Any, **kwargs: Any) -> None:
-        raise ServerSelectionTimeoutError("127.0.0.1:9: connection refused")
+        raise DatabaseUnavailable(unreachable=True)
 
     monkeypatch.setattr(ApprovalRepository, "hold", unreachable)
     fake.reset(script.tool_calls(("delete_everything", {})), repeat=script.text("done"))

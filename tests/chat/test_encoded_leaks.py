@@ -102,7 +102,11 @@ async def _openai_sinks(chat: ChatClient, fake: FakeModel) -> dict[str, str]:
     sinks = {}
     for path, body in requests.items():
         for stream in (False, True):
-            fake.reset(script.tool_calls(("reflect", {"q": "x"})), script.text("done"))
+            if stream:  # answered as a stream, as the API does (the openai SDK reads only that)
+                calls = script.streamed_tool_calls(("call_r", "reflect", '{"q": "x"}'))
+                fake.reset(calls, script.streamed_text("done"))
+            else:
+                fake.reset(script.tool_calls(("reflect", {"q": "x"})), script.text("done"))
             sent = {**body, "model": "default", "stream": stream, "toolgate": options}
             response = await chat.http.post(path, json=sent, headers=chat.tenant.headers)
             assert response.status_code == 200, response.text

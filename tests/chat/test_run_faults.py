@@ -56,8 +56,8 @@ async def test_records_queued_at_shutdown_are_written(
     # The app has shut down right after the last answer: its records must all be there.
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(database_server.url)
     try:
-        runs = client[settings.mongodb_database]["tenant.acme.runs"]
-        stored = {doc["run_id"] async for doc in runs.find({}, {"run_id": 1})}
+        runs = client[settings.mongodb_database]["runs"]
+        stored = {doc["run_id"] async for doc in runs.find({"tenant_id": "acme"}, {"run_id": 1})}
         await client.drop_database(settings.mongodb_database)
     finally:
         await client.close()
@@ -100,11 +100,12 @@ async def test_records_written_during_an_outage_are_stored_once_it_ends(
         wanted = {before.json()["run_id"], answer.json()["run_id"]}
         client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(database_server.url)
         try:
-            runs = client[settings.mongodb_database]["tenant.acme.runs"]
+            runs = client[settings.mongodb_database]["runs"]
             stored: list[str] = []
 
             async def all_stored() -> bool:
-                stored[:] = [doc["run_id"] async for doc in runs.find({}, {"run_id": 1})]
+                found = runs.find({"tenant_id": "acme"}, {"run_id": 1})
+                stored[:] = [doc["run_id"] async for doc in found]
                 return set(stored) == wanted
 
             with contextlib.suppress(AssertionError):  # the assertion below says what is missing

@@ -31,10 +31,12 @@ BROKEN: list[dict[str, Any]] = [
 
 async def _store_broken(chat: ChatClient) -> None:
     database = chat.app.state.services.database
-    collection = database.tenant_collection(chat.tenant.tenant_id, "tools")
+    collection = database.tools(chat.tenant.tenant_id)
     now = utc_now()
     for doc in BROKEN:
-        await collection.insert_one({**doc, "created_at": now, "updated_at": now})
+        await collection.insert_one(
+            {"_id": doc["tool_id"], **doc, "created_at": now, "updated_at": now}
+        )
 
 
 async def test_other_tools_stay_listed_and_usable_in_chats(

@@ -128,7 +128,10 @@ async def test_no_stored_record_breaks_reading_the_runs(
     ]
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(settings.mongodb_url)
     try:
-        await client[settings.mongodb_database]["tenant.acme.runs"].insert_many(stored)
+        # As the shared `runs` collection holds them: the tenant named, the run id as `_id`.
+        await client[settings.mongodb_database]["runs"].insert_many(
+            [{**doc, "_id": doc["run_id"], "tenant_id": "acme"} for doc in stored]
+        )
     finally:
         await client.close()
     items = await _runs(http, acme, 4)

@@ -56,7 +56,7 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[RunStore]:
     settings = make_settings(server.url)
     database = Database.from_settings(settings)
     repo = RunRepository(database, retention_days=7)
-    await repo.ensure_indexes(tenant_id="acme")
+    assert await database.ensure_indexes() == []
     yield repo
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(server.url)
     await client.drop_database(settings.mongodb_database)
@@ -112,9 +112,15 @@ async def test_mongodb_runs_expire_by_ttl_index(secantus_server: SecantusServer)
     settings = make_settings(secantus_server.url)
     database = Database.from_settings(settings)
     try:
-        await RunRepository(database, retention_days=7).ensure_indexes(tenant_id="acme")
-        indexes = await database.tenant_collection("acme", "runs").index_information()
+        RunRepository(database, retention_days=7)
+        assert await database.ensure_indexes() == []
+        indexes = await database.collection("runs").index_information()
         assert indexes["ended_at_1"]["expireAfterSeconds"] == 7 * 86_400
+        # Every index that serves a query leads with the tenant (the TTL index serves none).
+        queried = [
+            spec["key"] for name, spec in indexes.items() if name not in ("_id_", "ended_at_1")
+        ]
+        assert queried and all(key[0][0] == "tenant_id" for key in queried)
     finally:
         client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(secantus_server.url)
         await client.drop_database(settings.mongodb_database)
@@ -129,10 +135,10 @@ async def test_mongodb_stores_a_record_written_twice_once(secantus_server: Secan
     database = Database.from_settings(settings)
     repo = RunRepository(database, retention_days=7)
     try:
-        await repo.ensure_indexes(tenant_id="acme")
+        await database.ensure_indexes()
         await repo.insert_many([run(1), run(2)], tenant_id="acme")
         await repo.insert_many([run(2), run(1), run(3)], tenant_id="acme")  # fresh dicts
-        stored = await database.tenant_collection("acme", "runs").count_documents({})
+        stored = await database.collection("runs").count_documents({"tenant_id": "acme"})
         assert stored == 3
     finally:
         client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(secantus_server.url)

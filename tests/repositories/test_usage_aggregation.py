@@ -13,7 +13,13 @@ from mongomock_motor import AsyncMongoMockClient
 
 from app.errors import UnprocessableError
 from app.repositories.database import Database
-from app.repositories.runs import RUNS_BY_TIME, MemoryRunRepository, RunRepository, RunStore
+from app.repositories.runs import (
+    RUNS_BY_TIME,
+    MemoryRunRepository,
+    RunRepository,
+    RunStore,
+    at_or_after,
+)
 from app.services.usage import usage_report, usage_window
 from tests.support.run_stores import mongodb_runs
 from tests.support.secantus import SecantusServer
@@ -253,8 +259,8 @@ class _PipelinesSeen(Database):
 
     sent: list[list[dict[str, Any]]]
 
-    def tenant_collection(self, tenant_id: str, resource: str) -> Any:
-        collection = super().tenant_collection(tenant_id, resource)
+    def scoped(self, name: str, tenant_id: str) -> Any:
+        collection = super().scoped(name, tenant_id)
         sent = self.sent
 
         class Seen:
@@ -268,21 +274,23 @@ class _PipelinesSeen(Database):
         return Seen()
 
 
-async def test_every_pipeline_opens_with_the_time_range_an_index_serves() -> None:
-    """Each usage pipeline's first stage is a `$match` on `started_at` alone (the collection is
-    the tenant's), the leading field of an index the run collection is given."""
+async def test_every_pipeline_opens_with_the_tenant_and_time_range_an_index_serves() -> None:
+    """Each usage pipeline's first stage is a `$match` on `tenant_id` and `started_at` (the
+    shared collection's records of one tenant in the window), the leading fields of an index
+    the run collection is given."""
     database = _PipelinesSeen(AsyncMongoMockClient(tz_aware=True), "usage", in_memory=True)
     database.sent = []
     repo = RunRepository(database, retention_days=7)
-    await repo.ensure_indexes(tenant_id="acme")
-    indexes = await database.tenant_collection("acme", "runs").index_information()
-    assert RUNS_BY_TIME in [info["key"] for info in indexes.values()]
+    await database.ensure_indexes()
+    indexes = await database.scoped("runs", "acme").index_information()
+    assert RUNS_BY_TIME in [list(info["key"]) for info in indexes.values()]
     await repo.tool_usage(WINDOW, tenant_id="acme")
     await repo.tool_usage_series(WINDOW, ["dice"], tenant_id="acme")
     await repo.model_usage_series(WINDOW, tenant_id="acme")
-    window = {"started_at": {"$gte": WINDOW.since, "$lt": WINDOW.until}}
+    started = {"$gt": at_or_after(WINDOW.since), "$lt": WINDOW.until}
+    window = {"tenant_id": "acme", "started_at": started}
     assert [pipeline[0] for pipeline in database.sent] == [{"$match": window}] * 3
-    assert RUNS_BY_TIME[0][0] == "started_at"
+    assert [field for field, _ in RUNS_BY_TIME[:2]] == ["tenant_id", "started_at"]
 
 
 class _CalledMeanwhile(MemoryRunRepository):

@@ -10,6 +10,7 @@ import pytest
 from pymongo.errors import NetworkTimeout
 
 from app.cache import LoadingCache
+from app.repositories.tenants import KeyOwner
 from app.services.tenants import TenantService
 from tests.support.clock import FakeClock
 from tests.support.waiting import within
@@ -179,18 +180,34 @@ class KeyRepository:
         self.reads = 0
         self.gate = asyncio.Event()
 
-    async def find_id_by_key_hash(self, key_hash: str) -> str | None:
+    async def find_by_key_hash(self, key_hash: str) -> KeyOwner | None:
         self.reads += 1
         owner = self.owner
         await self.gate.wait()
-        return owner
+        return None if owner is None else KeyOwner(owner, CURRENT)
+
+
+CURRENT = "2|one_database|current"
+
+
+class CurrentTenants:
+    """The reconciler seam: every tenant is current."""
+
+    def listen(self, reconciled: object) -> None:
+        pass
+
+    def purge_with(self, purge: object) -> None:
+        pass
+
+    async def ensure_current(self, tenant_id: str, stamp: str | None, *, known: bool) -> None:
+        assert stamp == CURRENT
 
 
 def tenant_service(keys: KeyRepository, ttl_s: float, clock: FakeClock) -> TenantService:
     return TenantService(
         tenants=keys,  # type: ignore[arg-type]
         tools=None,  # type: ignore[arg-type]
-        seeder=None,  # type: ignore[arg-type]
+        reconciler=CurrentTenants(),  # type: ignore[arg-type]
         catalog=None,  # type: ignore[arg-type]
         runs=None,  # type: ignore[arg-type]
         mcp_servers=None,  # type: ignore[arg-type]

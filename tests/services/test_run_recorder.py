@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pymongo.errors import NetworkTimeout, OperationFailure, ServerSelectionTimeoutError
 
+from app.errors import DatabaseError, DatabaseUnavailable
 from app.repositories.run_journal import RunJournal, encode
 from app.repositories.runs import MemoryRunRepository
 from app.services.run_recorder import RunRecorder
@@ -49,11 +49,11 @@ class FlakyRuns(MemoryRunRepository):
 
     async def insert_many(self, runs: list[dict[str, Any]], *, tenant_id: str) -> None:
         if self.time.now < self.up_at:
-            raise ServerSelectionTimeoutError("no server")
+            raise DatabaseUnavailable(unreachable=True)
         if self.refuse:
-            raise OperationFailure("refused", code=2)
+            raise DatabaseError()
         if len(runs) > self.most:
-            raise NetworkTimeout("timed out")
+            raise DatabaseUnavailable(too_slow=True)
         self.inserts += 1
         for run in runs:
             self.stored.setdefault(run["run_id"], {**run, "tenant": tenant_id})
@@ -185,7 +185,7 @@ async def test_a_record_the_database_refuses_is_counted_and_logged(
     made = recorder(runs, time, lost)
     await record_all(made, 0, 3)
     await until(lambda: sum(lost) == 3)
-    assert "the database refused them (OperationFailure)" in caplog.text
+    assert "the database refused them (DatabaseError)" in caplog.text
     await made.close()
 
 
@@ -197,3 +197,28 @@ async def test_a_batch_too_large_for_a_slow_database_is_written_in_smaller_parts
     await until(lambda: len(runs.stored) == 600)
     assert lost == []
     await made.close()
+
+
+async def test_a_live_replica_adopts_a_dead_ones_journal_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    """RUN_JOURNAL_DIR on a volume every replica mounts: a replica killed during an outage
+    leaves its segments there, unlocked (the kernel drops a dead process's locks); another one
+    claims them at its next look (RUN_JOURNAL_ADOPT_S) and stores them when the database is
+    back, though the dead one never starts again. The live one's own segments stay its own."""
+    time, lost = FakeTime(), []
+    runs = FlakyRuns(time, up_at=60.0)
+    live = recorder(
+        runs, time, lost, journal=RunJournal(tmp_path, max_bytes=10_000_000), adopt_every_s=10.0
+    )
+    await record_all(live, 0, 5)
+    dead = RunJournal(tmp_path, max_bytes=10_000_000)
+    assert dead.open() == []  # the live replica holds its own segments
+    for index in range(100, 130):
+        assert dead.append(encode("globex", run(index)))
+    dead.close()  # killed: its segment stays, its lock goes with the process
+    await until(lambda: len(runs.stored) == 35)  # adopted, then stored once the database is up
+    assert {r["tenant"] for r in runs.stored.values()} == {"acme", "globex"}
+    assert time.now >= 60.0 and lost == []
+    await live.close()
+    assert segments(tmp_path, "*") == []

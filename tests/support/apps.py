@@ -85,9 +85,16 @@ async def running_app(
             settings.mongodb_url, serverSelectionTimeoutMS=2000
         )
         try:
-            await client.drop_database(settings.mongodb_database)
+            await drop_installation(client, settings.mongodb_database)
         finally:
             await client.close()
+
+
+async def drop_installation(client: AsyncMongoClient[dict[str, Any]], database: str) -> None:
+    """The test's database, and its tenants' own (TOOL_COLLECTIONS=database_per_tenant)."""
+    for name in await client.list_database_names():
+        if name == database or name.startswith(f"{database}-"):
+            await client.drop_database(name)
 
 
 def http_client(app: FastAPI) -> httpx.AsyncClient:

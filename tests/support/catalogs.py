@@ -86,8 +86,8 @@ async def store_catalog(app: FastAPI, tenant_id: str, docs: list[dict[str, Any]]
     """Write `docs` into the tenant's tool collection at once, then mark its snapshot stale (as
     a write through the API does)."""
     services = app.state.services
-    await services.database.tenant_collection(tenant_id, "tools").insert_many(
-        [dict(doc) for doc in docs]
+    await services.database.tools(tenant_id).insert_many(
+        [{"_id": doc["tool_id"], **doc} for doc in docs]  # `_id` is the tool id
     )
     services.catalog.mark_stale(tenant_id)
 

@@ -14,13 +14,13 @@ from tests.support.apps import make_settings
 
 
 @asynccontextmanager
-async def mongodb_runs(url: str, *, tenant_id: str = "acme") -> AsyncIterator[RunRepository]:
-    """A RunRepository on a new database at `url`, its indexes made for `tenant_id`."""
+async def mongodb_runs(url: str) -> AsyncIterator[RunRepository]:
+    """A RunRepository on a new database at `url`, its shared collection's indexes made."""
     settings = make_settings(url)
     database = Database.from_settings(settings)
     repo = RunRepository(database, retention_days=7)
     try:
-        await repo.ensure_indexes(tenant_id=tenant_id)
+        assert await database.ensure_indexes() == []  # every declared index made
         yield repo
     finally:
         client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(url)

@@ -40,9 +40,8 @@ function verdicts(result) {
   const tools = result.tools || [];
   const skipped = result.skipped || [];
   const problems = result.problems || [];
-  // What was stored: a count or a list where the service gives one, else the tools it answers.
-  const given = Array.isArray(result.stored) ? result.stored.length : result.stored;
-  const stored = result.dry_run ? null : (typeof given === "number" ? given : tools.length);
+  const summary = result.summary || {};
+  const stored = result.dry_run ? null : (summary.stored ?? tools.length);
   const reasons = new Map();
   for (const s of skipped) {
     const reason = asText(s.reason ?? s);
@@ -53,10 +52,11 @@ function verdicts(result) {
 
 function preview(result) {
   const { tools, skipped, problems, stored, reasons } = verdicts(result);
-  const operations = result.operations ?? tools.length + skipped.length;
+  // The answer's summary counts (POST /tools/import: a verdict per operation).
+  const summary = result.summary || {};
   const counts = [
-    ["Operations read", operations],
-    ["Converted to tools", tools.length],
+    ["Operations read", summary.operations ?? tools.length + skipped.length],
+    ["Converted to tools", summary.converted ?? tools.length],
     ["Skipped", skipped.length],
     ["Refused by the tool rules", problems.length],
   ];
