@@ -24,18 +24,13 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import mcp.types as mcp_types
 import orjson
-from mcp.server.connection import Connection
+from mcp.server.context import HandlerResult
 from mcp.server.lowlevel import Server
-from mcp.server.runner import ServerRunner, modern_error_data
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.shared.dispatcher import CallOptions
-from mcp.shared.exceptions import MCPError, NoBackChannelError
+from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS, InboundLadderRejection
-from mcp.shared.message import ServerMessageMetadata
-from mcp.shared.transport_context import TransportContext
 from mcp_types import DEFAULT_NEGOTIATED_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
@@ -45,6 +40,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.api.hot_routes import send_json
 from app.api.leaving import note_client_left
+from app.api.mcp_kernel import Exchange, KernelRunners
 from app.api.mcp_messages import answer_batch, batch_allowed, method_label
 from app.api.mcp_metadata import www_authenticate
 from app.api.mcp_modern import accepts_json, modern_route, modern_version, rejection_answer
@@ -198,7 +194,12 @@ class McpGateway:
             version="0.1.0",
             instructions="The tools of one toolgate tenant.",
             on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
+        )
+        # Registered as a plain request handler, whose result may be the wire dict the kernel
+        # validates and shapes for the request's version (`on_call_tool` must build a model,
+        # which the kernel dumps before it validates: twice the work; "Tenth round").
+        self.server.add_request_handler(
+            "tools/call", mcp_types.CallToolRequestParams, self._call_tool
         )
         # `Server.middleware` wraps every request the kernel serves; the SDK's default there is
         # an OpenTelemetry span per message, which, with no tracer configured, was most of a
@@ -208,6 +209,7 @@ class McpGateway:
         self._manager: StreamableHTTPSessionManager | None = None
         # Requests answered here, by (tenant, client token, JSON-RPC id), to cancel them.
         self._running: dict[tuple[Any, ...], list[_Call]] = {}
+        self._kernel = KernelRunners(self.server)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -233,6 +235,7 @@ class McpGateway:
             yield
         finally:
             self._manager = None
+            await self._kernel.close()
             stop.set()
             await task
 
@@ -378,58 +381,35 @@ class McpGateway:
                 payload, status = rejection_answer(route, request_id)
                 await send_json(send, orjson.dumps(payload), status)
                 return True
-            connection = Connection.from_envelope(
-                route.protocol_version, route.client_info, route.client_capabilities
-            )
+            envelope = (route.protocol_version, route.client_info, route.client_capabilities)
         else:  # as the SDK's stateless transport serves the handshake era: born ready
             version = dict(scope["headers"]).get(b"mcp-protocol-version")
             negotiated = version.decode("latin-1") if version else DEFAULT_NEGOTIATED_VERSION
-            connection = Connection.from_envelope(negotiated, None, None)
-        exchange = _Exchange(request, request_id)
+            envelope = (negotiated, None, None)
+        exchange = Exchange(request, request_id)
         token = streamed_progress_token(params, scope) if method == "tools/call" else None
         if token is not None:
-            return await self._streamed(exchange, token, method, params, connection, send)
-        member = await self._member(exchange, method, params, connection)
+            return await self._streamed(exchange, token, method, params, envelope, send)
+        member = await self._kernel.member(exchange, method, params, envelope)
         error = member.get("error")
         status = ERROR_CODE_HTTP_STATUS.get(error["code"], 200) if modern and error else 200
         await send_json(send, orjson.dumps({"jsonrpc": "2.0", "id": request_id, **member}), status)
         return True
 
-    async def _member(
-        self,
-        exchange: _Exchange,
-        method: str,
-        params: Mapping[str, Any] | None,
-        connection: Connection,
-    ) -> dict[str, Any]:
-        """The JSON-RPC `result` (or `error`) member of the answer, from the SDK's kernel
-        (`ServerRunner`, as `serve_one` runs it; the connection's teardown is its exit stack
-        closed here, unshielded: nothing a handler of this endpoint does pushes onto it, and
-        `serve_one`'s shielded, time-bounded close was a fifth of the kernel's cost)."""
-        runner = ServerRunner(self.server, connection, {})
-        try:
-            result = await runner.on_request(exchange, method, params)
-        except Exception as exc:  # the SDK's boundary: MCPError as is, the rest INTERNAL_ERROR
-            error = modern_error_data(exc)
-            return {"error": error.model_dump(by_alias=True, mode="json", exclude_none=True)}
-        finally:
-            await connection.exit_stack.aclose()
-        return {"result": result}
-
     async def _streamed(
         self,
-        exchange: _Exchange,
+        exchange: Exchange,
         token: str | int,
         method: str,
         params: Mapping[str, Any] | None,
-        connection: Connection,
+        envelope: tuple[str, Any, Any],
         send: Send,
     ) -> bool:
         """A call whose progress reports go to an SSE answer, the answer last on it."""
         stream = exchange.stream = ProgressStream(send)
         exchange.progress_token = token
         try:
-            member = await self._member(exchange, method, params, connection)
+            member = await self._kernel.member(exchange, method, params, envelope)
         except asyncio.CancelledError:
             if not stream.started:
                 raise  # the endpoint answers a cancelled request itself
@@ -460,18 +440,16 @@ class McpGateway:
             name, tenant_id=caller.id, token=caller.token
         )
 
-    async def _call_tool(
-        self, ctx: Any, params: mcp_types.CallToolRequestParams
-    ) -> mcp_types.CallToolResult:
-        """The SDK's `on_call_tool`: the call run by the gateway, its progress reported through
-        the SDK's request context (a no-op unless the client asked for it)."""
+    async def _call_tool(self, ctx: Any, params: mcp_types.CallToolRequestParams) -> HandlerResult:
+        """The SDK's `tools/call` handler: the call run by the gateway, its progress reported
+        through the SDK's request context (a no-op unless the client asked for it)."""
         caller = _caller(ctx)
         with mcp_server_span(method="tools/call", target=params.name, meta=_meta(params)):
             return await self._called(caller, params, _progress_reporter(ctx))
 
     async def _called(
         self, caller: TenantContext, params: mcp_types.CallToolRequestParams, progress: Any
-    ) -> mcp_types.CallToolResult:
+    ) -> HandlerResult:
         try:
             result = await caller.services.mcp_gateway.call_tool(
                 params.name,
@@ -531,66 +509,17 @@ def _plain_request(message: dict[str, Any]) -> bool:
     )
 
 
-class _Exchange:
-    """The SDK's `DispatchContext` for one request answered here: no back-channel (a stateless
-    endpoint cannot send its client a request), notifications to the request's SSE answer
-    when it has one, progress only for the token it carried."""
-
-    __slots__ = ("_cancel", "progress_token", "request", "request_id", "stream")
-
-    can_send_request = False
-
-    def __init__(self, request: Request, request_id: Any) -> None:
-        self.request = request
-        self.request_id = request_id
-        self.progress_token: str | int | None = None
-        self.stream: ProgressStream | None = None
-        self._cancel: anyio.Event | None = None
-
-    @property
-    def transport(self) -> TransportContext:
-        headers = self.request.headers
-        return TransportContext(kind="streamable-http", can_send_request=False, headers=headers)
-
-    @property
-    def message_metadata(self) -> ServerMessageMetadata:
-        return ServerMessageMetadata(request_context=self.request)
-
-    @property
-    def cancel_requested(self) -> anyio.Event:
-        if self._cancel is None:
-            self._cancel = anyio.Event()
-        return self._cancel
-
-    async def send_raw_request(
-        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
-    ) -> dict[str, Any]:
-        raise NoBackChannelError(method)
-
-    async def notify(
-        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
-    ) -> None:
-        if self.stream is not None:
-            await self.stream.notify(method, dict(params) if params is not None else None)
-
-    async def progress(
-        self, progress: float, total: float | None = None, message: str | None = None
-    ) -> None:
-        if self.progress_token is None:
-            return
-        params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
-        if total is not None:
-            params["total"] = total
-        if message is not None:
-            params["message"] = message
-        await self.notify("notifications/progress", params)
+# What the SDK's `CallToolResult` dumps when only its defaults are set (`resultType`): the base
+# of every one-text result.
+_RESULT_DEFAULTS = mcp_types.CallToolResult(content=[]).model_dump(
+    by_alias=True, mode="json", exclude_none=True
+)
 
 
-def _text_result(text: str, is_error: bool) -> mcp_types.CallToolResult:
-    """A one-text result, built without validation (`model_construct`): the kernel validates
-    every result against the request's protocol version as it shapes it."""
-    block = mcp_types.TextContent.model_construct(type="text", text=text)
-    return mcp_types.CallToolResult.model_construct(content=[block], is_error=is_error)
+def _text_result(text: str, is_error: bool) -> dict[str, Any]:
+    """A one-text result as the wire dict `CallToolResult` dumps to; the kernel validates it
+    against the request's protocol version as it shapes it (a 2025 answer drops `resultType`)."""
+    return {**_RESULT_DEFAULTS, "content": [{"type": "text", "text": text}], "isError": is_error}
 
 
 def _problem_text(exc: AppError) -> str:

@@ -5,10 +5,12 @@ settings: `off` (no OTEL_* variable: no span is built), `on` (OTEL_EXPORTER_OTLP
 to a local OTLP/HTTP receiver, scripts/bench/otlp_sink.py, the default sampler: every chat
 traced and exported), `on, 1 in 10 sampled` (OTEL_TRACES_SAMPLER=parentbased_traceidratio,
 OTEL_TRACES_SAMPLER_ARG=0.1) and, with `--before REF`, `before`: the service of commit REF
-(extracted with `git archive`), tracing as it was. Rounds interleave the variants, so a busy
-machine slows them alike. Prints per variant and concurrency the service's CPU per model
-iteration (medians over the rounds) and its ratio to `off`; goals: `on` at most 1.15x, `off`
-at most 1.02x `before`.
+(extracted with `git archive`), tracing as it was (`--before-traced`: also `before, on`, REF's
+service with the same endpoint). Rounds interleave the variants, so a busy machine slows them
+alike. Prints per variant and concurrency the service's CPU per model iteration (medians over
+the rounds) and its ratio to `off`, and the same with the CPU of the service's child processes
+added (worker processes it starts, which the first column does not count); goals: `on` at most
+1.15x, `off` at most 1.02x `before`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 
@@ -39,9 +42,28 @@ def extracted(ref: str) -> Path:
     return where
 
 
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            found += [int(child), *_descendants(int(child))]
+    return found
+
+
+def children_cpu_s(bench: Bench) -> float:
+    """The CPU time of the service's child processes alive now (its worker processes)."""
+    total = 0.0
+    for pid in _descendants(bench.service.popen.pid):
+        try:
+            total += time.clock_gettime(((~pid) << 3) | 2)
+        except OSError:  # it has ended since
+            continue
+    return total
+
+
 async def measure(
     args: argparse.Namespace, sink_port: int, before: Path | None
-) -> dict[str, dict[int, list[float]]]:
+) -> tuple[dict[str, dict[int, list[float]]], dict[str, dict[int, list[float]]]]:
     endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}"}
     one_in_ten = {
         "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
@@ -53,8 +75,10 @@ async def measure(
         "on, 1 in 10 sampled": Bench(args, {**endpoint, **one_in_ten}),
     }
     if before is not None:
-        benches = {"before": Bench(args, tree=before), **benches}
+        traced = {"before, on": Bench(args, endpoint, tree=before)} if args.before_traced else {}
+        benches = {"before": Bench(args, tree=before), **traced, **benches}
     results: dict[str, dict[int, list[float]]] = {name: {} for name in benches}
+    with_children: dict[str, dict[int, list[float]]] = {name: {} for name in benches}
     try:
         for bench in benches.values():
             await bench.setup()
@@ -63,29 +87,38 @@ async def measure(
             print(f"round {round_index + 1}/{args.rounds}", file=sys.stderr)
             for concurrency, count in ((1, args.chats_c1), (50, args.chats_c50)):
                 for name, bench in benches.items():
+                    children = children_cpu_s(bench)
                     figures = await bench.service_chats(MODEL, count, concurrency)
-                    results[name].setdefault(concurrency, []).append(
-                        figures["cpu_ms_per_iteration"]
-                    )
+                    children = 1000 * (children_cpu_s(bench) - children) / figures["iterations"]
+                    cpu = figures["cpu_ms_per_iteration"]
+                    results[name].setdefault(concurrency, []).append(cpu)
+                    with_children[name].setdefault(concurrency, []).append(cpu + children)
     finally:
         for bench in benches.values():
             if hasattr(bench, "session"):
                 await bench.close()
-    return results
+    return results, with_children
 
 
-def report(results: dict[str, dict[int, list[float]]], spans: dict[str, int]) -> str:
+def report(
+    results: dict[str, dict[int, list[float]]],
+    with_children: dict[str, dict[int, list[float]]],
+    spans: dict[str, int],
+) -> str:
     rows = [
-        "| variant | concurrency | CPU ms per iteration (median, min-max) | vs off |",
-        "| --- | --- | --- | --- |",
+        "| variant | concurrency | service CPU ms per iteration (median, min-max) | vs off "
+        "| with its child processes | vs off |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for name, by_c in results.items():
         for c, runs in by_c.items():
             median = statistics.median(runs)
             base = statistics.median(results["off"][c])
+            family = statistics.median(with_children[name][c])
+            family_base = statistics.median(with_children["off"][c])
             rows.append(
                 f"| {name} | {c} | {median:.3f} ({min(runs):.3f}-{max(runs):.3f}) "
-                f"| {median / base:.3f}x |"
+                f"| {median / base:.3f}x | {family:.3f} | {family / family_base:.3f}x |"
             )
     rows.append("")
     rows.append(f"spans received by the OTLP sink: {spans['spans']} in {spans['requests']} exports")
@@ -99,6 +132,11 @@ def main() -> None:
     parser.add_argument("--chats-c50", type=int, default=1500)
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--before", help="a commit whose service is measured too (`before`)")
+    parser.add_argument(
+        "--before-traced",
+        action="store_true",
+        help="the `--before` commit's service measured with tracing on too (`before, on`)",
+    )
     parser.add_argument(
         "--pin",
         action=argparse.BooleanOptionalAction,
@@ -116,14 +154,14 @@ def main() -> None:
     )
     before = extracted(args.before) if args.before else None
     try:
-        results = asyncio.run(measure(args, sink_port, before))
+        results, with_children = asyncio.run(measure(args, sink_port, before))
         with urllib.request.urlopen(f"http://127.0.0.1:{sink_port}/count") as answer:
             spans = json.loads(answer.read())
     finally:
         sink.stop()
         if before is not None:
             shutil.rmtree(before, ignore_errors=True)
-    print(report(results, spans))
+    print(report(results, with_children, spans))
 
 
 if __name__ == "__main__":
