@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING, IndexModel
+from pymongo import ASCENDING, DESCENDING, IndexModel, ReturnDocument
 
 from app.repositories.database import Database, repository
 
@@ -28,13 +28,17 @@ class ChangeStampRepository:
             "changes", [IndexModel([("at", ASCENDING)], expireAfterSeconds=KEEP_STAMPS_S)]
         )
 
-    async def stamp(self, *, tenant_id: str) -> None:
-        """Bump the tenant's version and set its time to the server's now."""
-        await self._collection.update_one(
+    async def stamp(self, *, tenant_id: str) -> int:
+        """Bump the tenant's version and set its time to the server's now; the version this
+        bump replaced (0: the tenant had no stamp)."""
+        before = await self._collection.find_one_and_update(
             {"_id": tenant_id},
             {"$inc": {"v": 1}, "$currentDate": {"at": True}},
+            projection={"v": 1},
             upsert=True,
+            return_document=ReturnDocument.BEFORE,
         )
+        return 0 if before is None else int(before.get("v", 0))
 
     async def newest_time(self) -> datetime | None:
         """When the newest stamp was made, or None when there is none."""

@@ -5,7 +5,9 @@ allow list, the tenant itself) bumps the tenant's stamp in the `changes` collect
 and the database server's time. Every replica reads the stamps changed since its last read once
 per CACHE_SYNC_INTERVAL_S, in one query whatever the number of tenants, and forgets what it
 caches for each tenant whose stamp moved. So a change made on one replica is seen on every other
-within about the interval, and requests never wait for the database.
+within about the interval, and requests never wait for the database. A replica's own bump is not
+signalled back to it (the write already updated what it caches), unless another replica's change
+may hide behind it: what a replica knew of a tenant stays known, through an outage too.
 
 Change streams would push the same signal, but need a replica set (a standalone server refuses
 them) and hold a cursor per replica; the poll works on every deployment, is one indexed query a
@@ -35,6 +37,7 @@ CLOSE_S = 3.0
 # (plus the slack) old: a slow read or two does not send every cache back to its TTL.
 STALE_AFTER_INTERVALS = 3
 STALE_SLACK_S = 1.0
+MAX_OWN = 10_000  # this replica's bumps remembered until a read of the stamps meets them
 
 # publish(tenant_id): tell the other replicas that what they cache for the tenant changed.
 Publish = Callable[[str], Awaitable[None]]
@@ -61,6 +64,8 @@ class ChangeFeed:
         self._last_read: float | None = None
         self._listeners: list[Callable[[str], None]] = []
         self._seen: dict[str, tuple[int, datetime]] = {}  # tenant -> (version, stamped at)
+        # tenant -> (version before, version after) of this replica's last bump not yet read back
+        self._own: dict[str, tuple[int, int]] = {}
         self._newest: datetime | None = None
         self._task: asyncio.Task[None] | None = None
         self._retries: set[asyncio.Task[None]] = set()
@@ -99,7 +104,7 @@ class ChangeFeed:
         """Tell the other replicas (call after the write). If the database does not take the
         stamp now, it is retried in the background; meanwhile the TTLs bound the staleness."""
         try:
-            await self._stamps.stamp(tenant_id=tenant_id)
+            self._bumped(tenant_id, await self._stamps.stamp(tenant_id=tenant_id))
         except DatabaseError as exc:
             self._warn("could not publish a change", exc)
             task = asyncio.create_task(self._retry(tenant_id), name="changes: publish")
@@ -110,7 +115,7 @@ class ChangeFeed:
         for delay in PUBLISH_RETRIES_S:
             await asyncio.sleep(delay)
             try:
-                await self._stamps.stamp(tenant_id=tenant_id)
+                self._bumped(tenant_id, await self._stamps.stamp(tenant_id=tenant_id))
                 return
             except DatabaseError:
                 if self._closing:
@@ -120,6 +125,19 @@ class ChangeFeed:
             "their cache TTL",
             tenant_id,
         )
+
+    def _bumped(self, tenant_id: str, before: int) -> None:
+        """Remember this replica's bump until a read of the stamps meets it."""
+        self._own.pop(tenant_id, None)
+        self._own[tenant_id] = (before, before + 1)
+        while len(self._own) > MAX_OWN:  # bumps no read met (none polls, or reads fail)
+            del self._own[next(iter(self._own))]
+
+    def _ours(self, tenant_id: str, known: int | None, version: int) -> bool:
+        """Whether the stamp's last change is this replica's bump and hides no other: the
+        version before it was the tenant's first, or the one this replica had seen."""
+        own = self._own.pop(tenant_id, None)
+        return own is not None and own[1] == version and own[0] in (0, known)
 
     async def _poll_forever(self) -> None:
         while not self._closing:
@@ -147,7 +165,8 @@ class ChangeFeed:
             known = self._seen.get(tenant_id)
             if known is None or known[0] != version:
                 self._seen[tenant_id] = (version, at)
-                if not first:
+                ours = self._ours(tenant_id, None if known is None else known[0], version)
+                if not first and not ours:
                     changed.append(tenant_id)
             self._newest = max(self._newest, at)
         cutoff = self._newest - OVERLAP

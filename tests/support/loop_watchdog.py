@@ -32,7 +32,10 @@ measures it (Linux's `/proc/thread-self/schedstat`; the service's own
 `toolgate_event_loop_held_seconds`), so what is judged is the stall the loop would have had with
 a CPU to itself: a callback that computes or blocks keeps all of its own time (blocked or
 sleeping is not waiting for a CPU), and time spent waiting for the GIL another thread of the
-process holds still counts.
+process holds still counts, but for the time the process's other threads waited for a CPU over
+the same interval (on a loaded machine the thread holding the GIL may be one the kernel left
+waiting: the loop then waits on the scheduler, not on the app). On a machine with a CPU to spare
+no thread waits, and a thread that computes while holding the GIL keeps all of its time.
 
 A failing verdict names where the loop was: a sampler thread looks every 20 ms at each loop
 whose probe is overdue by more than the bound and keeps the stack of that loop's thread (a stall
@@ -46,11 +49,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
@@ -66,7 +70,8 @@ SAMPLE_EVERY_S = 0.02
 class _Watch:
     """The worst stall inside the current test's call phase, from every app's probe."""
 
-    def __init__(self) -> None:
+    def __init__(self, queued: Callable[[], float] | None = None) -> None:
+        self.process_queued = queued or process_run_queue_wait
         self.since: float | None = None
         self.until: float | None = None
         self.worst = 0.0
@@ -77,15 +82,23 @@ class _Watch:
         self.stopping: set[int] = set()  # threads whose server is shutting down: not watched
         self.lifespans = 0  # apps starting or stopping inside the call: not watched meanwhile
         self.unscheduled = 0.0  # the longest run-queue wait taken out of a long lag, this call
+        self.queued: dict[int, float] = {}  # loop thread -> the process's run-queue wait then
 
     def listen(self, woke: float, lag: float, waited: float) -> None:  # from the loop's thread
         thread = threading.get_ident()
         if thread in self.stopping or self.lifespans:
             return
         self.beats[thread] = woke
+        queued = self.process_queued()
+        before = self.queued.get(thread)
+        self.queued[thread] = queued  # read as the probe's next sleep starts
         if lag > BOUND_S:
+            # The loop's own wait, as the probe measured it, and the process's other threads'
+            # over the same interval (since this loop's previous sample), within the lag.
+            others = 0.0 if before is None else max(queued - before - waited, 0.0)
+            waited = min(waited + others, lag)
             self.unscheduled = max(self.unscheduled, waited)
-        lag -= waited  # the probe's own measure: what the service's held-time metric records
+        lag -= waited  # beyond the probe's own measure (the service's held-time metric)
         since, until = self.since, self.until
         if since is None:
             return
@@ -154,9 +167,26 @@ class _Watch:
         return (
             f"the event loop of the app stalled {self.worst * 1000:.0f} ms, more than the "
             f"{BOUND_S * 1000:.0f} ms bound, ending at {ended} UTC (the log's clock), not "
-            f"counting up to {self.unscheduled * 1000:.0f} ms its thread waited for a CPU "
+            f"counting up to {self.unscheduled * 1000:.0f} ms its threads waited for a CPU "
             f"(tests/support/loop_watchdog.py){where}"
         )
+
+
+def process_run_queue_wait() -> float:
+    """Seconds every thread of this process has waited, runnable, for a CPU (Linux's scheduler
+    statistics per thread; 0 where they cannot be read)."""
+    total = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/schedstat", "rb") as stats:
+                total += int(stats.read().split()[1])
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+            continue
+    return total / 1e9
 
 
 _WATCH = _Watch()

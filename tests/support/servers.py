@@ -48,7 +48,8 @@ class ThreadedServer:
 
     def start(self) -> ThreadedServer:
         self._thread.start()
-        within_blocking(lambda: self._server.started, 10, every_s=0.01)
+        # generous: an app's lifespan (routes, the OpenAPI document) on a loaded machine
+        within_blocking(lambda: self._server.started, 60, every_s=0.01)
         return self
 
     def stop(self, *, force: bool = False) -> None:

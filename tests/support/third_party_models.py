@@ -73,7 +73,7 @@ class LlmMockApi:
         self._stopped = asyncio.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
-        within_blocking(self._listening, 10)
+        within_blocking(self._listening, 60)  # generous: a loaded machine
         self.url = f"{self._server.url}/v1"
 
     def _listening(self) -> bool:
