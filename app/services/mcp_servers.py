@@ -22,7 +22,7 @@ from app.kit.crypto import SecretBox, UnsealError, associated_data
 from app.limits.local import Fence, local_fence
 from app.mcp.config import McpServer
 from app.mcp.hub import McpHub, McpTimeoutError, McpUnavailableError
-from app.mcp.tools import mcp_server_tool, mcp_tool_document
+from app.mcp.tools import mcp_tool_document
 from app.repositories.mcp_servers import McpServerRepository
 from app.schemas.fields import Provider
 from app.schemas.mcp import (
@@ -282,7 +282,7 @@ class McpServerService:
         tenant cannot use."""
         server = await self._named(name, tenant_id=tenant_id)
         tools = await self._hub.server_tools(server, {}, tenant_id=tenant_id)
-        return [mcp_server_tool(server, tool) for tool in tools]
+        return await self._hub.typed_tools(server, tools)  # off the event loop, kept
 
     async def test(self, name: str, *, tenant_id: str) -> McpServerTest:
         """Connect now (its cached list set aside) and list the server's tools as a chat would
@@ -299,7 +299,7 @@ class McpServerService:
         else:
             tools = [
                 McpServerToolSeen(tool_id=t.tool_id, name=t.mcp_tool, description=t.description)
-                for t in (mcp_server_tool(server, tool) for tool in listed)
+                for t in await self._hub.typed_tools(server, listed)
             ]
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
         return McpServerTest(

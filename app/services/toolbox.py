@@ -53,7 +53,7 @@ from app.errors import (
 from app.mcp.config import McpServer, server_of
 from app.mcp.hub import McpHub
 from app.mcp.sessions import McpSessions
-from app.mcp.tools import mcp_server_tool, with_settings
+from app.mcp.tools import with_settings
 from app.repositories.mcp_tool_settings import McpToolSettingsRepository
 from app.schemas.categories import DEFAULT_CATEGORY
 from app.schemas.tools import ApprovalMode
@@ -540,8 +540,7 @@ class Toolbox:
             raise NotFoundError(f"tool '{tool_id}' does not exist (no MCP server '{server_name}')")
         server = usable[server_name]
         listed = await self._hub.server_tools(server, {}, tenant_id=tenant_id)
-        for item in listed:
-            tool = mcp_server_tool(server, item)
+        for tool in await self._hub.typed_tools(server, listed):  # off the event loop, kept
             if tool.tool_id == tool_id:
                 return tool
         raise NotFoundError(f"MCP server '{server_name}' lists no tool '{tool_id}'")
@@ -567,7 +566,7 @@ class Toolbox:
                 [usable[server_name]], dict(context), tenant_id=tenant_id
             )
             for server, listed in reachable:
-                offered = [mcp_server_tool(server, item) for item in listed]
+                offered = await self._hub.typed_tools(server, listed)
                 if any(
                     t.name == tool.name and (token is None or token.selects(t)) for t in offered
                 ):

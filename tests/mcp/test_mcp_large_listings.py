@@ -105,6 +105,27 @@ async def test_a_list_within_the_caps_is_offered_and_converted_once(
             assert len(first) == 600 and all(a is b for a, b in zip(first, second, strict=True))
 
 
+async def test_the_listing_routes_convert_as_a_chat_does(
+    fake_model_server: tuple[FakeModel, ThreadedServer],
+) -> None:
+    """`GET /mcp-servers/{name}/tools` and `POST .../test` take the chat's conversion (off the
+    event loop, kept per listed tool): converting a thousand tools on the loop held it 50-100 ms
+    (scripts/bench/mcp_listing_stall.py, the `at-the-cap` case)."""
+    with many_tools_server(600, 200) as url:
+        async with chat_with(url, fake_model_server) as chat:
+            headers = chat.tenant.headers
+            listed = await chat.http.get("/mcp-servers/many/tools", headers=headers)
+            assert listed.status_code == 200, listed.text
+            assert len(listed.json()) == 600
+            tested = await chat.http.post("/mcp-servers/many/test", headers=headers)
+            assert tested.status_code == 200 and len(tested.json()["tools"]) == 600, tested.text
+            services = chat.app.state.services
+            routes = await services.mcp_servers.tools("many", tenant_id="acme")
+            [(server, tools)] = await _lists(chat)
+            chats = await services.mcp_hub.typed_tools(server, tools)
+            assert len(routes) == 600 and all(a is b for a, b in zip(routes, chats, strict=True))
+
+
 async def _lists(chat: ChatClient) -> Any:
     services = chat.app.state.services
     servers = await services.mcp_servers.usable(tenant_id="acme")
