@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -51,7 +51,7 @@ class RateLimiter:
         self._refill_per_s = per_minute / 60.0
         self._clock = clock
         self._what = what
-        self._buckets: dict[str, _Bucket] = {}
+        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()  # least recently used first
 
     @property
     def enabled(self) -> bool:
@@ -65,9 +65,12 @@ class RateLimiter:
         bucket = self._buckets.get(key)
         if bucket is None:
             if len(self._buckets) >= MAX_TRACKED_KEYS:
-                self._buckets.clear()  # only reachable with that many tenants: forget, not grow
+                # Only reachable with that many tenants: the bucket used least recently goes
+                # (one idle a minute or more is full again anyway), never all of them at once.
+                self._buckets.popitem(last=False)
             bucket = self._buckets[key] = _Bucket(self._capacity, now)
         else:
+            self._buckets.move_to_end(key)
             bucket.tokens = min(
                 self._capacity, bucket.tokens + (now - bucket.updated) * self._refill_per_s
             )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -70,11 +71,15 @@ class SeenTokens:
     """The tokens each tenant's shared bucket had left when this replica last saw it."""
 
     def __init__(self) -> None:
-        self._tokens: dict[str, float] = {}
+        self._tokens: OrderedDict[str, float] = OrderedDict()  # least recently seen first
 
     def remember(self, tenant_id: str, tokens: float) -> None:
-        if len(self._tokens) >= MAX_TRACKED_KEYS and tenant_id not in self._tokens:
-            self._tokens.clear()  # only reachable with that many tenants: forget (start empty)
+        if tenant_id in self._tokens:
+            self._tokens.move_to_end(tenant_id)
+        elif len(self._tokens) >= MAX_TRACKED_KEYS:
+            # Only reachable with that many tenants: the one seen least recently is forgotten
+            # (it starts empty, the safe side), never all of them at once.
+            self._tokens.popitem(last=False)
         self._tokens[tenant_id] = tokens
 
     def bucket(
