@@ -9,7 +9,7 @@ import time
 from prometheus_client import generate_latest
 
 from app.observe.metrics import Metrics, run_queue_wait
-from tests.support.loop_watchdog import BOUND_S, _Watch, process_run_queue_wait
+from tests.support.loop_watchdog import BOUND_S, _Watch, process_sched
 from tests.support.processes import _held_past
 
 INTERVAL_S = 0.05  # the probe's sleep (app.observe.metrics.LAG_PROBE_INTERVAL_S)
@@ -38,28 +38,31 @@ def test_waiting_for_a_cpu_is_not_the_apps_stall() -> None:
 
 def test_another_thread_left_waiting_for_a_cpu_is_not_the_apps_stall() -> None:
     """On a loaded machine the thread holding the GIL the loop waits for may itself wait for a
-    CPU: the process's other threads' run-queue wait over the sample is taken out too."""
-    queued = [0.0]
-    watch = _Watch(queued=lambda: queued[0])
-    with watch.watching():
-        watch.listen(time.monotonic(), 0.0, 0.0)  # a sample: the process's wait read at 0
-        queued[0] = 0.5  # the loop's thread waited 0.1 s for a CPU, the others 0.4 s
-        watch.listen(time.monotonic() + INTERVAL_S + 0.6, 0.6, 0.1)
-    assert watch.verdict() is None  # 100 ms of its own
-    watch = _Watch(queued=lambda: queued[0])
-    with watch.watching():
-        watch.listen(time.monotonic(), 0.0, 0.0)
-        queued[0] += 0.1  # the others waited nothing: the GIL's holder computed
-        watch.listen(time.monotonic() + INTERVAL_S + 0.6, 0.6, 0.1)
-    verdict = watch.verdict()
+    CPU: the process's other threads' run-queue wait over the sample is taken out too, but
+    never so much that less than the CPU the process used meanwhile is counted."""
+    sched = [(0.0, 0.0)]
+
+    def stall(ran: float, waited: float) -> str | None:
+        watch = _Watch(sched=lambda: sched[0])
+        with watch.watching():
+            watch.listen(time.monotonic(), 0.0, 0.0)  # a sample: the baseline is read
+            sched[0] = (sched[0][0] + ran, sched[0][1] + waited)
+            watch.listen(time.monotonic() + INTERVAL_S + 0.6, 0.6, 0.1)  # 0.1 s its own wait
+        return watch.verdict()
+
+    assert stall(ran=0.05, waited=0.5) is None  # the others waited 0.4 s: 100 ms of its own
+    verdict = stall(ran=0.3, waited=0.5)  # yet the process computed 0.3 s meanwhile
+    assert verdict is not None and "stalled 300 ms" in verdict
+    verdict = stall(ran=0.05, waited=0.1)  # the others waited nothing: its own 500 ms
     assert verdict is not None and "stalled 500 ms" in verdict
 
 
 def test_the_kernels_figure_is_read() -> None:
     first = run_queue_wait()
     assert 0.0 <= first <= run_queue_wait()  # the figure never goes back
-    whole = process_run_queue_wait()
-    assert 0.0 <= whole <= process_run_queue_wait()
+    ran, waited = process_sched()
+    later = process_sched()
+    assert 0.0 <= ran <= later[0] and 0.0 <= waited <= later[1]
 
 
 def test_a_service_process_is_judged_by_its_held_time() -> None:

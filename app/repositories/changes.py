@@ -28,17 +28,17 @@ class ChangeStampRepository:
             "changes", [IndexModel([("at", ASCENDING)], expireAfterSeconds=KEEP_STAMPS_S)]
         )
 
-    async def stamp(self, *, tenant_id: str) -> int:
-        """Bump the tenant's version and set its time to the server's now; the version this
-        bump replaced (0: the tenant had no stamp)."""
-        before = await self._collection.find_one_and_update(
+    async def stamp(self, *, tenant_id: str) -> tuple[int, datetime]:
+        """Bump the tenant's version and set its time to the server's now; the stamp as this
+        bump left it (version 1: the tenant had none)."""
+        after = await self._collection.find_one_and_update(
             {"_id": tenant_id},
             {"$inc": {"v": 1}, "$currentDate": {"at": True}},
-            projection={"v": 1},
+            projection={"v": 1, "at": 1},
             upsert=True,
-            return_document=ReturnDocument.BEFORE,
+            return_document=ReturnDocument.AFTER,
         )
-        return 0 if before is None else int(before.get("v", 0))
+        return int(after["v"]), after["at"]
 
     async def newest_time(self) -> datetime | None:
         """When the newest stamp was made, or None when there is none."""

@@ -64,8 +64,8 @@ class ChangeFeed:
         self._last_read: float | None = None
         self._listeners: list[Callable[[str], None]] = []
         self._seen: dict[str, tuple[int, datetime]] = {}  # tenant -> (version, stamped at)
-        # tenant -> (version before, version after) of this replica's last bump not yet read back
-        self._own: dict[str, tuple[int, int]] = {}
+        # tenant -> (version, stamped at) of this replica's last bump, until a read meets it
+        self._own: dict[str, tuple[int, datetime]] = {}
         self._newest: datetime | None = None
         self._task: asyncio.Task[None] | None = None
         self._retries: set[asyncio.Task[None]] = set()
@@ -126,18 +126,24 @@ class ChangeFeed:
             tenant_id,
         )
 
-    def _bumped(self, tenant_id: str, before: int) -> None:
+    def _bumped(self, tenant_id: str, stamp: tuple[int, datetime]) -> None:
         """Remember this replica's bump until a read of the stamps meets it."""
         self._own.pop(tenant_id, None)
-        self._own[tenant_id] = (before, before + 1)
+        self._own[tenant_id] = stamp
         while len(self._own) > MAX_OWN:  # bumps no read met (none polls, or reads fail)
             del self._own[next(iter(self._own))]
 
-    def _ours(self, tenant_id: str, known: int | None, version: int) -> bool:
-        """Whether the stamp's last change is this replica's bump and hides no other: the
-        version before it was the tenant's first, or the one this replica had seen."""
-        own = self._own.pop(tenant_id, None)
-        return own is not None and own[1] == version and own[0] in (0, known)
+    @staticmethod
+    def _ours(
+        own: tuple[int, datetime] | None,
+        known: tuple[int, datetime] | None,
+        read: tuple[int, datetime],
+    ) -> bool:
+        """Whether the stamp read is this replica's bump (the same version and time) and hides
+        no other: it was the tenant's first stamp, or the one before it is the one seen here."""
+        if own is None or own != read:
+            return False
+        return read[0] == 1 or (known is not None and known[0] == read[0] - 1)
 
     async def _poll_forever(self) -> None:
         while not self._closing:
@@ -162,11 +168,10 @@ class ChangeFeed:
         since = self._newest - OVERLAP
         changed = []
         for tenant_id, version, at in await self._stamps.since(since):
-            known = self._seen.get(tenant_id)
-            if known is None or known[0] != version:
+            known, own = self._seen.get(tenant_id), self._own.pop(tenant_id, None)
+            if known != (version, at):  # a stamp recreated after its TTL has a new time
                 self._seen[tenant_id] = (version, at)
-                ours = self._ours(tenant_id, None if known is None else known[0], version)
-                if not first and not ours:
+                if not first and not self._ours(own, known, (version, at)):
                     changed.append(tenant_id)
             self._newest = max(self._newest, at)
         cutoff = self._newest - OVERLAP

@@ -192,6 +192,7 @@ class TenantService:
             tenant_id=tenant_id, key_hash=self._hash(api_key)
         ):
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")
+        self._forget_keys_of(tenant_id)  # and a read of the old key made during the write
         rotation = KeyRotation(api_key=api_key)
         if self._client_tokens is not None:
             if keep_client_tokens:
@@ -209,6 +210,7 @@ class TenantService:
             await self._client_tokens.drop_all(tenant_id=tenant_id)
         if not await self._tenants.delete(tenant_id=tenant_id):
             raise NotFoundError(f"tenant '{tenant_id}' does not exist")
+        self._forget_keys_of(tenant_id)  # and a read of its key made during the delete
         self._reconciler.forget(tenant_id)
         await self._drop_data(tenant_id)
         self._forget_cached(tenant_id)

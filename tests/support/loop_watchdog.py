@@ -34,8 +34,9 @@ a CPU to itself: a callback that computes or blocks keeps all of its own time (b
 sleeping is not waiting for a CPU), and time spent waiting for the GIL another thread of the
 process holds still counts, but for the time the process's other threads waited for a CPU over
 the same interval (on a loaded machine the thread holding the GIL may be one the kernel left
-waiting: the loop then waits on the scheduler, not on the app). On a machine with a CPU to spare
-no thread waits, and a thread that computes while holding the GIL keeps all of its time.
+waiting: the loop then waits on the scheduler, not on the app), and never less than the CPU
+time the process's threads used meanwhile. On a machine with a CPU to spare no thread waits,
+and a thread that computes while holding the GIL keeps all of its time.
 
 A failing verdict names where the loop was: a sampler thread looks every 20 ms at each loop
 whose probe is overdue by more than the bound and keeps the stack of that loop's thread (a stall
@@ -70,8 +71,8 @@ SAMPLE_EVERY_S = 0.02
 class _Watch:
     """The worst stall inside the current test's call phase, from every app's probe."""
 
-    def __init__(self, queued: Callable[[], float] | None = None) -> None:
-        self.process_queued = queued or process_run_queue_wait
+    def __init__(self, sched: Callable[[], tuple[float, float]] | None = None) -> None:
+        self.process_sched = sched or process_sched
         self.since: float | None = None
         self.until: float | None = None
         self.worst = 0.0
@@ -82,22 +83,19 @@ class _Watch:
         self.stopping: set[int] = set()  # threads whose server is shutting down: not watched
         self.lifespans = 0  # apps starting or stopping inside the call: not watched meanwhile
         self.unscheduled = 0.0  # the longest run-queue wait taken out of a long lag, this call
-        self.queued: dict[int, float] = {}  # loop thread -> the process's run-queue wait then
+        # loop thread -> the process's (CPU time, wait for a CPU) at its previous sample
+        self.sched: dict[int, tuple[float, float]] = {}
 
     def listen(self, woke: float, lag: float, waited: float) -> None:  # from the loop's thread
         thread = threading.get_ident()
         if thread in self.stopping or self.lifespans:
+            self.sched.pop(thread, None)  # unwatched meanwhile: no baseline carries over
             return
         self.beats[thread] = woke
-        queued = self.process_queued()
-        before = self.queued.get(thread)
-        self.queued[thread] = queued  # read as the probe's next sleep starts
-        if lag > BOUND_S:
-            # The loop's own wait, as the probe measured it, and the process's other threads'
-            # over the same interval (since this loop's previous sample), within the lag.
-            others = 0.0 if before is None else max(queued - before - waited, 0.0)
-            waited = min(waited + others, lag)
-            self.unscheduled = max(self.unscheduled, waited)
+        if self.since is None or self.until is not None:  # outside a call: nothing is judged
+            self.sched.pop(thread, None)
+        else:
+            waited = self._unscheduled(thread, lag, waited)
         lag -= waited  # beyond the probe's own measure (the service's held-time metric)
         since, until = self.since, self.until
         if since is None:
@@ -110,6 +108,25 @@ class _Watch:
         if within > self.worst:
             self.worst = within
             self.worst_at = time.time() - (time.monotonic() - woke)  # the log lines' clock
+
+    def _unscheduled(self, thread: int, lag: float, waited: float) -> float:
+        """What of a sample's lag the scheduler, not the process, took: the loop's own wait
+        for a CPU, as the probe measured it, and the process's other threads' over the same
+        interval (since this loop's previous sample); never so much that less is counted than
+        the CPU the process used meanwhile (its own work, the GIL held while computing)."""
+        now = self.process_sched()
+        before = self.sched.get(thread)
+        self.sched[thread] = now  # read as the probe's next sleep starts
+        if lag <= BOUND_S:
+            return waited
+        if before is None:
+            self.unscheduled = max(self.unscheduled, waited)
+            return waited
+        own = lag - waited
+        others = max(now[1] - before[1] - waited, 0.0)
+        counted = max(own - others, min(now[0] - before[0], own))
+        self.unscheduled = max(self.unscheduled, lag - counted)
+        return lag - counted
 
     def sample(self) -> None:
         """Keeps the stack of every loop thread whose probe is overdue past the bound."""
@@ -147,7 +164,7 @@ class _Watch:
     def watching(self) -> Iterator[None]:
         self.worst, self.worst_at, self.reported, self.until = 0.0, 0.0, False, None
         self.unscheduled = 0.0
-        self.stacks = {}
+        self.stacks, self.sched = {}, {}
         self.since = time.monotonic()
         try:
             yield
@@ -172,21 +189,22 @@ class _Watch:
         )
 
 
-def process_run_queue_wait() -> float:
-    """Seconds every thread of this process has waited, runnable, for a CPU (Linux's scheduler
-    statistics per thread; 0 where they cannot be read)."""
-    total = 0
+def process_sched() -> tuple[float, float]:
+    """Seconds every thread of this process has run on a CPU, and waited, runnable, for one
+    (Linux's scheduler statistics per thread; zeros where they cannot be read)."""
+    ran = waited = 0
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
-        return 0.0
+        return 0.0, 0.0
     for task in tasks:
         try:
             with open(f"/proc/self/task/{task}/schedstat", "rb") as stats:
-                total += int(stats.read().split()[1])
+                fields = stats.read().split()
+            ran, waited = ran + int(fields[0]), waited + int(fields[1])
         except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
             continue
-    return total / 1e9
+    return ran / 1e9, waited / 1e9
 
 
 _WATCH = _Watch()
@@ -205,6 +223,7 @@ def lifespan_unwatched() -> Iterator[None]:
         if _WATCH.since is not None and _WATCH.until is None:
             _WATCH.since = max(_WATCH.since, time.monotonic())  # later lateness counts from here
             _WATCH.beats.clear()
+            _WATCH.sched.clear()
 
 
 @contextlib.contextmanager
