@@ -19,6 +19,7 @@ from pymongo import AsyncMongoClient
 from app.config import Settings
 from app.main import create_app
 from app.tools.registry import FunctionRegistry
+from tests.support.waiting import within
 
 ADMIN_KEY = "test-admin-key-0123456789abcdef0123456789"
 KEY_SECRET = "test-key-secret-0123456789abcdef0123456789"
@@ -112,6 +113,14 @@ class TenantCredentials:
 
 
 async def create_tenant(client: httpx.AsyncClient, tenant_id: str) -> TenantCredentials:
-    response = await client.post("/tenants", json={"tenant_id": tenant_id}, headers=ADMIN)
-    assert response.status_code == 201, response.text
-    return TenantCredentials(tenant_id, response.json()["api_key"])
+    """The tenant, created as a client would: a 503 (the database not answering yet, as a
+    test's server on a loaded machine may at first) is asked again, within a generous bound."""
+    answers: list[httpx.Response] = []
+
+    async def created() -> bool:
+        answers.append(await client.post("/tenants", json={"tenant_id": tenant_id}, headers=ADMIN))
+        return answers[-1].status_code != 503
+
+    await within(created, 60, every_s=0.2, describe=lambda: answers[-1].text)
+    assert answers[-1].status_code == 201, answers[-1].text
+    return TenantCredentials(tenant_id, answers[-1].json()["api_key"])

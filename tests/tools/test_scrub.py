@@ -163,11 +163,17 @@ def test_json_deeper_than_the_limit_is_cut_not_walked() -> None:
     assert "s3cr3t-value" not in repr(cut)
 
 
-def test_prepared_values_are_shared_per_set_of_texts_and_bounded() -> None:
+def test_prepared_values_are_shared_per_set_of_texts_and_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """`HiddenValues.of` (what a `Scrubber` uses) prepares the same texts once: the same forms
     as a fresh preparation, whatever the order or type of the values given; at most
     `PREPARED_KEPT` sets are kept."""
     from app.kit import hidden
+
+    # From empty: what earlier tests of this worker prepared (and their evictions) stays out.
+    monkeypatch.setattr(hidden, "_prepared", {})
+    monkeypatch.setattr(hidden, "_by_strings", {})
 
     value = "sk-abcdef0123"
     first = hidden.HiddenValues.of([value, "user-12345", 7])
