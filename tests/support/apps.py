@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,15 +112,24 @@ class TenantCredentials:
         return {"Authorization": f"Bearer {self.api_key}"}
 
 
-async def create_tenant(client: httpx.AsyncClient, tenant_id: str) -> TenantCredentials:
-    """The tenant, created as a client would: a 503 (the database not answering yet, as a
-    test's server on a loaded machine may at first) is asked again, within a generous bound."""
+async def answered(send: Callable[[], Awaitable[httpx.Response]]) -> httpx.Response:
+    """`send()`'s answer, asked again while it is a 503 (the test's database not answering
+    yet or for a moment, as a loaded machine's may), within a generous bound, as a client
+    would; a request the database refused at once had no effect, so asking again is safe."""
     answers: list[httpx.Response] = []
 
-    async def created() -> bool:
-        answers.append(await client.post("/tenants", json={"tenant_id": tenant_id}, headers=ADMIN))
+    async def settled() -> bool:
+        answers.append(await send())
         return answers[-1].status_code != 503
 
-    await within(created, 60, every_s=0.2, describe=lambda: answers[-1].text)
-    assert answers[-1].status_code == 201, answers[-1].text
-    return TenantCredentials(tenant_id, answers[-1].json()["api_key"])
+    await within(settled, 60, every_s=0.2, describe=lambda: answers[-1].text)
+    return answers[-1]
+
+
+async def create_tenant(client: httpx.AsyncClient, tenant_id: str) -> TenantCredentials:
+    """The tenant, created as a client would (`answered`)."""
+    response = await answered(
+        lambda: client.post("/tenants", json={"tenant_id": tenant_id}, headers=ADMIN)
+    )
+    assert response.status_code == 201, response.text
+    return TenantCredentials(tenant_id, response.json()["api_key"])
