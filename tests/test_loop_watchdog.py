@@ -9,7 +9,7 @@ import time
 from prometheus_client import generate_latest
 
 from app.observe.metrics import Metrics, run_queue_wait
-from tests.support.loop_watchdog import BOUND_S, _Watch, process_sched
+from tests.support.loop_watchdog import BOUND_S, _Watch, machine_stolen, process_sched
 from tests.support.processes import _held_past
 
 INTERVAL_S = 0.05  # the probe's sleep (app.observe.metrics.LAG_PROBE_INTERVAL_S)
@@ -40,13 +40,13 @@ def test_another_thread_left_waiting_for_a_cpu_is_not_the_apps_stall() -> None:
     """On a loaded machine the thread holding the GIL the loop waits for may itself wait for a
     CPU: the process's other threads' run-queue wait over the sample is taken out too, but
     never so much that less than the CPU the process used meanwhile is counted."""
-    sched = [(0.0, 0.0)]
+    sched = [(0.0, 0.0, 0.0)]
 
-    def stall(ran: float, waited: float) -> str | None:
+    def stall(ran: float, waited: float, stolen: float = 0.0) -> str | None:
         watch = _Watch(sched=lambda: sched[0])
         with watch.watching():
             watch.listen(time.monotonic(), 0.0, 0.0)  # a sample: the baseline is read
-            sched[0] = (sched[0][0] + ran, sched[0][1] + waited)
+            sched[0] = (sched[0][0] + ran, sched[0][1] + waited, sched[0][2] + stolen)
             watch.listen(time.monotonic() + INTERVAL_S + 0.6, 0.6, 0.1)  # 0.1 s its own wait
         return watch.verdict()
 
@@ -55,14 +55,37 @@ def test_another_thread_left_waiting_for_a_cpu_is_not_the_apps_stall() -> None:
     assert verdict is not None and "stalled 300 ms" in verdict
     verdict = stall(ran=0.05, waited=0.1)  # the others waited nothing: its own 500 ms
     assert verdict is not None and "stalled 500 ms" in verdict
+    assert "the process computed 50 ms" in verdict and "its other threads 0 ms" in verdict
+
+
+def test_time_the_hypervisor_took_is_not_the_apps_stall() -> None:
+    """A virtual CPU the hypervisor did not run shows in no thread's run-queue wait, only in
+    the machine's "steal"; it is taken out, never below the CPU the process used."""
+    sched = [(0.0, 0.0, 0.0)]
+
+    def stall(ran: float, stolen: float) -> str | None:
+        watch = _Watch(sched=lambda: sched[0])
+        with watch.watching():
+            watch.listen(time.monotonic(), 0.0, 0.0)
+            sched[0] = (sched[0][0] + ran, sched[0][1], sched[0][2] + stolen)
+            watch.listen(time.monotonic() + INTERVAL_S + 0.5, 0.5, 0.0)
+        return watch.verdict()
+
+    assert stall(ran=0.02, stolen=0.4) is None  # 100 ms of its own
+    verdict = stall(ran=0.02, stolen=0.1)  # 400 ms of its own
+    assert verdict is not None and "stalled 400 ms" in verdict
+    assert "the hypervisor took 100 ms" in verdict
+    verdict = stall(ran=0.35, stolen=0.4)  # the process computed meanwhile: that counts
+    assert verdict is not None and "stalled 350 ms" in verdict
 
 
 def test_the_kernels_figure_is_read() -> None:
     first = run_queue_wait()
     assert 0.0 <= first <= run_queue_wait()  # the figure never goes back
-    ran, waited = process_sched()
+    ran, waited, stolen = process_sched()
     later = process_sched()
-    assert 0.0 <= ran <= later[0] and 0.0 <= waited <= later[1]
+    assert 0.0 <= ran <= later[0] and 0.0 <= waited <= later[1] and 0.0 <= stolen <= later[2]
+    assert stolen <= machine_stolen()  # the machine's count never goes back
 
 
 def test_a_service_process_is_judged_by_its_held_time() -> None:

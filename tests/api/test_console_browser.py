@@ -88,7 +88,8 @@ async def test_the_readme_tour_by_clicking(service: ConsoleService) -> None:
 
         # `GET /tools/?type=external&tag=weather`, by the Tools page's filters.
         await page.get_by_role("link", name="Tools").click()
-        await page.get_by_label("Type").select_option("external")
+        await expect(page.get_by_role("heading", name="Tools")).to_be_focused()  # the page is drawn
+        await page.get_by_label("Type", exact=True).select_option("external")
         await expect(page.get_by_role("link", name="rolldice")).to_have_count(0)
         await page.get_by_label("Tag").fill("weather")
         await page.get_by_label("Tag").press("Enter")
@@ -182,6 +183,7 @@ async def test_client_tokens_and_write_only_secrets(service: ConsoleService) -> 
     async with browser_tab(service.url, height=1000) as (page, tab):
         await new_tenant(page, service, "tokens-and-secrets")
         await page.get_by_role("link", name="Client tokens").click()
+        await expect(page.get_by_role("heading", name="Client tokens", exact=True)).to_be_focused()
         await page.get_by_label("Name", exact=True).fill("alice")
         await page.get_by_label("Only these tool ids").fill("rolldice")
         await page.get_by_label("Bound context arguments").fill('{"user_id": "u-42"}')
@@ -191,6 +193,7 @@ async def test_client_tokens_and_write_only_secrets(service: ConsoleService) -> 
         await shot(page, "tokens")
 
         await page.get_by_role("link", name="Secrets").click()
+        await expect(page.get_by_role("heading", name="Secrets", exact=True)).to_be_focused()
         await page.get_by_label("Name", exact=True).fill("weather_key")
         await page.get_by_label("Value (write-only)").fill("wk-0123456789abcdef")
         await page.get_by_role("button", name="Save secret").click()
@@ -379,12 +382,16 @@ async def test_model_providers_name_a_secret_and_never_show_a_key(
     async with browser_tab(service.url, height=1100) as (page, tab):
         await new_tenant(page, service, "providers")
         await page.get_by_role("link", name="Secrets").click()
+        await expect(page.get_by_role("heading", name="Secrets", exact=True)).to_be_focused()
         await page.get_by_label("Name", exact=True).fill("openai_key")
         await page.get_by_label("Value (write-only)").fill("sk-never-shown-0123456789")
         await page.get_by_role("button", name="Save secret").click()
         await expect(page.get_by_role("table")).to_contain_text("openai_key")
 
         await page.get_by_role("link", name="Model providers").click()
+        await expect(
+            page.get_by_role("heading", name="Model providers", exact=True)
+        ).to_be_focused()
         await page.get_by_label("Name", exact=True).fill("openai")
         await page.get_by_label("API", exact=True).select_option("responses")
         await page.get_by_label("Base URL").fill("http://127.0.0.1:9/v1")  # not a public host

@@ -34,9 +34,12 @@ a CPU to itself: a callback that computes or blocks keeps all of its own time (b
 sleeping is not waiting for a CPU), and time spent waiting for the GIL another thread of the
 process holds still counts, but for the time the process's other threads waited for a CPU over
 the same interval (on a loaded machine the thread holding the GIL may be one the kernel left
-waiting: the loop then waits on the scheduler, not on the app), and never less than the CPU
-time the process's threads used meanwhile. On a machine with a CPU to spare no thread waits,
-and a thread that computes while holding the GIL keeps all of its time.
+waiting: the loop then waits on the scheduler, not on the app), and the time the hypervisor
+took from the machine's CPUs meanwhile (Linux's "steal" in /proc/stat: a virtual CPU not given
+to the machine runs none of its threads, and no thread's run-queue wait shows it), but never
+less than the CPU time the process's threads used meanwhile. On a machine with a CPU to spare
+no thread waits and nothing is stolen, and a thread that computes while holding the GIL keeps
+all of its time. A failing verdict says how much of each was taken out.
 
 A failing verdict names where the loop was: a sampler thread looks every 20 ms at each loop
 whose probe is overdue by more than the bound and keeps the stack of that loop's thread (a stall
@@ -71,7 +74,7 @@ SAMPLE_EVERY_S = 0.02
 class _Watch:
     """The worst stall inside the current test's call phase, from every app's probe."""
 
-    def __init__(self, sched: Callable[[], tuple[float, float]] | None = None) -> None:
+    def __init__(self, sched: Callable[[], tuple[float, float, float]] | None = None) -> None:
         self.process_sched = sched or process_sched
         self.since: float | None = None
         self.until: float | None = None
@@ -83,14 +86,18 @@ class _Watch:
         self.stopping: set[int] = set()  # threads whose server is shutting down: not watched
         self.lifespans = 0  # apps starting or stopping inside the call: not watched meanwhile
         self.unscheduled = 0.0  # the longest run-queue wait taken out of a long lag, this call
-        # loop thread -> the process's (CPU time, wait for a CPU) at its previous sample
-        self.sched: dict[int, tuple[float, float]] = {}
+        self.accounts = ""  # of the worst stall: what the process and the machine did meanwhile
+        # loop thread -> the process's (CPU time, wait for a CPU) and the machine's stolen time,
+        # at its previous sample
+        self.sched: dict[int, tuple[float, float, float]] = {}
+        self._accounted = ""  # of the sample being judged
 
     def listen(self, woke: float, lag: float, waited: float) -> None:  # from the loop's thread
         thread = threading.get_ident()
         if thread in self.stopping or self.lifespans:
             self.sched.pop(thread, None)  # unwatched meanwhile: no baseline carries over
             return
+        self._accounted = ""
         self.beats[thread] = woke
         if self.since is None or self.until is not None:  # outside a call: nothing is judged
             self.sched.pop(thread, None)
@@ -108,12 +115,14 @@ class _Watch:
         if within > self.worst:
             self.worst = within
             self.worst_at = time.time() - (time.monotonic() - woke)  # the log lines' clock
+            self.accounts = self._accounted
 
     def _unscheduled(self, thread: int, lag: float, waited: float) -> float:
-        """What of a sample's lag the scheduler, not the process, took: the loop's own wait
-        for a CPU, as the probe measured it, and the process's other threads' over the same
-        interval (since this loop's previous sample); never so much that less is counted than
-        the CPU the process used meanwhile (its own work, the GIL held while computing)."""
+        """What of a sample's lag the scheduler or the hypervisor, not the process, took: the
+        loop's own wait for a CPU, as the probe measured it, the process's other threads' over
+        the same interval (since this loop's previous sample) and the machine's stolen time;
+        never so much that less is counted than the CPU the process used meanwhile (its own
+        work, the GIL held while computing)."""
         now = self.process_sched()
         before = self.sched.get(thread)
         self.sched[thread] = now  # read as the probe's next sleep starts
@@ -121,11 +130,19 @@ class _Watch:
             return waited
         if before is None:
             self.unscheduled = max(self.unscheduled, waited)
+            self._accounted = f"; its loop's thread waited {waited * 1000:.0f} ms for a CPU"
             return waited
         own = lag - waited
+        ran = now[0] - before[0]
         others = max(now[1] - before[1] - waited, 0.0)
-        counted = max(own - others, min(now[0] - before[0], own))
+        stolen = max(now[2] - before[2], 0.0)
+        counted = max(own - others - stolen, min(ran, own))
         self.unscheduled = max(self.unscheduled, lag - counted)
+        self._accounted = (
+            f"; meanwhile the process computed {ran * 1000:.0f} ms, its loop's thread waited "
+            f"{waited * 1000:.0f} ms for a CPU and its other threads {others * 1000:.0f} ms, and "
+            f"the hypervisor took {stolen * 1000:.0f} ms of the machine's CPUs"
+        )
         return lag - counted
 
     def sample(self) -> None:
@@ -163,7 +180,7 @@ class _Watch:
     @contextlib.contextmanager
     def watching(self) -> Iterator[None]:
         self.worst, self.worst_at, self.reported, self.until = 0.0, 0.0, False, None
-        self.unscheduled = 0.0
+        self.unscheduled, self.accounts = 0.0, ""
         self.stacks, self.sched = {}, {}
         self.since = time.monotonic()
         try:
@@ -185,18 +202,20 @@ class _Watch:
             f"the event loop of the app stalled {self.worst * 1000:.0f} ms, more than the "
             f"{BOUND_S * 1000:.0f} ms bound, ending at {ended} UTC (the log's clock), not "
             f"counting up to {self.unscheduled * 1000:.0f} ms its threads waited for a CPU "
-            f"(tests/support/loop_watchdog.py){where}"
+            f"(tests/support/loop_watchdog.py){self.accounts}{where}"
         )
 
 
-def process_sched() -> tuple[float, float]:
+def process_sched() -> tuple[float, float, float]:
     """Seconds every thread of this process has run on a CPU, and waited, runnable, for one
-    (Linux's scheduler statistics per thread; zeros where they cannot be read)."""
+    (Linux's scheduler statistics per thread), and seconds the hypervisor has taken from the
+    machine's CPUs (`machine_stolen`); zeros where they cannot be read."""
     ran = waited = 0
+    stolen = machine_stolen()
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
-        return 0.0, 0.0
+        return 0.0, 0.0, stolen
     for task in tasks:
         try:
             with open(f"/proc/self/task/{task}/schedstat", "rb") as stats:
@@ -204,7 +223,22 @@ def process_sched() -> tuple[float, float]:
             ran, waited = ran + int(fields[0]), waited + int(fields[1])
         except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
             continue
-    return ran / 1e9, waited / 1e9
+    return ran / 1e9, waited / 1e9, stolen
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def machine_stolen() -> float:
+    """Seconds of "steal" summed over the machine's CPUs (/proc/stat's first line, eighth
+    figure, in clock ticks): time a virtual CPU was runnable and the hypervisor ran something
+    else. 0 where it cannot be read."""
+    try:
+        with open("/proc/stat", "rb") as stat:
+            fields = stat.readline().split()
+        return int(fields[8]) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 _WATCH = _Watch()

@@ -105,6 +105,22 @@ export function confirmButton(label, confirmLabel, action, props = {}) {
   return node;
 }
 
+/**
+ * A change to a listed item: make it, reload the listing, and only then say what happened, so the
+ * message describes the table the user now sees (and a button pressed after the message is one of
+ * the new table's, not of the old one the reload replaces). `change` returns the message.
+ */
+export async function changeAndReload(ctx, reload, change) {
+  let message = null;
+  try {
+    message = await change();
+  } catch (error) {
+    ctx.error(error);
+  }
+  await reload();
+  if (message) ctx.status(message);
+}
+
 export function json(value) {
   return JSON.stringify(value, null, 2);
 }

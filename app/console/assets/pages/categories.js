@@ -2,7 +2,7 @@
 // description, usage hints and `enabled`), delete: a category goes with its tools, so the
 // second press names how many, and the service lists the ones it deleted.
 import { api } from "../api.js";
-import { append, asText, button, clear, confirmButton, count, field, h, table, when } from "../dom.js";
+import { append, asText, button, changeAndReload, clear, confirmButton, count, field, h, table, when } from "../dom.js";
 
 const DEFAULT = "default"; // always there, always enabled, never deleted
 
@@ -11,17 +11,12 @@ function deleteButton(category, ctx, reload) {
   const question = tools
     ? `Delete ${category.name} and its ${count(tools, "tool")}?`
     : `Delete ${category.name}?`;
-  return confirmButton("Delete", question, async () => {
+  return confirmButton("Delete", question, () => changeAndReload(ctx, reload, async () => {
     const query = tools ? "?confirm=true" : ""; // without it, a category holding tools is a 409
-    try {
-      const gone = await api("DELETE", `/categories/${encodeURIComponent(category.name)}${query}`);
-      const deleted = gone.deleted_tools || [];
-      ctx.status(`Deleted ${gone.name}${deleted.length ? ` and ${count(deleted.length, "tool")}: ${deleted.join(", ")}` : ""}.`);
-    } catch (error) {
-      ctx.error(error);
-    }
-    await reload();
-  }, { "aria-label": `Delete category ${category.name}` });
+    const gone = await api("DELETE", `/categories/${encodeURIComponent(category.name)}${query}`);
+    const deleted = gone.deleted_tools || [];
+    return `Deleted ${gone.name}${deleted.length ? ` and ${count(deleted.length, "tool")}: ${deleted.join(", ")}` : ""}.`;
+  }), { "aria-label": `Delete category ${category.name}` });
 }
 
 function categoryForm(ctx, saved) {

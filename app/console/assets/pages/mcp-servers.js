@@ -4,7 +4,7 @@
 // not) and delete it. The operator's servers are listed and can be tested, not changed. The
 // service checks everything again: its 422s are shown field by field.
 import { api } from "../api.js";
-import { append, asText, button, clear, confirmButton, count, field, h, json, list, splitList, table, when } from "../dom.js";
+import { append, asText, button, changeAndReload, clear, confirmButton, count, field, h, json, list, splitList, table, when } from "../dom.js";
 
 const TYPES = ["streamable-http", "sse"];
 
@@ -153,24 +153,14 @@ function actions(server, ctx, form, reload, tested) {
   return h("div", { class: "actions" },
     button("Edit", () => form.show(server), { "aria-label": `Edit ${server.name}` }),
     test,
-    button(on ? "Disable" : "Enable", async () => {
-      try {
-        await api("PUT", `/mcp-servers/${encodeURIComponent(server.name)}`, asStored(server, { enabled: !on }));
-        ctx.status(`${on ? "Disabled" : "Enabled"} ${server.name}.`);
-      } catch (error) {
-        ctx.error(error);
-      }
-      await reload();
-    }, { "aria-label": `${on ? "Disable" : "Enable"} ${server.name}` }),
-    confirmButton("Delete", `Delete ${server.name}?`, async () => {
-      try {
-        await api("DELETE", `/mcp-servers/${encodeURIComponent(server.name)}`);
-        ctx.status(`Deleted the MCP server ${server.name}.`);
-      } catch (error) {
-        ctx.error(error);
-      }
-      await reload();
-    }, { "aria-label": `Delete ${server.name}` }));
+    button(on ? "Disable" : "Enable", () => changeAndReload(ctx, reload, async () => {
+      await api("PUT", `/mcp-servers/${encodeURIComponent(server.name)}`, asStored(server, { enabled: !on }));
+      return `${on ? "Disabled" : "Enabled"} ${server.name}.`;
+    }), { "aria-label": `${on ? "Disable" : "Enable"} ${server.name}` }),
+    confirmButton("Delete", `Delete ${server.name}?`, () => changeAndReload(ctx, reload, async () => {
+      await api("DELETE", `/mcp-servers/${encodeURIComponent(server.name)}`);
+      return `Deleted the MCP server ${server.name}.`;
+    }), { "aria-label": `Delete ${server.name}` }));
 }
 
 export const mcpServersPage = {

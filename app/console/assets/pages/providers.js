@@ -2,7 +2,7 @@
 // whole; its key is one of the tenant's secrets, named here and never shown (the API never
 // returns it: set the value on the Secrets page).
 import { api } from "../api.js";
-import { append, asText, button, clear, confirmButton, count, field, h, list, splitList, table, when } from "../dom.js";
+import { append, asText, button, changeAndReload, clear, confirmButton, count, field, h, list, splitList, table, when } from "../dom.js";
 
 const APIS = ["chat_completions", "responses", "anthropic_messages"];
 const DEFAULTS = { api: "chat_completions", timeout_s: 60, max_retries: 2, max_tokens: 4096 };
@@ -106,15 +106,10 @@ export const providersPage = {
           asText(p.default_model), list(p.allowed_models), p.default ? "yes" : "no", when(p.updated_at),
           h("div", { class: "actions" },
             button("Edit", () => form.show(p), { "aria-label": `Edit provider ${p.name}` }),
-            confirmButton("Delete", `Delete ${p.name}?`, async () => {
-              try {
-                await api("DELETE", `/model-providers/${encodeURIComponent(p.name)}`);
-                ctx.status(`Deleted the model provider ${p.name}.`);
-              } catch (error) {
-                ctx.error(error);
-              }
-              await reload();
-            }, { "aria-label": `Delete provider ${p.name}` }))])));
+            confirmButton("Delete", `Delete ${p.name}?`, () => changeAndReload(ctx, reload, async () => {
+              await api("DELETE", `/model-providers/${encodeURIComponent(p.name)}`);
+              return `Deleted the model provider ${p.name}.`;
+            }), { "aria-label": `Delete provider ${p.name}` }))])));
     };
     const form = providerForm(ctx, reload);
     append(main, h("h1", {}, "Model providers"),

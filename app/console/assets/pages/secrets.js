@@ -1,6 +1,6 @@
 // #/secrets: names only. A value is written and never read back (the API has no way to).
 import { api } from "../api.js";
-import { append, asText, clear, confirmButton, count, field, h, table, when } from "../dom.js";
+import { append, asText, changeAndReload, clear, confirmButton, count, field, h, table, when } from "../dom.js";
 
 export const secretsPage = {
   id: "secrets",
@@ -14,15 +14,10 @@ export const secretsPage = {
       const secrets = await api("GET", "/secrets");
       append(clear(listing), table(count(secrets.length, "secret"), ["Name", "Created", "Updated", ""],
         secrets.map((s) => [asText(s.name), when(s.created_at), when(s.updated_at),
-          confirmButton("Delete", `Delete ${s.name}?`, async () => {
-            try {
-              await api("DELETE", `/secrets/${encodeURIComponent(s.name)}`);
-              ctx.status(`Deleted the secret ${s.name}.`);
-            } catch (error) {
-              ctx.error(error);
-            }
-            await reload();
-          }, { "aria-label": `Delete secret ${s.name}` })])));
+          confirmButton("Delete", `Delete ${s.name}?`, () => changeAndReload(ctx, reload, async () => {
+            await api("DELETE", `/secrets/${encodeURIComponent(s.name)}`);
+            return `Deleted the secret ${s.name}.`;
+          }), { "aria-label": `Delete secret ${s.name}` })])));
     };
     const name = h("input", { name: "secret_name", required: true, autocomplete: "off" });
     const value = h("input", { type: "password", name: "secret_value", required: true, autocomplete: "new-password" });

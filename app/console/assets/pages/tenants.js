@@ -1,6 +1,6 @@
 // #/tenants and #/tenants/<id> (admin key): tenants, their keys and outbound allow lists.
 import { api } from "../api.js";
-import { append, asText, button, clear, confirmButton, count, field, h, table, when } from "../dom.js";
+import { append, asText, button, changeAndReload, clear, confirmButton, count, field, h, table, when } from "../dom.js";
 
 function keyCard(tenantId, apiKey, ctx) {
   const shown = h("input", { readonly: true, value: apiKey, class: "code wide" });
@@ -65,15 +65,10 @@ export const tenantsPage = {
                 ctx.error(error, created);
               }
             }, { "aria-label": `Rotate the key of ${t.tenant_id}` }),
-            confirmButton("Delete", `Delete ${t.tenant_id} and all its data?`, async () => {
-              try {
-                await api("DELETE", `/tenants/${encodeURIComponent(t.tenant_id)}`);
-                ctx.status(`Deleted ${t.tenant_id}.`);
-              } catch (error) {
-                ctx.error(error);
-              }
-              await reload();
-            }, { "aria-label": `Delete ${t.tenant_id}` }))])));
+            confirmButton("Delete", `Delete ${t.tenant_id} and all its data?`, () => changeAndReload(ctx, reload, async () => {
+              await api("DELETE", `/tenants/${encodeURIComponent(t.tenant_id)}`);
+              return `Deleted ${t.tenant_id}.`;
+            }), { "aria-label": `Delete ${t.tenant_id}` }))])));
     };
     const tenantId = h("input", { name: "tenant_id", required: true });
     const submit = async (event) => {

@@ -1,7 +1,7 @@
 // #/tokens: client tokens (what a frontend gives one user's agent instead of the tenant key).
 // A new token is shown once, as the service answers it; the list never holds one.
 import { api } from "../api.js";
-import { append, asText, clear, confirmButton, count, field, h, list, splitList, table, when } from "../dom.js";
+import { append, asText, changeAndReload, clear, confirmButton, count, field, h, list, splitList, table, when } from "../dom.js";
 
 export const tokensPage = {
   id: "tokens",
@@ -17,15 +17,10 @@ export const tokensPage = {
         ["Name", "Token id", "Tools", "Tags", "Bound context", "Created", "Expires", ""],
         tokens.map((t) => [asText(t.name), asText(t.token_id), list(t.tool_ids) || "all",
           list(t.tags), list(t.context_names), when(t.created_at), when(t.expires_at) || "never",
-          confirmButton("Revoke", `Revoke ${t.name}?`, async () => {
-            try {
-              await api("DELETE", `/client-tokens/${encodeURIComponent(t.token_id)}`);
-              ctx.status(`Revoked ${t.name}.`);
-            } catch (error) {
-              ctx.error(error);
-            }
-            await reload();
-          }, { "aria-label": `Revoke ${t.name}` })])));
+          confirmButton("Revoke", `Revoke ${t.name}?`, () => changeAndReload(ctx, reload, async () => {
+            await api("DELETE", `/client-tokens/${encodeURIComponent(t.token_id)}`);
+            return `Revoked ${t.name}.`;
+          }), { "aria-label": `Revoke ${t.name}` })])));
     };
     const name = h("input", { name: "name", required: true });
     const tools = h("input", { name: "tool_ids", placeholder: "rolldice" });

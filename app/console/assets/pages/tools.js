@@ -1,7 +1,7 @@
 // #/tools: the tenant's tools, filtered by type and tag (on the service) and by text (here);
 // below them the tools of its enabled MCP servers, as chats are offered them.
 import { ApiError, api } from "../api.js";
-import { append, asText, button, clear, confirmButton, count, field, h, list, table } from "../dom.js";
+import { append, asText, button, changeAndReload, clear, confirmButton, count, field, h, list, table } from "../dom.js";
 
 const PAGE_SIZE = 100;
 
@@ -30,15 +30,10 @@ function row(tool, ctx, reload) {
   const id = tool.tool_id;
   const actions = h("div", { class: "actions" },
     h("a", { href: `#/invoke/${encodeURIComponent(id)}` }, "Invoke"),
-    confirmButton("Delete", `Delete ${id}?`, async () => {
-      try {
-        await api("DELETE", `/tools/${encodeURIComponent(id)}`);
-        ctx.status(`Deleted ${id}.`);
-      } catch (error) {
-        ctx.error(error);
-      }
-      reload();
-    }, { "aria-label": `Delete ${id}` }));
+    confirmButton("Delete", `Delete ${id}?`, () => changeAndReload(ctx, reload, async () => {
+      await api("DELETE", `/tools/${encodeURIComponent(id)}`);
+      return `Deleted ${id}.`;
+    }), { "aria-label": `Delete ${id}` }));
   if (tool.problems) {
     return [id, "", tool.type || "", "", "", `Unreadable: ${list(tool.problems)}`, actions];
   }
