@@ -4,13 +4,18 @@ Starts one service (and its own fake model) per variant, all with the benchmark'
 settings: `off` (no OTEL_* variable: no span is built), `on` (OTEL_EXPORTER_OTLP_ENDPOINT set
 to a local OTLP/HTTP receiver, scripts/bench/otlp_sink.py, the default sampler: every chat
 traced and exported), `on, 1 in 10 sampled` (OTEL_TRACES_SAMPLER=parentbased_traceidratio,
-OTEL_TRACES_SAMPLER_ARG=0.1) and, with `--before REF`, `before`: the service of commit REF
+OTEL_TRACES_SAMPLER_ARG=0.1), `on, none sampled` (OTEL_TRACES_SAMPLER=always_off: what a
+request the sampler drops costs) and, with `--before REF`, `before`: the service of commit REF
 (extracted with `git archive`), tracing as it was (`--before-traced`: also `before, on`, REF's
 service with the same endpoint). Rounds interleave the variants, so a busy machine slows them
-alike. Prints per variant and concurrency the service's CPU per model iteration (medians over
-the rounds) and its ratio to `off`, and the same with the CPU of the service's child processes
-added (worker processes it starts, which the first column does not count); goals: `on` at most
-1.15x, `off` at most 1.02x `before`.
+alike; each round starts with the next variant, and after a variant that exports spans the next
+waits until the OTLP receiver has had nothing new for 6 s. The services share one CPU: a variant
+measured while the one before still encoded and sent its last batches paid for them (in a fixed
+order `on, none sampled`, which exports nothing, came out 1.19x and 1.21x of `off` at c=50 in
+two runs; 1.07x this way). Prints per variant and concurrency the service's CPU per model
+iteration (medians over the rounds) and its ratio to `off`, and the same with the CPU of the
+service's child processes added (worker processes it starts, which the first column does not
+count); goals: `on` at most 1.15x, `off` at most 1.02x `before`.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 from bench import HERE, ROOT, Bench, Process, free_port  # scripts/bench/bench.py
 
 MODEL = "fake-calls-1"  # two model calls (iterations) per chat, one tool call
+EXPORTING = frozenset({"on", "on, 1 in 10 sampled", "before, on"})  # the variants with spans
 
 
 def extracted(ref: str) -> Path:
@@ -61,6 +67,23 @@ def children_cpu_s(bench: Bench) -> float:
     return total
 
 
+async def exported(sink_port: int, quiet_s: float = 6.0) -> None:
+    """Returns once the OTLP sink has received nothing new for `quiet_s` (longer than the batch
+    processor's 5 s schedule): the spans of the variant measured before are all exported, so
+    its export thread does not run beside the next variant's measurement, on the same CPU."""
+
+    def count() -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{sink_port}/count") as answer:
+            return int(json.loads(answer.read())["spans"])
+
+    seen, since = await asyncio.to_thread(count), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        await asyncio.sleep(0.5)
+        now = await asyncio.to_thread(count)
+        if now != seen:
+            seen, since = now, time.monotonic()
+
+
 async def measure(
     args: argparse.Namespace, sink_port: int, before: Path | None
 ) -> tuple[dict[str, dict[int, list[float]]], dict[str, dict[int, list[float]]]]:
@@ -73,6 +96,8 @@ async def measure(
         "off": Bench(args),
         "on": Bench(args, endpoint),
         "on, 1 in 10 sampled": Bench(args, {**endpoint, **one_in_ten}),
+        # Every request sampled out: what tracing on costs a request it does not record.
+        "on, none sampled": Bench(args, {**endpoint, "OTEL_TRACES_SAMPLER": "always_off"}),
     }
     if before is not None:
         traced = {"before, on": Bench(args, endpoint, tree=before)} if args.before_traced else {}
@@ -83,16 +108,25 @@ async def measure(
         for bench in benches.values():
             await bench.setup()
             await bench.service_chats(MODEL, args.warmup, 10)
+        names, previous = list(benches), None
         for round_index in range(args.rounds):
             print(f"round {round_index + 1}/{args.rounds}", file=sys.stderr)
+            # Each round starts with the next variant: none always follows the same one.
+            order = names[round_index % len(names) :] + names[: round_index % len(names)]
             for concurrency, count in ((1, args.chats_c1), (50, args.chats_c50)):
-                for name, bench in benches.items():
+                for name in order:
+                    bench = benches[name]
+                    if previous in EXPORTING:  # none measured while another still exports
+                        await exported(sink_port)
+                    previous = name
                     children = children_cpu_s(bench)
                     figures = await bench.service_chats(MODEL, count, concurrency)
                     children = 1000 * (children_cpu_s(bench) - children) / figures["iterations"]
                     cpu = figures["cpu_ms_per_iteration"]
                     results[name].setdefault(concurrency, []).append(cpu)
                     with_children[name].setdefault(concurrency, []).append(cpu + children)
+        if previous in EXPORTING:  # the count printed is of every span sent
+            await exported(sink_port)
     finally:
         for bench in benches.values():
             if hasattr(bench, "session"):

@@ -71,6 +71,24 @@ def test_the_records_benchmark_reports_each_variant() -> None:
     assert len(rows) == 2  # concurrency 1 and 50, each with its difference to `off`
 
 
+def test_the_tracing_benchmark_reports_each_variant_and_its_spans_arrive(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "scripts/bench/tracing.py", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=service_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    variants = {"off", "on", "on, 1 in 10 sampled", "on, none sampled"}
+    rows = [line.split(" | ")[0].removeprefix("| ") for line in result.stdout.splitlines()]
+    assert all(rows.count(variant) == 2 for variant in variants)  # concurrency 1 and 50
+    [spans] = [line for line in result.stdout.splitlines() if line.startswith("spans received")]
+    # `on` exported every chat's five spans (warm-up and both concurrencies: 90 chats at least).
+    assert int(spans.split()[6]) >= 90 * 5, spans
+
+
 def test_the_model_apis_benchmark_reports_each_api(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "scripts/bench/model_apis.py", "--quick", "--out", str(tmp_path)],
