@@ -201,8 +201,8 @@ class _Watch:
         return (
             f"the event loop of the app stalled {self.worst * 1000:.0f} ms, more than the "
             f"{BOUND_S * 1000:.0f} ms bound, ending at {ended} UTC (the log's clock), not "
-            f"counting up to {self.unscheduled * 1000:.0f} ms its threads waited for a CPU "
-            f"(tests/support/loop_watchdog.py){self.accounts}{where}"
+            f"counting up to {self.unscheduled * 1000:.0f} ms its threads waited for a CPU or "
+            f"the hypervisor took (tests/support/loop_watchdog.py){self.accounts}{where}"
         )
 
 
