@@ -12,10 +12,10 @@ alike; each round starts with the next variant, and after a variant that exports
 waits until the OTLP receiver has had nothing new for 6 s. The services share one CPU: a variant
 measured while the one before still encoded and sent its last batches shares the CPU with them
 (in a fixed order `on, none sampled`, which exports nothing, came out 1.19x and 1.21x of `off`
-at c=50 in two runs; 1.07x in one run this way). Prints per variant and concurrency the service's CPU per model
-iteration (medians over the rounds) and its ratio to `off`, and the same with the CPU of the
-service's child processes added (worker processes it starts, which the first column does not
-count); goals: `on` at most 1.15x, `off` at most 1.02x `before`.
+at c=50 in two runs; 1.07x in one run this way). Prints per variant and concurrency the
+service's CPU per model iteration (medians over the rounds) and its ratio to `off`, and the same
+with the CPU of the service's child processes added (worker processes it starts, which the first
+column does not count); goals: `on` at most 1.15x, `off` at most 1.02x `before`.
 """
 
 from __future__ import annotations
