@@ -36,9 +36,11 @@ SCENARIOS = {
 }
 
 
-def test_quick_benchmark_writes_json_and_markdown(tmp_path: Path) -> None:
+def bench_script(name: str, *arguments: str) -> str:
+    """Runs scripts/bench/`name` with `arguments` as a user would (the service's environment
+    for the scripts that start one) and returns what it printed; it must exit 0."""
     result = subprocess.run(
-        [sys.executable, "scripts/bench/bench.py", "--quick", "--out", str(tmp_path)],
+        [sys.executable, f"scripts/bench/{name}", *arguments],
         cwd=ROOT,
         env=service_env(),
         capture_output=True,
@@ -46,11 +48,16 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path: Path) -> None:
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def test_quick_benchmark_writes_json_and_markdown(tmp_path: Path) -> None:
+    stdout = bench_script("bench.py", "--quick", "--out", str(tmp_path))
     [report] = tmp_path.glob("bench-*.json")
     summary = json.loads(report.read_text())["summary"]
     assert SCENARIOS <= set(summary)
     assert summary["toolgate: 1 call, concurrency 1"]["iterations"][0] == 20  # 10 chats x 2
-    assert "CPU per model iteration" in result.stdout
+    assert "CPU per model iteration" in stdout
     outbound = summary["outbound client alone, c=16 (CPU ms per request)"]
     for client in ("client", "aiohttp", "httpx"):  # the client in use, and the two before it
         assert outbound[f"{client}_cpu_ms_per_request"][0] > 0
@@ -58,50 +65,27 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path: Path) -> None:
 
 
 def test_the_records_benchmark_reports_each_variant() -> None:
-    result = subprocess.run(
-        [sys.executable, "scripts/bench/records.py", "--quick", "--variants", "off", "on"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "record() with journal on:" in result.stdout
-    rows = [line for line in result.stdout.splitlines() if line.startswith("| on | ")]
+    stdout = bench_script("records.py", "--quick", "--variants", "off", "on")
+    assert "record() with journal on:" in stdout
+    rows = [line for line in stdout.splitlines() if line.startswith("| on | ")]
     assert len(rows) == 2  # concurrency 1 and 50, each with its difference to `off`
 
 
 def test_the_tracing_benchmark_reports_each_variant_and_its_spans_arrive(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "scripts/bench/tracing.py", "--quick", "--out", str(tmp_path)],
-        cwd=ROOT,
-        env=service_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+    stdout = bench_script("tracing.py", "--quick", "--out", str(tmp_path))
     variants = {"off", "on", "on, 1 in 10 sampled", "on, none sampled"}
-    rows = [line.split(" | ")[0].removeprefix("| ") for line in result.stdout.splitlines()]
+    rows = [line.split(" | ")[0].removeprefix("| ") for line in stdout.splitlines()]
     assert all(rows.count(variant) == 2 for variant in variants)  # concurrency 1 and 50
-    [spans] = [line for line in result.stdout.splitlines() if line.startswith("spans received")]
+    [spans] = [line for line in stdout.splitlines() if line.startswith("spans received")]
     # `on` exported every chat's five spans (warm-up and both concurrencies: 90 chats at least).
     assert int(spans.split()[6]) >= 90 * 5, spans
 
 
 def test_the_model_apis_benchmark_reports_each_api(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "scripts/bench/model_apis.py", "--quick", "--out", str(tmp_path)],
-        cwd=ROOT,
-        env=service_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+    stdout = bench_script("model_apis.py", "--quick", "--out", str(tmp_path))
     for api in ("chat_completions", "responses", "anthropic_messages"):
         for concurrency in (1, 50):
-            assert f"CPU per model iteration, {api}, c={concurrency}: " in result.stdout
+            assert f"CPU per model iteration, {api}, c={concurrency}: " in stdout
     [report] = tmp_path.glob("model-apis-*.json")
     summary = json.loads(report.read_text())["summary"]
     assert summary["responses, concurrency 1"]["iterations"][0] == 20  # 10 chats x 2
